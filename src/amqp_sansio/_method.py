@@ -1,0 +1,94 @@
+"""Base classes shared by every generated method table, and the two roles."""
+
+from __future__ import annotations
+
+import enum
+from typing import ClassVar, Final, Self, TypeAlias
+
+__all__ = ["Buffer", "ContentProperties", "FieldSpec", "Method", "Role"]
+
+#: Anything the decoders read from: they index and slice, never copy the whole input.
+Buffer: TypeAlias = bytes | bytearray | memoryview
+
+#: ``(python_name, wire_type)`` for each field, in wire order. Wire types are the spec's
+#: primitive names: ``bit octet short long longlong shortstr longstr timestamp table``.
+FieldSpec: TypeAlias = tuple[str, str]
+
+
+class Role(enum.Enum):
+    """Which end of a connection a peer plays."""
+
+    CLIENT = "client"
+    SERVER = "server"
+
+    @property
+    def peer(self) -> Role:
+        """The other role."""
+        return Role.SERVER if self is Role.CLIENT else Role.CLIENT
+
+
+class Method:
+    """One AMQP method: the same class is used to send it and to receive it.
+
+    Subclasses are generated from the spec (``QueueDeclare``, ``BasicDeliver``, ...). Their
+    ``encode`` appends class id, method id and arguments to a buffer; ``decode`` reads the
+    arguments that follow the ids and returns the new offset.
+    """
+
+    __slots__ = ()
+
+    CLASS_ID: ClassVar[int]
+    METHOD_ID: ClassVar[int]
+    #: ``CLASS_ID << 16 | METHOD_ID``, the key of the generated ``METHODS`` table.
+    INDEX: ClassVar[int]
+    #: Dotted spec name, e.g. ``"queue.declare"``.
+    NAME: ClassVar[str]
+    SYNCHRONOUS: ClassVar[bool]
+    #: True when a content header and body frames follow this method.
+    HAS_CONTENT: ClassVar[bool]
+    #: The methods that may answer this one; empty when no reply is expected.
+    RESPONSES: ClassVar[tuple[type[Method], ...]]
+    #: The roles allowed to send this method (from the spec's ``<chassis>``).
+    SENT_BY: ClassVar[frozenset[Role]]
+    FIELDS: ClassVar[tuple[FieldSpec, ...]]
+
+    def encode(self, out: bytearray) -> None:
+        """Append class id, method id and the arguments to *out*."""
+        raise NotImplementedError
+
+    @classmethod
+    def decode(cls, buf: Buffer, offset: int) -> tuple[Self, int]:
+        """Read the arguments that start at *offset* (after the ids)."""
+        raise NotImplementedError
+
+    def expects_reply(self) -> bool:
+        """Whether the peer must answer this method (false for ``nowait=True``)."""
+        return bool(self.RESPONSES)
+
+
+class ContentProperties:
+    """The property list of a content header (``BasicProperties`` in 0-9-1)."""
+
+    __slots__ = ()
+
+    CLASS_ID: ClassVar[int]
+    FIELDS: ClassVar[tuple[FieldSpec, ...]]
+
+    def encode(self, out: bytearray) -> None:
+        """Append the property flag words and the present properties to *out*."""
+        raise NotImplementedError
+
+    @classmethod
+    def decode(cls, buf: Buffer, offset: int) -> tuple[Self, int]:
+        """Read flag words and properties starting at *offset*."""
+        raise NotImplementedError
+
+
+#: The largest value of each integer wire type, for validation and for test strategies.
+INT_LIMITS: Final[dict[str, int]] = {
+    "octet": 0xFF,
+    "short": 0xFFFF,
+    "long": 0xFFFF_FFFF,
+    "longlong": 0xFFFF_FFFF_FFFF_FFFF,
+    "timestamp": 0xFFFF_FFFF_FFFF_FFFF,
+}
