@@ -1,0 +1,791 @@
+#!/usr/bin/env python3
+"""Generate the method tables of ``amqp_sansio`` from the spec files in ``spec/``.
+
+One run writes one module per target in ``TARGETS`` (``src/amqp_sansio/_generated/``). A target
+names a structure file (XML: methods, ``<chassis>`` directions, ``<response>`` pairs), an
+optional RabbitMQ JSON (default values, the names RabbitMQ gives reserved fields, classes the XML
+lacks such as ``access``) and an optional documentation XML (labels and first paragraphs for the
+docstrings). 0-8 and 0-9 are further targets of this same tool: their XMLs spell names with
+spaces and carry other classes, which the loader already handles.
+
+``python tools/gen_spec.py`` rewrites the modules; ``--check`` exits 1 when one is stale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import keyword
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import attrs
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+ROOT: Final = Path(__file__).resolve().parent.parent
+SPEC_DIR: Final = ROOT / "spec"
+OUT_DIR: Final = ROOT / "src" / "amqp_sansio" / "_generated"
+
+
+@attrs.frozen
+class Target:
+    module: str
+    structure: str
+    rabbitmq_json: str | None = None
+    documentation: str | None = None
+
+
+TARGETS: Final = (
+    Target(
+        module="spec_0_9_1",
+        structure="amqp0-9-1.stripped.extended.xml",
+        rabbitmq_json="amqp-rabbitmq-0.9.1.json",
+        documentation="amqp0-9-1.extended.xml",
+    ),
+)
+
+# The JSON carries no <chassis> or <response>: directions and replies for the classes only it
+# has (RabbitMQ still accepts access.request in every protocol mode).
+JSON_ONLY_METHODS: Final[dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
+    # "class.method": (roles that receive it, its replies)
+    "access.request": (("server",), ("request-ok",)),
+    "access.request-ok": (("client",), ()),
+}
+
+# Fields whose values are credentials: never shown by repr().
+SECRET_FIELDS: Final = frozenset(
+    {
+        "connection.start-ok.response",
+        "connection.secure-ok.response",
+        "connection.update-secret.new-secret",
+    }
+)
+
+PY_TYPES: Final = {
+    "bit": "bool",
+    "octet": "int",
+    "short": "int",
+    "long": "int",
+    "longlong": "int",
+    "timestamp": "int",
+    "shortstr": "str",
+    "longstr": "bytes",
+    "table": "FieldTable",
+}
+STRUCT_CODES: Final = {"octet": "B", "short": "H", "long": "I", "longlong": "Q", "timestamp": "Q"}
+TYPE_DEFAULTS: Final[dict[str, object]] = {
+    "bit": False,
+    "octet": 0,
+    "short": 0,
+    "long": 0,
+    "longlong": 0,
+    "timestamp": 0,
+    "shortstr": "",
+    "longstr": b"",
+    "table": {},
+}
+
+
+# --- the model -------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Field:
+    name: str  # Python name
+    spec_name: str
+    type: str  # a primitive: bit octet short long longlong timestamp shortstr longstr table
+    default: object  # a Python value, or NO_DEFAULT
+    label: str = ""
+    secret: bool = False
+
+
+NO_DEFAULT: Final = object()
+
+
+@attrs.frozen
+class MethodDef:
+    class_name: str
+    name: str
+    class_id: int
+    method_id: int
+    synchronous: bool
+    content: bool
+    responses: tuple[str, ...]
+    sent_by: tuple[str, ...]  # sorted roles
+    fields: tuple[Field, ...]
+    doc: str = ""
+
+    @property
+    def py_name(self) -> str:
+        return camel(self.class_name) + camel(self.name)
+
+    @property
+    def spec_name(self) -> str:
+        return f"{self.class_name}.{self.name}"
+
+
+@attrs.frozen
+class ClassDef:
+    name: str
+    index: int
+    methods: tuple[MethodDef, ...]
+    properties: tuple[Field, ...]
+
+
+@attrs.frozen
+class Constant:
+    name: str
+    value: int
+    error_class: str  # "soft-error", "hard-error" or ""
+
+
+@attrs.frozen
+class SpecDef:
+    version: tuple[int, int, int]
+    port: int
+    constants: tuple[Constant, ...]
+    classes: tuple[ClassDef, ...]
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+def camel(name: str) -> str:
+    return "".join(part.capitalize() for part in re.split(r"[-\s]+", name))
+
+
+def py_ident(name: str) -> str:
+    ident = re.sub(r"[-\s]+", "_", name)
+    return ident + "_" if keyword.iskeyword(ident) else ident
+
+
+def squash(text: str | None) -> str:
+    return " ".join((text or "").split())
+
+
+def load_docs(path: Path) -> dict[str, str]:
+    """Labels and first paragraphs, keyed "class.method" and "class.method.field"."""
+    docs: dict[str, str] = {}
+    root = ET.parse(path).getroot()
+    for cls in root.iter("class"):
+        cname = cls.get("name", "")
+        for meth in cls.iter("method"):
+            key = f"{cname}.{meth.get('name')}"
+            first = next((d for d in meth.findall("doc") if d.get("type") is None), None)
+            label = squash(meth.get("label"))
+            docs[key] = "\n\n".join(
+                p
+                for p in (
+                    label[:1].upper() + label[1:],
+                    squash(first.text if first is not None else ""),
+                )
+                if p
+            )
+            for field in meth.findall("field"):
+                docs[f"{key}.{field.get('name')}"] = squash(field.get("label"))
+        for field in cls.findall("field"):
+            docs[f"{cname}.{field.get('name')}"] = squash(field.get("label"))
+    return docs
+
+
+def load_spec(target: Target) -> SpecDef:
+    root = ET.parse(SPEC_DIR / target.structure).getroot()
+    domains = {d.get("name", ""): d.get("type", "") for d in root.iter("domain")}
+    docs = load_docs(SPEC_DIR / target.documentation) if target.documentation else {}
+    rabbit = (
+        json.loads((SPEC_DIR / target.rabbitmq_json).read_text()) if target.rabbitmq_json else None
+    )
+    json_classes = {c["name"]: c for c in rabbit["classes"]} if rabbit else {}
+    json_domains = dict(rabbit["domains"]) if rabbit else {}
+
+    def primitive(elem_type: str | None, domain: str | None, table: dict[str, str]) -> str:
+        kind = elem_type or table[domain or ""]
+        while kind in table and table[kind] != kind:  # domains may alias domains
+            kind = table[kind]
+        if kind not in PY_TYPES:
+            raise SystemExit(f"unknown field type {kind!r}")
+        return kind
+
+    classes: list[ClassDef] = []
+    seen: set[str] = set()
+    for cls in root.iter("class"):
+        cname = cls.get("name", "")
+        seen.add(cname)
+        jcls = json_classes.get(cname)
+        jmethods = {m["name"]: m for m in jcls["methods"]} if jcls else {}
+        methods = []
+        for meth in cls.findall("method"):
+            mname = meth.get("name", "")
+            jargs = jmethods[mname]["arguments"] if mname in jmethods else None
+            xfields = meth.findall("field")
+            if jargs is not None and len(jargs) != len(xfields):
+                raise SystemExit(f"{cname}.{mname}: XML and JSON disagree on the argument count")
+            fields = []
+            for pos, xf in enumerate(xfields):
+                kind = primitive(xf.get("type"), xf.get("domain"), domains)
+                spec_name = xf.get("name", "")
+                default: object = NO_DEFAULT
+                if jargs is not None:
+                    ja = jargs[pos]
+                    jkind = primitive(ja.get("type"), ja.get("domain"), json_domains)
+                    if jkind != kind:
+                        raise SystemExit(
+                            f"{cname}.{mname}.{spec_name}: {kind} in XML, {jkind} in JSON"
+                        )
+                    # The XML says "reserved-1" where RabbitMQ says "ticket", and "no-wait" where it
+                    # says "nowait": RabbitMQ's names are the ones users know from pika.
+                    if xf.get("reserved") or ja["name"] == spec_name.replace("-", ""):
+                        spec_name = ja["name"]
+                    elif ja["name"] != spec_name:
+                        raise SystemExit(
+                            f"{cname}.{mname}: field {spec_name!r} is {ja['name']!r} in JSON"
+                        )
+                    if "default-value" in ja:
+                        default = ja["default-value"]
+                if xf.get("reserved") and default is NO_DEFAULT:
+                    default = TYPE_DEFAULTS[kind]
+                fields.append(make_field(cname, mname, spec_name, kind, default, docs))
+            methods.append(
+                MethodDef(
+                    class_name=cname,
+                    name=mname,
+                    class_id=int(cls.get("index", "")),
+                    method_id=int(meth.get("index", "")),
+                    synchronous=meth.get("synchronous") == "1",
+                    content=meth.get("content") == "1",
+                    responses=tuple(r.get("name", "") for r in meth.findall("response")),
+                    sent_by=senders(c.get("name", "") for c in meth.findall("chassis")),
+                    fields=tuple(fields),
+                    doc=docs.get(f"{cname}.{mname}", ""),
+                )
+            )
+        props = tuple(
+            make_field(
+                cname,
+                None,
+                f.get("name", ""),
+                primitive(f.get("type"), f.get("domain"), domains),
+                None,
+                docs,
+            )
+            for f in cls.findall("field")
+        )
+        if jcls and jcls.get("properties"):  # RabbitMQ names the 14th basic property cluster-id
+            props = tuple(
+                attrs.evolve(p, name=py_ident(jp["name"]), spec_name=jp["name"])
+                for p, jp in zip(props, jcls["properties"], strict=True)
+            )
+        classes.append(ClassDef(cname, int(cls.get("index", "")), tuple(methods), props))
+
+    for cname, jcls in json_classes.items():
+        if cname in seen:
+            continue
+        methods = []
+        for jm in jcls["methods"]:
+            key = f"{cname}.{jm['name']}"
+            receivers, responses = JSON_ONLY_METHODS[key]
+            methods.append(
+                MethodDef(
+                    class_name=cname,
+                    name=jm["name"],
+                    class_id=jcls["id"],
+                    method_id=jm["id"],
+                    synchronous=bool(jm.get("synchronous")),
+                    content=bool(jm.get("content")),
+                    responses=responses,
+                    sent_by=senders(receivers),
+                    fields=tuple(
+                        make_field(
+                            cname,
+                            jm["name"],
+                            ja["name"],
+                            primitive(ja.get("type"), ja.get("domain"), json_domains),
+                            ja.get("default-value", NO_DEFAULT),
+                            docs,
+                        )
+                        for ja in jm["arguments"]
+                    ),
+                )
+            )
+        classes.append(ClassDef(cname, jcls["id"], tuple(methods), ()))
+
+    constants = tuple(
+        Constant(py_ident(c.get("name", "")).upper(), int(c.get("value", "")), c.get("class", ""))
+        for c in root.iter("constant")
+    )
+    version = (
+        int(root.get("major", "")),
+        int(root.get("minor", "")),
+        int(root.get("revision", "0")),
+    )
+    return SpecDef(
+        version,
+        int(root.get("port", "5672")),
+        constants,
+        tuple(sorted(classes, key=lambda c: c.index)),
+    )
+
+
+def make_field(
+    cname: str, mname: str | None, spec_name: str, kind: str, default: object, docs: dict[str, str]
+) -> Field:
+    key = f"{cname}.{mname}.{spec_name}" if mname else f"{cname}.{spec_name}"
+    if kind == "longstr" and isinstance(default, str):
+        default = default.encode()
+    return Field(
+        name=py_ident(spec_name),
+        spec_name=spec_name,
+        type=kind,
+        default=default,
+        label=docs.get(key, ""),
+        secret=key in SECRET_FIELDS,
+    )
+
+
+def senders(receivers: Iterator[str] | Sequence[str]) -> tuple[str, ...]:
+    # <chassis name="client"> means the client implements (receives) the method.
+    other = {"client": "server", "server": "client"}
+    return tuple(sorted({other[r] for r in receivers}))
+
+
+# --- emitting --------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Run:
+    """Consecutive fixed-width fields read or written with one precompiled struct."""
+
+    fields: tuple[tuple[Field, ...], ...]  # a bit group is one entry of several bit fields
+    code: str
+
+
+def runs(fields: Sequence[Field]) -> Iterator[Run | Field]:
+    """Group fields: fixed-width runs (bits packed low bit first) and variable-width singles."""
+    pending: list[tuple[Field, ...]] = []
+    codes = ""
+    bits: list[Field] = []
+
+    def close_bits() -> None:
+        nonlocal codes
+        if bits:
+            pending.append(tuple(bits))
+            codes += "B"
+            bits.clear()
+
+    for f in fields:
+        if f.type == "bit":
+            if len(bits) == 8:
+                close_bits()
+            bits.append(f)
+            continue
+        close_bits()
+        if f.type in STRUCT_CODES:
+            pending.append((f,))
+            codes += STRUCT_CODES[f.type]
+            continue
+        if pending:
+            yield Run(tuple(pending), codes)
+            pending, codes = [], ""
+        yield f
+    close_bits()
+    if pending:
+        yield Run(tuple(pending), codes)
+
+
+class Emitter:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.structs: dict[str, str] = {}
+
+    def struct(self, code: str) -> str:
+        return self.structs.setdefault(code, f"_S_{code}")
+
+    def __call__(self, line: str = "", indent: int = 0) -> None:
+        self.lines.append("    " * indent + line if line else "")
+
+
+def literal(field: Field) -> str:
+    value = field.default
+    if field.type == "table":
+        return "attrs.field(factory=dict)"
+    if field.type == "bit":
+        return repr(bool(value))
+    return repr(value)
+
+
+def wrap(text: str, indent: int, width: int = 96) -> list[str]:
+    return textwrap.wrap(text, width=width - 4 * indent) or [""]
+
+
+def emit_docstring(e: Emitter, text: str, indent: int) -> None:
+    paragraphs = [p for p in text.split("\n\n") if p]
+    if not paragraphs:
+        return
+    body: list[str] = []
+    for i, p in enumerate(paragraphs):
+        if i:
+            body.append("")
+        body.extend(wrap(p.replace("\\", "\\\\").replace('"""', "'''"), indent))
+    if len(body) == 1 and len(body[0]) < 80:
+        e(f'"""{body[0]}"""', indent)
+        return
+    e('"""' + body[0], indent)
+    for line in body[1:]:
+        e(line, indent)
+    e('"""', indent)
+
+
+def emit_encode_fields(e: Emitter, fields: Sequence[Field], indent: int) -> None:
+    for item in runs(fields):
+        if isinstance(item, Run):
+            values = []
+            for group in item.fields:
+                if group[0].type == "bit":
+                    values.append(
+                        " | ".join(
+                            f"({1 << i} if self.{f.name} else 0)" for i, f in enumerate(group)
+                        )
+                    )
+                else:
+                    values.append(f"self.{group[0].name}")
+            if item.code == "B":  # one octet: append is cheaper than a struct
+                e(f"out.append({values[0]})", indent)
+            else:
+                e(f"out += {e.struct(item.code)}.pack({', '.join(values)})", indent)
+        elif item.type == "shortstr":
+            e(f"b = self.{item.name}.encode()", indent)
+            e("out.append(len(b))  # ValueError past 255 bytes", indent)
+            e("out += b", indent)
+        elif item.type == "longstr":
+            e(f"out += _S_I.pack(len(self.{item.name}))", indent)
+            e(f"out += self.{item.name}", indent)
+        elif item.type == "table":
+            e(f"encode_table(out, self.{item.name})", indent)
+
+
+def emit_decode_field(e: Emitter, item: Run | Field, indent: int) -> None:
+    if isinstance(item, Run):
+        size = struct.calcsize(">" + item.code)
+        targets = [g[0].name if g[0].type != "bit" else "bits" for g in item.fields]
+        nbits = sum(1 for g in item.fields if g[0].type == "bit")
+        if nbits > 1:  # several bit groups in one run: name them apart
+            counter = iter(range(nbits))
+            targets = [t if t != "bits" else f"bits{next(counter)}" for t in targets]
+        lhs = ", ".join(f"self.{t}" if not t.startswith("bits") else t for t in targets)
+        if item.code == "B":
+            e(f"{lhs} = buf[offset]", indent)
+        else:
+            lhs = lhs if len(targets) > 1 else f"({lhs},)"
+            e(f"{lhs} = {e.struct(item.code)}.unpack_from(buf, offset)", indent)
+        e(f"offset += {size}", indent)
+        for target, group in zip(targets, item.fields, strict=True):
+            if group[0].type == "bit":
+                for i, f in enumerate(group):
+                    e(f"self.{f.name} = bool({target} & {1 << i})", indent)
+    elif item.type == "shortstr":
+        e("n = buf[offset]", indent)
+        e(f'self.{item.name} = str(buf[offset + 1 : offset + 1 + n], "utf-8")', indent)
+        e("offset += 1 + n", indent)
+    elif item.type == "longstr":
+        e("(n,) = _S_I.unpack_from(buf, offset)", indent)
+        e(f"self.{item.name} = bytes(buf[offset + 4 : offset + 4 + n])", indent)
+        e("offset += 4 + n", indent)
+    elif item.type == "table":
+        e(f"self.{item.name}, offset = decode_table(buf, offset)", indent)
+
+
+def field_specs(fields: Sequence[Field]) -> str:
+    return "".join(f"({f.name!r}, {f.type!r}), " for f in fields)
+
+
+def emit_method(e: Emitter, m: MethodDef) -> None:
+    e()
+    e()
+    e("@final")
+    e("@attrs.define(slots=True, kw_only=True, weakref_slot=False)")
+    e(f"class {m.py_name}(Method):")
+    emit_docstring(e, m.doc or f"``{m.spec_name}``", 1)
+    e()
+    e(f"CLASS_ID = {m.class_id}", 1)
+    e(f"METHOD_ID = {m.method_id}", 1)
+    e(f"INDEX = {m.class_id << 16 | m.method_id}", 1)
+    e(f"NAME = {m.spec_name!r}", 1)
+    e(f"SYNCHRONOUS = {m.synchronous}", 1)
+    e(f"HAS_CONTENT = {m.content}", 1)
+    e(f"SENT_BY = {'_BY_' + '_'.join(r.upper() for r in m.sent_by)}", 1)
+    e(
+        f"FIELDS: ClassVar[tuple[FieldSpec, ...]] = ({field_specs(m.fields)})",
+        1,
+    )
+    e("RESPONSES: ClassVar[tuple[type[Method], ...]] = ()", 1)
+    # required fields first keeps attrs happy without defaults ordering concerns (kw_only anyway)
+    for f in m.fields:
+        e()
+        if f.label:
+            for line in wrap(f.label[:1].upper() + f.label[1:], 1, 94):
+                e(f"#: {line}", 1)
+        ann = PY_TYPES[f.type]
+        if f.secret:
+            default = "" if f.default is NO_DEFAULT else f", default={literal(f)}"
+            e(f"{f.name}: {ann} = attrs.field(repr=_redacted{default})", 1)
+        elif f.default is NO_DEFAULT:
+            e(f"{f.name}: {ann}" + (" = attrs.field()" if f.type == "table" else ""), 1)
+        else:
+            e(f"{f.name}: {ann} = {literal(f)}", 1)
+    if any(f.name == "nowait" for f in m.fields) and m.responses:
+        e()
+        e("def expects_reply(self) -> bool:", 1)
+        e("return not self.nowait", 2)
+    e()
+    e("def encode(self, out: bytearray) -> None:", 1)
+    ids = "".join(f"\\x{b:02x}" for b in struct.pack(">HH", m.class_id, m.method_id))
+    e(f'out += b"{ids}"  # class {m.class_id}, method {m.method_id}', 2)
+    emit_encode_fields(e, m.fields, 2)
+    e()
+    e("@classmethod", 1)
+    e(f"def decode(cls, buf: Buffer, offset: int) -> tuple[{m.py_name}, int]:", 1)
+    e("self = cls.__new__(cls)", 2)
+    for item in runs(m.fields):
+        emit_decode_field(e, item, 2)
+    e("return self, offset", 2)
+
+
+def emit_properties(e: Emitter, cls: ClassDef) -> str:
+    name = camel(cls.name) + "Properties"
+    props = cls.properties
+    if len(props) > 15:
+        raise SystemExit(f"{cls.name}: more than 15 properties need a second flag word")
+    e()
+    e()
+    e("@final")
+    e("@attrs.define(slots=True, kw_only=True, weakref_slot=False)")
+    e(f"class {name}(ContentProperties):")
+    emit_docstring(
+        e, f"The properties of a ``{cls.name}`` content header; ``None`` means absent.", 1
+    )
+    e()
+    e(f"CLASS_ID = {cls.index}", 1)
+    e(
+        f"FIELDS: ClassVar[tuple[FieldSpec, ...]] = ({field_specs(props)})",
+        1,
+    )
+    for p in props:
+        e()
+        if p.label:
+            for line in wrap(p.label[:1].upper() + p.label[1:], 1, 94):
+                e(f"#: {line}", 1)
+        e(f"{p.name}: {PY_TYPES[p.type]} | None = None", 1)
+    e()
+    e("def encode(self, out: bytearray) -> None:", 1)
+    e("start = len(out)", 2)
+    e('out += b"\\x00\\x00"', 2)
+    e("flags = 0", 2)
+    for i, p in enumerate(props):
+        bit = 1 << (15 - i)
+        e(f"if self.{p.name} is not None:", 2)
+        e(f"flags |= {bit:#06x}", 3)
+        if p.type == "octet":
+            e(f"out.append(self.{p.name})", 3)
+        elif p.type in STRUCT_CODES:
+            e(f"out += {e.struct(STRUCT_CODES[p.type])}.pack(self.{p.name})", 3)
+        elif p.type == "bit":  # bits have no value in a property list: the flag is the value
+            pass
+        else:
+            emit_encode_fields(e, (p,), 3)
+    e("_S_H.pack_into(out, start, flags)", 2)
+    e()
+    e("@classmethod", 1)
+    e(f"def decode(cls, buf: Buffer, offset: int) -> tuple[{name}, int]:", 1)
+    e("self = cls.__new__(cls)", 2)
+    e("(flags,) = _S_H.unpack_from(buf, offset)", 2)
+    e("offset += 2", 2)
+    e("word = flags", 2)
+    e("while word & 1:  # continuation words may follow, but no property lives there", 2)
+    e("(word,) = _S_H.unpack_from(buf, offset)", 3)
+    e("offset += 2", 3)
+    e("if word & 0xFFFE:", 3)
+    e(f'raise ValueError(f"{cls.name} properties: unknown property flags {{word:#06x}}")', 4)
+    e(f"if flags & {(1 << (16 - len(props))) - 2:#06x}:", 2)
+    e(f'raise ValueError(f"{cls.name} properties: unknown property flags {{flags:#06x}}")', 3)
+    for i, p in enumerate(props):
+        bit = 1 << (15 - i)
+        e(f"if flags & {bit:#06x}:", 2)
+        if p.type == "octet":
+            e(f"self.{p.name} = buf[offset]", 3)
+            e("offset += 1", 3)
+        elif p.type in STRUCT_CODES:
+            e(f"(self.{p.name},) = {e.struct(STRUCT_CODES[p.type])}.unpack_from(buf, offset)", 3)
+            e(f"offset += {struct.calcsize('>' + STRUCT_CODES[p.type])}", 3)
+        else:
+            emit_decode_field(e, p, 3)
+        e("else:", 2)
+        e(f"self.{p.name} = None", 3)
+    e("return self, offset", 2)
+    return name
+
+
+def generate(target: Target) -> str:
+    spec = load_spec(target)
+    body = Emitter()
+    methods = [m for c in spec.classes for m in c.methods]
+    prop_classes = [(c.index, emit_properties(body, c)) for c in spec.classes if c.properties]
+    for m in methods:
+        emit_method(body, m)
+
+    e = Emitter()
+    major, minor, revision = spec.version
+    sources = [target.structure, target.rabbitmq_json, target.documentation]
+    e("# ******* WARNING: AUTOGENERATED! ALL EDITS WILL BE LOST ******")
+    e("# Generated by tools/gen_spec.py from:")
+    for src in sources:
+        if src:
+            digest = hashlib.sha256((SPEC_DIR / src).read_bytes()).hexdigest()
+            e(f"#   spec/{src} (sha256 {digest[:16]})")
+    e("# Regenerate with `python tools/gen_spec.py`; `--check` fails when this file is stale.")
+    e(f'"""AMQP {major}-{minor}-{revision} methods, content properties and constants."""')
+    e()
+    e("from __future__ import annotations")
+    e()
+    e("import enum")
+    e("import struct")
+    e("from typing import ClassVar, Final, TypeAlias, final")
+    e()
+    e("import attrs")
+    e()
+    e("from .._method import Buffer, ContentProperties, FieldSpec, Method, Role")
+    e("from .._table import FieldTable, decode_table, encode_table")
+    e()
+
+    names: list[str] = []
+    e(f"PROTOCOL_VERSION: Final = ({major}, {minor}, {revision})")
+    e(f"DEFAULT_PORT: Final = {spec.port}")
+    names += ["PROTOCOL_VERSION", "DEFAULT_PORT"]
+    reply_codes = [c for c in spec.constants if c.error_class or c.name.startswith("REPLY_")]
+    for c in spec.constants:
+        if c not in reply_codes:
+            e(f"{c.name}: Final = {c.value}")
+            names.append(c.name)
+    e()
+    e()
+    e("class ReplyCode(enum.IntEnum):")
+    emit_docstring(
+        e,
+        "Reply codes of ``connection.close`` and ``channel.close``.\n\n"
+        "Soft errors close the channel; hard errors close the connection.",
+        1,
+    )
+    e()
+    for c in reply_codes:
+        e(f"{c.name} = {c.value}", 1)
+    e()
+    e("@property", 1)
+    e("def is_hard(self) -> bool:", 1)
+    e('"""A connection exception: the whole connection must close."""', 2)
+    e("return self.value in _HARD_ERRORS", 2)
+    e()
+    e("@property", 1)
+    e("def is_soft(self) -> bool:", 1)
+    e('"""A channel exception: only the channel closes."""', 2)
+    e("return self.value in _SOFT_ERRORS", 2)
+    e()
+    e()
+    hard = ", ".join(str(c.value) for c in reply_codes if c.error_class == "hard-error")
+    soft = ", ".join(str(c.value) for c in reply_codes if c.error_class == "soft-error")
+    e(f"_HARD_ERRORS: Final = frozenset(({hard}))")
+    e(f"_SOFT_ERRORS: Final = frozenset(({soft}))")
+    names.append("ReplyCode")
+    e("_BY_CLIENT: Final = frozenset((Role.CLIENT,))")
+    e("_BY_SERVER: Final = frozenset((Role.SERVER,))")
+    e("_BY_CLIENT_SERVER: Final = frozenset((Role.CLIENT, Role.SERVER))")
+    e("_S_I: Final = struct.Struct('>I')")
+    e("_S_H: Final = struct.Struct('>H')")
+    for code, sname in sorted(body.structs.items()):
+        if sname not in ("_S_I", "_S_H"):
+            e(f"{sname}: Final = struct.Struct('>{code}')")
+    e()
+    e()
+    e("def _redacted(value: object) -> str:")
+    e('return "<redacted>"', 1)
+    e.lines += body.lines
+    names += [name for _, name in prop_classes]
+    names += [m.py_name for m in methods]
+    e()
+    e()
+    e("# The replies each request expects; set here because replies are defined after requests.")
+    by_name = {m.spec_name: m for m in methods}
+    for m in methods:
+        if m.responses:
+            replies = ", ".join(by_name[f"{m.class_name}.{r}"].py_name for r in m.responses)
+            e(f"{m.py_name}.RESPONSES = ({replies},)")
+    e()
+    e(f"AnyMethod: TypeAlias = {' | '.join(m.py_name for m in methods)}")
+    e()
+    e("#: Method classes keyed by ``class_id << 16 | method_id``.")
+    e("METHODS: Final[dict[int, type[Method]]] = {")
+    for m in methods:
+        e(f"{m.py_name}.INDEX: {m.py_name},", 1)
+    e("}")
+    e("#: Content property classes keyed by class id.")
+    e("PROPERTIES: Final[dict[int, type[ContentProperties]]] = {")
+    for index, name in prop_classes:
+        e(f"{index}: {name},", 1)
+    e("}")
+    names += ["AnyMethod", "METHODS", "PROPERTIES"]
+    e()
+    e("__all__ = [")
+    for n in sorted(names):
+        e(f"{n!r},", 1)
+    e("]")
+    return format_source("\n".join(e.lines) + "\n", OUT_DIR / f"{target.module}.py")
+
+
+def format_source(source: str, path: Path) -> str:
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
+    if ruff is None:
+        raise SystemExit("ruff is needed to format the generated code (make test installs it)")
+    for args in (["check", "--fix-only", "--exit-zero", "--quiet"], ["format", "--quiet"]):
+        source = subprocess.run(
+            [ruff, *args, "--stdin-filename", str(path), "-"],
+            input=source,
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+        ).stdout
+    return source
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if a generated module is stale"
+    )
+    args = parser.parse_args(argv)
+    stale = []
+    for target in TARGETS:
+        path = OUT_DIR / f"{target.module}.py"
+        source = generate(target)
+        if args.check:
+            if not path.exists() or path.read_text() != source:
+                stale.append(path.relative_to(ROOT))
+        else:
+            path.write_text(source)
+            print(f"wrote {path.relative_to(ROOT)}")
+    if stale:
+        print("Generated sources are stale; run `python tools/gen_spec.py`:", *stale, sep="\n  ")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
