@@ -81,6 +81,11 @@ def test_directions_come_from_the_chassis() -> None:
     assert {Role.CLIENT, Role.SERVER} == spec.BasicCancel.SENT_BY
     assert {Role.CLIENT, Role.SERVER} == spec.ConnectionClose.SENT_BY
     assert {Role.CLIENT} == spec.AccessRequest.SENT_BY
+    # errata applied by the generator: the XML has these backwards or missing
+    assert {Role.CLIENT} == spec.ConnectionUpdateSecret.SENT_BY
+    assert {Role.SERVER} == spec.ConnectionUpdateSecretOk.SENT_BY
+    assert spec.BasicRecover.RESPONSES == (spec.BasicRecoverOk,)
+    assert spec.BasicRecover().expects_reply()
 
 
 def test_responses_and_flags() -> None:

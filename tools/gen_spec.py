@@ -62,6 +62,38 @@ JSON_ONLY_METHODS: Final[dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
     "access.request-ok": (("client",), ()),
 }
 
+
+# Where the structure XML is wrong about the wire, "class.method": corrected attributes.
+@attrs.frozen
+class Erratum:
+    sent_by: tuple[str, ...] | None = None
+    synchronous: bool | None = None
+    responses: tuple[str, ...] | None = None
+
+
+ERRATA: Final[dict[str, Erratum]] = {
+    # RabbitMQ's XML puts <chassis name="client"> on update-secret, but the client sends it
+    # (to refresh an OAuth token) and the server answers with update-secret-ok.
+    "connection.update-secret": Erratum(sent_by=("client",)),
+    "connection.update-secret-ok": Erratum(sent_by=("server",)),
+    # 0-9-1 gives basic.recover neither synchronous="1" nor <response>, yet recover-ok answers it
+    # (the spec's prose; RabbitMQ sends it).
+    "basic.recover": Erratum(synchronous=True, responses=("recover-ok",)),
+}
+
+
+def corrected(m: MethodDef) -> MethodDef:
+    fix = ERRATA.get(m.spec_name)
+    if fix is None:
+        return m
+    return attrs.evolve(
+        m,
+        sent_by=m.sent_by if fix.sent_by is None else fix.sent_by,
+        synchronous=m.synchronous if fix.synchronous is None else fix.synchronous,
+        responses=m.responses if fix.responses is None else fix.responses,
+    )
+
+
 # Fields whose values are credentials: never shown by repr().
 SECRET_FIELDS: Final = frozenset(
     {
@@ -319,6 +351,7 @@ def load_spec(target: Target) -> SpecDef:
             )
         classes.append(ClassDef(cname, jcls["id"], tuple(methods), ()))
 
+    classes = [attrs.evolve(c, methods=tuple(corrected(m) for m in c.methods)) for c in classes]
     constants = tuple(
         Constant(py_ident(c.get("name", "")).upper(), int(c.get("value", "")), c.get("class", ""))
         for c in root.iter("constant")

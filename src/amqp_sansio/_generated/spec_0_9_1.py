@@ -856,7 +856,7 @@ class ConnectionUpdateSecret(Method):
     NAME = "connection.update-secret"
     SYNCHRONOUS = True
     HAS_CONTENT = False
-    SENT_BY = _BY_SERVER
+    SENT_BY = _BY_CLIENT
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         ("new_secret", "longstr"),
         ("reason", "shortstr"),
@@ -903,7 +903,7 @@ class ConnectionUpdateSecretOk(Method):
     NAME = "connection.update-secret-ok"
     SYNCHRONOUS = True
     HAS_CONTENT = False
-    SENT_BY = _BY_CLIENT
+    SENT_BY = _BY_SERVER
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = ()
     RESPONSES: ClassVar[tuple[type[Method], ...]] = ()
 
@@ -2950,7 +2950,7 @@ class BasicRecover(Method):
     METHOD_ID = 110
     INDEX = 3932270
     NAME = "basic.recover"
-    SYNCHRONOUS = False
+    SYNCHRONOUS = True
     HAS_CONTENT = False
     SENT_BY = _BY_CLIENT
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (("requeue", "bit"),)
@@ -3307,6 +3307,7 @@ BasicGet.RESPONSES = (
     BasicGetOk,
     BasicGetEmpty,
 )
+BasicRecover.RESPONSES = (BasicRecoverOk,)
 ConfirmSelect.RESPONSES = (ConfirmSelectOk,)
 TxSelect.RESPONSES = (TxSelectOk,)
 TxCommit.RESPONSES = (TxCommitOk,)
