@@ -1,15 +1,112 @@
-"""amqp_sansio: a sans-IO AMQP 0-9-1 protocol core."""
+"""amqp_sansio: a sans-IO AMQP 0-9-1 protocol core.
+
+The generated wire methods (``QueueDeclare``, ``BasicDeliver``, ...), ``BasicProperties``,
+``ReplyCode`` and the spec constants are re-exported here with flat names. The frame layer, for
+those who drive frames themselves, is :mod:`amqp_sansio.framing`.
+"""
 
 from __future__ import annotations
 
+from ._connection import Connection, ConnectionConfig
 from ._errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+from ._events import (
+    NEED_DATA,
+    AuthenticationRequested,
+    BlockedByPeer,
+    ChannelClosed,
+    ChannelFlowChanged,
+    ChannelOpened,
+    ConnectionClosed,
+    ConnectionLost,
+    ConnectionOpened,
+    ConsumerCancelled,
+    Event,
+    MessageBodyReceived,
+    MessageCompleted,
+    MessageReceived,
+    MessageStarted,
+    MethodReceived,
+    SecureRequested,
+    Sentinel,
+    UnblockedByPeer,
+    VirtualHostRequested,
+)
+from ._generated.spec_0_9_1 import *  # noqa: F403  (the generated module's __all__)
+from ._generated.spec_0_9_1 import __all__ as _spec_all
 from ._method import ContentProperties, Method, Role
+from ._state import ChannelState, ConnectionState
+from ._table import (
+    MAX_TABLE_DEPTH,
+    MAX_TABLE_ENTRIES,
+    FieldArray,
+    FieldTable,
+    FieldValue,
+    Float32,
+    Float64,
+    Int8,
+    Int16,
+    Int32,
+    Int64,
+    LongString,
+    Timestamp,
+    TypedValue,
+    UInt8,
+    UInt16,
+    UInt32,
+)
+from ._util import fix_module_names
 
 __all__ = [
+    "MAX_TABLE_DEPTH",
+    "MAX_TABLE_ENTRIES",
     "ContentProperties",
+    "FieldArray",
+    "FieldTable",
+    "FieldValue",
+    "Float32",
+    "Float64",
+    "Int8",
+    "Int16",
+    "Int32",
+    "Int64",
     "LocalProtocolError",
+    "LongString",
     "Method",
     "ProtocolError",
     "RemoteProtocolError",
     "Role",
+    "Timestamp",
+    "TypedValue",
+    "UInt8",
+    "UInt16",
+    "UInt32",
 ]
+__all__ += [
+    "NEED_DATA",
+    "AuthenticationRequested",
+    "BlockedByPeer",
+    "ChannelClosed",
+    "ChannelFlowChanged",
+    "ChannelOpened",
+    "ChannelState",
+    "Connection",
+    "ConnectionClosed",
+    "ConnectionConfig",
+    "ConnectionLost",
+    "ConnectionOpened",
+    "ConnectionState",
+    "ConsumerCancelled",
+    "Event",
+    "MessageBodyReceived",
+    "MessageCompleted",
+    "MessageReceived",
+    "MessageStarted",
+    "MethodReceived",
+    "SecureRequested",
+    "Sentinel",
+    "UnblockedByPeer",
+    "VirtualHostRequested",
+]
+__all__ += _spec_all
+
+fix_module_names(__name__, globals(), __all__)

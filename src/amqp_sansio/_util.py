@@ -1,0 +1,19 @@
+"""Small helpers shared by the public modules."""
+
+from __future__ import annotations
+
+__all__ = ["fix_module_names"]
+
+
+def fix_module_names(module: str, namespace: dict[str, object], names: list[str]) -> None:
+    """Make re-exported classes and functions say where users import them from.
+
+    ``repr``, pickling, tracebacks and autodoc then show ``amqp_sansio.QueueDeclare`` rather than
+    a private path.
+    """
+    for name in names:
+        obj = namespace[name]
+        if isinstance(obj, type) or callable(obj):
+            current = getattr(obj, "__module__", "")
+            if isinstance(current, str) and current.startswith("amqp_sansio._"):
+                obj.__module__ = module
