@@ -1,0 +1,1160 @@
+"""The sans-IO connection: bytes in, events out; method calls in, bytes out.
+
+:class:`Connection` plays the client or the server role. It never reads a clock, never does
+I/O and never calls back into user code: ``receive_data`` only buffers, ``next_event`` parses
+lazily (one event per call, h11's pull model, so an error surfaces after every earlier event),
+and everything to be written (including answers nobody asked for: close-ok, flow-ok, and the
+``connection.close`` of a protocol error) accumulates in an outbound buffer read with
+``data_to_send()`` or ``buffers_to_send()``.
+
+Whether a method is legal is decided by the role-keyed tables in :mod:`._state`; this module
+applies them to our sends (``LocalProtocolError``, nothing written) and to the peer's frames
+(``RemoteProtocolError`` with the matching ``connection.close`` already queued).
+"""
+
+from __future__ import annotations
+
+import platform
+from collections import deque
+from importlib import metadata
+from typing import Final, final
+
+import attrs
+
+from ._errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+from ._events import (
+    NEED_DATA,
+    AuthenticationRequested,
+    BlockedByPeer,
+    ChannelClosed,
+    ChannelFlowChanged,
+    ChannelOpened,
+    ConnectionClosed,
+    ConnectionLost,
+    ConnectionOpened,
+    ConsumerCancelled,
+    Event,
+    MessageBodyReceived,
+    MessageCompleted,
+    MessageReceived,
+    MessageStarted,
+    MethodReceived,
+    SecureRequested,
+    Sentinel,
+    UnblockedByPeer,
+    VirtualHostRequested,
+)
+from ._frames import (
+    PROTOCOL_HEADER_0_9,
+    PROTOCOL_HEADER_0_9_1,
+    ContentBodyFrame,
+    ContentHeaderFrame,
+    FrameReader,
+    MethodFrame,
+    content_buffers,
+    encode_content,
+    encode_method_frame,
+    parse_protocol_header,
+)
+from ._generated.spec_0_9_1 import (
+    FRAME_MIN_SIZE,
+    BasicCancel,
+    BasicCancelOk,
+    ChannelClose,
+    ChannelCloseOk,
+    ChannelFlow,
+    ChannelFlowOk,
+    ChannelOpen,
+    ChannelOpenOk,
+    ConnectionClose,
+    ConnectionCloseOk,
+    ConnectionOpen,
+    ConnectionOpenOk,
+    ConnectionSecure,
+    ConnectionSecureOk,
+    ConnectionStart,
+    ConnectionStartOk,
+    ConnectionTune,
+    ConnectionTuneOk,
+)
+from ._generated.spec_0_9_1 import (
+    ConnectionBlocked as ConnectionBlockedMethod,
+)
+from ._generated.spec_0_9_1 import (
+    ConnectionUnblocked as ConnectionUnblockedMethod,
+)
+from ._method import Buffer, ContentProperties, Method, Role
+from ._state import (
+    CHANNEL_TRANSITIONS,
+    CONNECTION_TRANSITIONS,
+    REPLY_TYPES,
+    ChannelState,
+    ConnectionState,
+    Input,
+    closing_state,
+    discards,
+    refusal_code,
+)
+from ._table import FieldTable, FieldValue, decode_table_entries, encode_table_entries
+
+__all__ = ["Connection", "ConnectionConfig"]
+
+
+def _version() -> str:
+    try:
+        return metadata.version("amqp-sansio")
+    except metadata.PackageNotFoundError:  # running from a source tree
+        return "0.0.0"
+
+
+_VERSION: Final = _version()
+
+_CHANNEL_MAX_LIMIT: Final = 0xFFFF
+_FRAME_MAX_LIMIT: Final = 0xFFFF_FFFF
+#: Bodies at least this large are handed to ``buffers_to_send`` as memoryview slices.
+_PASSTHROUGH: Final = 64 * 1024
+
+_CAPABILITIES: Final[FieldTable] = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+    "direct_reply_to": True,
+}
+
+_C = ConnectionState
+_H = ChannelState
+
+
+def _check(name: str, value: int | None, low: int, high: int, *, zero: bool = False) -> None:
+    if value is None or (zero and value == 0):
+        return
+    if type(value) is not int or not low <= value <= high:
+        allowed = f"{low}..{high}" + (" or 0" if zero else "")
+        raise ValueError(f"{name} must be in {allowed}, not {value!r}")
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ConnectionConfig:
+    """What a :class:`Connection` proposes and accepts. Never shows a credential in its repr.
+
+    Client role: ``username``/``password`` (PLAIN or AMQPLAIN), or ``sasl_mechanism`` with a
+    ready ``sasl_response`` (EXTERNAL: usually ``b""``); ``virtual_host``; extra
+    ``client_properties`` (merged over product, version, platform, the capabilities table and
+    ``connection_name``); ``locale``.
+
+    Both roles: ``channel_max``, ``frame_max``, ``heartbeat`` (None: the role's default; the
+    client's default 0 accepts the server's proposal, the server proposes 2047, 131072, 60 like
+    RabbitMQ); ``max_message_size`` (a content header announcing more is a 506 before anything
+    is buffered); ``chunk_threshold`` (None: bodies always arrive whole; otherwise bodies larger
+    than it arrive as chunk events).
+
+    Server role: ``server_properties``, ``mechanisms``, ``locales``.
+    """
+
+    username: str = "guest"
+    password: str = attrs.field(default="guest", repr=False)
+    sasl_mechanism: str = "PLAIN"
+    sasl_response: bytes | None = attrs.field(default=None, repr=False)
+    virtual_host: str = "/"
+    client_properties: FieldTable = attrs.field(factory=dict)
+    connection_name: str | None = None
+    locale: str = "en_US"
+    channel_max: int | None = None
+    frame_max: int | None = None
+    heartbeat: int | None = None
+    max_message_size: int = 128 * 1024 * 1024
+    chunk_threshold: int | None = None
+    server_properties: FieldTable | None = None
+    mechanisms: tuple[str, ...] = ("PLAIN", "AMQPLAIN")
+    locales: tuple[str, ...] = ("en_US",)
+
+    def __attrs_post_init__(self) -> None:
+        _check("channel_max", self.channel_max, 1, _CHANNEL_MAX_LIMIT, zero=True)
+        _check("frame_max", self.frame_max, FRAME_MIN_SIZE, _FRAME_MAX_LIMIT, zero=True)
+        _check("heartbeat", self.heartbeat, 0, 0xFFFF)
+        _check("max_message_size", self.max_message_size, 0, 2**64 - 1)
+        _check("chunk_threshold", self.chunk_threshold, 0, 2**64 - 1)
+
+
+@final
+class _Assembly:
+    """One message being received on a channel: method, then header, then bodies."""
+
+    __slots__ = ("body", "body_size", "chunked", "method", "properties", "received")
+
+    def __init__(self, method: Method) -> None:
+        self.method = method
+        self.properties: ContentProperties | None = None
+        self.body_size = 0
+        self.received = 0
+        self.body: bytearray | None = None
+        self.chunked = False
+
+
+@final
+class _Channel:
+    __slots__ = ("close", "content", "requests_in", "requests_out", "state")
+
+    def __init__(self, state: ChannelState) -> None:
+        self.state = state
+        #: Requests we sent, oldest first, each waiting for the peer's reply.
+        self.requests_out: deque[Method] = deque()
+        #: Requests the peer sent that the application must answer, oldest first.
+        self.requests_in: deque[Method] = deque()
+        #: The channel.close we sent, for the ChannelClosed event.
+        self.close: ChannelClose | None = None
+        self.content: _Assembly | None = None
+
+
+def _lower_nonzero(ours: int, theirs: int) -> int:
+    """Tune negotiation: the lower value wins, and 0 ("no limit") loses to any limit."""
+    if ours and theirs:
+        return min(ours, theirs)
+    return ours or theirs
+
+
+def _shortstr(text: str) -> str:
+    """*text* cut to 255 UTF-8 octets without splitting a character."""
+    data = text.encode()
+    if len(data) <= 0xFF:
+        return text
+    return data[:0xFF].decode(errors="ignore")
+
+
+def _remote(text: str, code: int, method: type[Method] | None = None) -> RemoteProtocolError:
+    return RemoteProtocolError(
+        text,
+        reply_code=code,
+        class_id=0 if method is None else method.CLASS_ID,
+        method_id=0 if method is None else method.METHOD_ID,
+    )
+
+
+def _local(text: str, code: int, method: type[Method] | None = None) -> LocalProtocolError:
+    return LocalProtocolError(
+        text,
+        reply_code=code,
+        class_id=0 if method is None else method.CLASS_ID,
+        method_id=0 if method is None else method.METHOD_ID,
+    )
+
+
+@final
+class Connection:
+    """One AMQP 0-9-1 connection in the client or the server role, without I/O.
+
+    The client role queues its protocol header at construction: call :meth:`data_to_send`
+    first. The client answers ``start``, ``tune`` and ``open`` by itself from its config; the
+    server role answers the protocol header and ``tune-ok`` by itself, and asks the application
+    (:class:`AuthenticationRequested`, :class:`VirtualHostRequested`) for the rest. While such a
+    decision is pending, ``next_event`` returns ``NEED_DATA`` and leaves later frames buffered.
+    """
+
+    def __init__(self, role: Role, config: ConnectionConfig | None = None) -> None:
+        self.role: Final = role
+        self.config: Final = ConnectionConfig() if config is None else config
+        self._peer: Final = role.peer
+        self._closing_conn, self._closing_chan = closing_state(role)
+        self._state = _C.AWAIT_HEADER
+        self._reader = FrameReader()
+        self._inbox: bytearray | None = bytearray()  # octets before framing starts
+        self._eof = False
+        self._out = bytearray()
+        self._chunks: list[Buffer] = []
+        self._events: deque[Event] = deque()
+        self._error: ProtocolError | None = None
+        self._channels: dict[int, _Channel] = {}
+        self._channel0 = _Channel(_H.OPEN)
+        self._next_channel = 1
+        self._frame_max = FRAME_MIN_SIZE  # the peer's limit on what we send
+        self._channel_max = _CHANNEL_MAX_LIMIT
+        self._heartbeat = 0
+        self._server_properties: FieldTable = {}
+        self._client_properties: FieldTable = {}
+        self._virtual_host = ""
+        self._mechanism = ""
+        self._decision: type[Method] | None = None  # server role: start-ok/secure-ok or open
+        self._close_sent: ConnectionClose | None = None
+        if role is Role.CLIENT:
+            self._move(role, Input.PROTOCOL_HEADER)
+            self._out += PROTOCOL_HEADER_0_9_1
+
+    def __repr__(self) -> str:
+        return (
+            f"<Connection role={self.role.value} state={self._state.value} "
+            f"channels={len(self._channels)}>"
+        )
+
+    # --- Introspection ------------------------------------------------------------------------
+
+    @property
+    def state(self) -> ConnectionState:
+        """The connection's state (see :mod:`amqp_sansio._state`)."""
+        return self._state
+
+    @property
+    def channel_max(self) -> int:
+        """The highest channel id usable (65535 before tune or when unlimited)."""
+        return self._channel_max
+
+    @property
+    def frame_max(self) -> int:
+        """The negotiated largest frame, in octets (4096 before tune)."""
+        return self._frame_max
+
+    @property
+    def heartbeat(self) -> int:
+        """The negotiated heartbeat interval in seconds; 0 means off."""
+        return self._heartbeat
+
+    def channel_state(self, channel: int) -> ChannelState:
+        """The state of *channel* (``CLOSED`` when not in use)."""
+        ch = self._channels.get(channel)
+        return _H.CLOSED if ch is None else ch.state
+
+    def pending_requests(self, channel: int) -> tuple[Method, ...]:
+        """Requests we sent on *channel* that the peer has not answered yet, oldest first."""
+        ch = self._channel0 if channel == 0 else self._channels.get(channel)
+        return () if ch is None else tuple(ch.requests_out)
+
+    # --- Input --------------------------------------------------------------------------------
+
+    def receive_data(self, data: Buffer) -> None:
+        """Buffer octets from the peer; ``b""`` means the transport was closed.
+
+        :raises RuntimeError: data after the end of the stream.
+        :raises ProtocolError: the connection already failed (sticky).
+        """
+        if self._error is not None:
+            raise self._error
+        if self._eof:
+            raise RuntimeError("received data after the end of the stream")
+        if not data:
+            self._eof = True
+        elif self._inbox is not None:
+            self._inbox += data
+        else:
+            self._reader.feed(data)
+
+    def next_event(self) -> Event | Sentinel:
+        """The next event, or ``NEED_DATA``.
+
+        :raises RemoteProtocolError: the peer broke the protocol; the ``connection.close``
+            answering it is already in the outbound buffer. The error is sticky.
+        """
+        if self._error is not None:
+            raise self._error
+        if self._events:
+            return self._events.popleft()
+        try:
+            return self._next_event()
+        except RemoteProtocolError as exc:
+            self._fail(exc)
+            raise
+
+    def _next_event(self) -> Event | Sentinel:
+        while True:
+            if self._decision is not None:
+                return NEED_DATA
+            if self._inbox is not None and not self._read_header():
+                return self._end_of_input()
+            frame = self._reader.next_frame()
+            if frame is None:
+                return self._end_of_input()
+            if type(frame) is MethodFrame:
+                event = self._on_method(frame.channel, frame.method)
+            elif type(frame) is ContentBodyFrame:
+                event = self._on_body(frame)
+            elif type(frame) is ContentHeaderFrame:
+                event = self._on_header(frame)
+            else:
+                continue  # a heartbeat: liveness only
+            if event is not None:
+                return event
+            if self._events:
+                return self._events.popleft()
+
+    def _end_of_input(self) -> Event | Sentinel:
+        if not self._eof or self._state is _C.CLOSED:
+            return NEED_DATA
+        pending = tuple(
+            (number, request)
+            for number, ch in sorted(self._channels.items())
+            for request in ch.requests_out
+        )
+        self._state = _C.CLOSED
+        self._channels.clear()
+        return ConnectionLost(pending_requests=pending, unconfirmed_publishes=())
+
+    def _read_header(self) -> bool:
+        """Consume what comes before frames; True once frames may be parsed."""
+        inbox = self._inbox
+        assert inbox is not None
+        if self.role is Role.CLIENT:
+            # A server refusing our header writes its own instead of connection.start.
+            if not inbox or inbox[0] != ord("A"):
+                return self._start_framing(inbox)
+            header = parse_protocol_header(inbox)
+            if header is None:
+                return False
+            raise _remote(
+                f"the server refused our protocol header and offers {header.version.value} "
+                f"{header.version_octets}",
+                540,
+            )
+        header = parse_protocol_header(inbox)  # raises 501 on octets that are not "AMQP"
+        if header is None:
+            return False
+        if header.octets not in (PROTOCOL_HEADER_0_9_1, PROTOCOL_HEADER_0_9):
+            raise _remote(
+                f"unsupported protocol header {header.octets!r} ({header.version.value})", 540
+            )
+        del inbox[:8]
+        self._move(Role.CLIENT, Input.PROTOCOL_HEADER)
+        self._server_properties = self._make_server_properties()
+        self._send0(
+            ConnectionStart(
+                server_properties=self._server_properties,
+                mechanisms=" ".join(self.config.mechanisms).encode(),
+                locales=" ".join(self.config.locales).encode(),
+            )
+        )
+        return self._start_framing(inbox)
+
+    def _start_framing(self, inbox: bytearray) -> bool:
+        self._inbox = None
+        self._reader.feed(inbox)
+        return True
+
+    # --- Errors -------------------------------------------------------------------------------
+
+    def _fail(self, exc: ProtocolError) -> None:
+        """Enter ERROR, answering the peer first: our header (server, bad header) or a close."""
+        if self._state is _C.AWAIT_HEADER and self.role is Role.SERVER:
+            self._out += PROTOCOL_HEADER_0_9_1
+        elif CONNECTION_TRANSITIONS[self.role][self._state].get(ConnectionClose) is not None:
+            close = ConnectionClose(
+                reply_code=exc.reply_code,
+                reply_text=_shortstr(exc.reply_text),
+                class_id=exc.class_id,
+                method_id=exc.method_id,
+            )
+            encode_method_frame(self._out, 0, close, frame_max=self._frame_max)
+        self._state = _C.ERROR
+        self._error = exc
+
+    def send_failed(self) -> None:
+        """Tell the core that the bytes it produced could not be written: the connection is
+        unusable from now on (every later call raises)."""
+        self._state = _C.ERROR
+        if self._error is None:
+            self._error = LocalProtocolError(
+                "a send failed; the connection is unusable", reply_code=541
+            )
+
+    def _check_usable(self) -> None:
+        if self._error is not None:
+            raise LocalProtocolError(
+                f"the connection failed earlier: {self._error.reply_text}",
+                reply_code=self._error.reply_code,
+            )
+
+    # --- Connection-level transitions ---------------------------------------------------------
+
+    def _move(self, sender: Role, key: type[Method] | Input) -> None:
+        nxt = CONNECTION_TRANSITIONS[sender][self._state].get(key)
+        if nxt is None:
+            raise AssertionError(f"{key} not allowed from {sender} in {self._state}")
+        self._state = nxt
+
+    def _send0(self, method: Method) -> None:
+        """Send a method on channel 0 after checking the connection table."""
+        cls = type(method)
+        nxt = CONNECTION_TRANSITIONS[self.role][self._state].get(cls)
+        if nxt is None:
+            raise _local(
+                f"cannot send {cls.NAME} as the {self.role.value} in state {self._state.value}",
+                503,
+                cls,
+            )
+        encode_method_frame(self._out, 0, method, frame_max=self._frame_max)
+        self._state = nxt
+
+    def _on_method(self, channel: int, method: Method) -> Event | None:
+        if channel:
+            return self._on_channel_method(channel, method)
+        cls = type(method)
+        nxt = CONNECTION_TRANSITIONS[self._peer][self._state].get(cls)
+        if nxt is None:
+            if discards(self._state, self.role):
+                return None
+            raise _remote(
+                f"{cls.NAME} on channel 0 is not allowed from the {self._peer.value} in state "
+                f"{self._state.value}",
+                503,
+                cls,
+            )
+        self._state = nxt
+        if cls is ConnectionClose:
+            assert isinstance(method, ConnectionClose)
+            return self._on_close(method)
+        if cls is ConnectionCloseOk:
+            close = self._close_sent
+            assert close is not None
+            return self._closed(close, by_peer=False)
+        if cls is ConnectionStart:
+            assert isinstance(method, ConnectionStart)
+            self._on_start(method)
+            return None
+        if cls is ConnectionStartOk or cls is ConnectionSecureOk:
+            return self._on_start_ok(method)
+        if cls is ConnectionSecure:
+            assert isinstance(method, ConnectionSecure)
+            return SecureRequested(challenge=method.challenge)
+        if cls is ConnectionTune:
+            assert isinstance(method, ConnectionTune)
+            self._on_tune(method)
+            return None
+        if cls is ConnectionTuneOk:
+            assert isinstance(method, ConnectionTuneOk)
+            self._on_tune_ok(method)
+            return None
+        if cls is ConnectionOpen:
+            assert isinstance(method, ConnectionOpen)
+            self._virtual_host = method.virtual_host
+            self._decision = ConnectionOpen
+            return VirtualHostRequested(virtual_host=method.virtual_host)
+        if cls is ConnectionOpenOk:
+            return self._opened()
+        if cls is ConnectionBlockedMethod:
+            assert isinstance(method, ConnectionBlockedMethod)
+            return BlockedByPeer(reason=method.reason)
+        if cls is ConnectionUnblockedMethod:
+            return UnblockedByPeer()
+        # update-secret and its reply: through the request FIFO of channel 0
+        return self._pass_through(0, self._channel0, method)
+
+    def _on_close(self, close: ConnectionClose) -> Event | None:
+        self._send0(ConnectionCloseOk())
+        if self._state is not _C.CLOSED:
+            return None  # the closes crossed: ours is still waiting for its close-ok
+        return self._closed(close, by_peer=True)
+
+    def _closed(self, close: ConnectionClose, *, by_peer: bool) -> Event:
+        self._state = _C.CLOSED
+        self._channels.clear()
+        return ConnectionClosed(
+            reply_code=close.reply_code,
+            reply_text=close.reply_text,
+            class_id=close.class_id,
+            method_id=close.method_id,
+            by_peer=by_peer,
+        )
+
+    # --- Handshake, client role ---------------------------------------------------------------
+
+    def _on_start(self, start: ConnectionStart) -> None:
+        self._server_properties = start.server_properties
+        if (start.version_major, start.version_minor) != (0, 9):
+            raise _remote(
+                f"the server speaks {start.version_major}-{start.version_minor}, not 0-9-1",
+                540,
+                ConnectionStart,
+            )
+        mechanism = self.config.sasl_mechanism
+        if mechanism.encode() not in start.mechanisms.split():
+            raise _remote(
+                f"the server offers SASL mechanisms {start.mechanisms.decode(errors='replace')!r},"
+                f" not {mechanism}",
+                530,
+                ConnectionStart,
+            )
+        self._mechanism = mechanism
+        self._client_properties = self._make_client_properties()
+        self._send0(
+            ConnectionStartOk(
+                client_properties=self._client_properties,
+                mechanism=mechanism,
+                response=self._sasl_response(mechanism),
+                locale=self.config.locale,
+            )
+        )
+
+    def _sasl_response(self, mechanism: str) -> bytes:
+        config = self.config
+        if config.sasl_response is not None:
+            return config.sasl_response
+        if mechanism == "PLAIN":
+            return b"\0" + config.username.encode() + b"\0" + config.password.encode()
+        if mechanism == "AMQPLAIN":
+            # A field table without its size prefix: RabbitMQ parses the raw response.
+            out = bytearray()
+            encode_table_entries(out, {"LOGIN": config.username, "PASSWORD": config.password})
+            return bytes(out)
+        return b""  # EXTERNAL: the identity comes from the TLS certificate
+
+    def _make_client_properties(self) -> FieldTable:
+        props: FieldTable = {
+            "product": "amqp-sansio",
+            "version": _VERSION,
+            "platform": f"Python {platform.python_version()}",
+            "capabilities": dict(_CAPABILITIES),
+        }
+        if self.config.connection_name is not None:
+            props["connection_name"] = self.config.connection_name
+        props.update(self.config.client_properties)
+        return props
+
+    def _on_tune(self, tune: ConnectionTune) -> None:
+        if 0 < tune.frame_max < FRAME_MIN_SIZE:
+            # 530 like RabbitMQ's fail_negotiation: a limit outside what the spec allows is a
+            # refused negotiation, not a malformed frame (the frame itself decoded fine).
+            raise _remote(
+                f"the server proposes frame_max {tune.frame_max}, below the minimum "
+                f"{FRAME_MIN_SIZE}",
+                530,
+                ConnectionTune,
+            )
+        config = self.config
+        channel_max = _lower_nonzero(config.channel_max or 0, tune.channel_max)
+        frame_max = _lower_nonzero(config.frame_max or 0, tune.frame_max)
+        heartbeat = _lower_nonzero(config.heartbeat or 0, tune.heartbeat)
+        self._send0(
+            ConnectionTuneOk(channel_max=channel_max, frame_max=frame_max, heartbeat=heartbeat)
+        )
+        self._tuned(channel_max, frame_max, heartbeat)
+        self._send0(ConnectionOpen(virtual_host=config.virtual_host))
+        self._virtual_host = config.virtual_host
+
+    def _tuned(self, channel_max: int, frame_max: int, heartbeat: int) -> None:
+        self._channel_max = channel_max or _CHANNEL_MAX_LIMIT
+        self._frame_max = frame_max or _FRAME_MAX_LIMIT
+        self._reader.frame_max = self._frame_max
+        self._heartbeat = heartbeat
+
+    def answer_secure(self, response: bytes) -> None:
+        """Client role: answer a :class:`SecureRequested` challenge."""
+        self._check_usable()
+        self._send0(ConnectionSecureOk(response=response))
+
+    def _opened(self) -> ConnectionOpened:
+        return ConnectionOpened(
+            server_properties=self._server_properties,
+            client_properties=self._client_properties,
+            channel_max=self._channel_max,
+            frame_max=self._frame_max,
+            heartbeat=self._heartbeat,
+            virtual_host=self._virtual_host,
+        )
+
+    # --- Handshake, server role ---------------------------------------------------------------
+
+    def _make_server_properties(self) -> FieldTable:
+        if self.config.server_properties is not None:
+            return self.config.server_properties
+        return {
+            "product": "amqp-sansio",
+            "version": _VERSION,
+            "platform": f"Python {platform.python_version()}",
+            "capabilities": dict(_CAPABILITIES),
+        }
+
+    def _on_start_ok(self, method: Method) -> AuthenticationRequested:
+        if isinstance(method, ConnectionStartOk):
+            self._client_properties = method.client_properties
+            self._mechanism = method.mechanism
+            if method.mechanism not in self.config.mechanisms:
+                raise _remote(
+                    f"unsupported authentication mechanism {method.mechanism!r}",
+                    503,
+                    ConnectionStartOk,
+                )
+        assert isinstance(method, ConnectionStartOk | ConnectionSecureOk)
+        self._decision = ConnectionStartOk
+        return AuthenticationRequested(
+            mechanism=self._mechanism,
+            response=method.response,
+            username=_username(self._mechanism, method.response),
+            client_properties=self._client_properties,
+        )
+
+    def _decide(self, expected: type[Method], what: str) -> None:
+        self._check_usable()
+        if self._decision is not expected:
+            raise _local(f"no {what} is waiting for an answer", 503)
+        self._decision = None
+
+    def accept_authentication(self) -> None:
+        """Server role: accept the credentials of :class:`AuthenticationRequested`; sends tune."""
+        self._decide(ConnectionStartOk, "authentication")
+        config = self.config
+        self._send0(
+            ConnectionTune(
+                channel_max=2047 if config.channel_max is None else config.channel_max,
+                frame_max=131072 if config.frame_max is None else config.frame_max,
+                heartbeat=60 if config.heartbeat is None else config.heartbeat,
+            )
+        )
+
+    def refuse_authentication(self, text: str) -> None:
+        """Server role: refuse the credentials: 403 ACCESS_REFUSED closes the connection."""
+        self._decide(ConnectionStartOk, "authentication")
+        self._send_close(403, f"ACCESS_REFUSED - {text}", ConnectionStartOk)
+
+    def send_secure(self, challenge: bytes) -> None:
+        """Server role: send a SASL challenge; the answer is another AuthenticationRequested."""
+        self._decide(ConnectionStartOk, "authentication")
+        self._send0(ConnectionSecure(challenge=challenge))
+
+    def _on_tune_ok(self, tune_ok: ConnectionTuneOk) -> None:
+        config = self.config
+        limits = (
+            (
+                "channel_max",
+                tune_ok.channel_max,
+                1,
+                2047 if config.channel_max is None else config.channel_max,
+            ),
+            (
+                "frame_max",
+                tune_ok.frame_max,
+                FRAME_MIN_SIZE,
+                131072 if config.frame_max is None else config.frame_max,
+            ),
+        )
+        for name, value, low, high in limits:
+            # RabbitMQ's validate_negotiated_integer_value: 0 means "no limit", which is above
+            # any limit we proposed.
+            if (value and value < low) or (high and (value == 0 or value > high)):
+                raise _remote(
+                    f"negotiated {name} = {value} is outside {low}..{high or 'unlimited'}",
+                    530,
+                    ConnectionTuneOk,
+                )
+        self._tuned(tune_ok.channel_max, tune_ok.frame_max, tune_ok.heartbeat)
+
+    def accept_virtual_host(self) -> None:
+        """Server role: accept :class:`VirtualHostRequested`; sends open-ok."""
+        self._decide(ConnectionOpen, "virtual host")
+        self._send0(ConnectionOpenOk())
+        self._events.append(self._opened())
+
+    def refuse_virtual_host(self, text: str) -> None:
+        """Server role: refuse the virtual host: 530 NOT_ALLOWED closes the connection."""
+        self._decide(ConnectionOpen, "virtual host")
+        self._send_close(530, f"NOT_ALLOWED - {text}", ConnectionOpen)
+
+    # --- Closing the connection ---------------------------------------------------------------
+
+    def close(self, reply_code: int = 200, reply_text: str = "") -> None:
+        """Start the close handshake; :class:`ConnectionClosed` follows the peer's close-ok."""
+        self._check_usable()
+        self._send_close(reply_code, reply_text, None)
+
+    def _send_close(self, reply_code: int, reply_text: str, cause: type[Method] | None) -> None:
+        close = ConnectionClose(
+            reply_code=reply_code,
+            reply_text=_shortstr(reply_text),
+            class_id=0 if cause is None else cause.CLASS_ID,
+            method_id=0 if cause is None else cause.METHOD_ID,
+        )
+        self._send0(close)
+        self._close_sent = close
+
+    # --- Channels -----------------------------------------------------------------------------
+
+    def open_channel(self) -> int:
+        """Client role: open the lowest free channel id; :class:`ChannelOpened` follows.
+
+        :raises LocalProtocolError: every id up to ``channel_max`` is in use, or the
+            connection is not open.
+        """
+        self._check_usable()
+        for number in range(1, self._channel_max + 1):
+            if number not in self._channels:
+                self.send_method(number, ChannelOpen())
+                return number
+        raise _local(f"all {self._channel_max} channels are in use", 530, ChannelOpen)
+
+    def close_channel(self, channel: int, reply_code: int = 200, reply_text: str = "") -> None:
+        """Start closing *channel*; :class:`ChannelClosed` follows the peer's close-ok."""
+        self.send_method(
+            channel,
+            ChannelClose(
+                reply_code=reply_code, reply_text=_shortstr(reply_text), class_id=0, method_id=0
+            ),
+        )
+
+    def send_method(self, channel: int, method: Method) -> None:
+        """Send a method without content.
+
+        Requests that expect a reply are queued per channel; replies (the server role's
+        ``queue.declare-ok``, ...) must answer the oldest request received on the channel.
+
+        :raises LocalProtocolError: the method is illegal here (wrong role, state, channel,
+            or order); nothing was written.
+        """
+        self._check_usable()
+        cls = type(method)
+        if cls.HAS_CONTENT:
+            raise _local(f"{cls.NAME} carries content: use publish() or send_content()", 503, cls)
+        if channel == 0:
+            if cls is ConnectionClose:
+                assert isinstance(method, ConnectionClose)
+                self._send0(method)
+                self._close_sent = method
+                return
+            self._check_reply(self._channel0, method)
+            self._send0(method)
+            self._commit_send(self._channel0, method)
+            return
+        ch = self._check_channel_send(channel, cls)
+        self._check_reply(ch, method)
+        encode_method_frame(self._out, channel, method, frame_max=self._frame_max)
+        if ch is None:
+            ch = self._channels[channel] = _Channel(_H.CLOSED)
+        ch.state = CHANNEL_TRANSITIONS[self.role][ch.state][cls]
+        if cls is ChannelClose:
+            assert isinstance(method, ChannelClose)
+            ch.close = method
+        else:
+            self._commit_send(ch, method)
+
+    def _check_channel_send(self, channel: int, cls: type[Method]) -> _Channel | None:
+        if self._state is not _C.OPEN:
+            raise _local(
+                f"cannot send {cls.NAME}: the connection is {self._state.value}, not OPEN", 503, cls
+            )
+        if type(channel) is not int or not 1 <= channel <= self._channel_max:
+            raise _local(f"channel {channel!r} is outside 1..{self._channel_max}", 504, cls)
+        ch = self._channels.get(channel)
+        state = _H.CLOSED if ch is None else ch.state
+        if CHANNEL_TRANSITIONS[self.role][state].get(cls) is None:
+            raise _local(
+                f"cannot send {cls.NAME} as the {self.role.value} on channel {channel} in state "
+                f"{state.value}",
+                refusal_code(state, cls),
+                cls,
+            )
+        return ch
+
+    def _check_reply(self, ch: _Channel | None, method: Method) -> None:
+        cls = type(method)
+        if cls not in REPLY_TYPES or cls is ChannelCloseOk:
+            return
+        if ch is None or not ch.requests_in or cls not in type(ch.requests_in[0]).RESPONSES:
+            oldest = "nothing" if ch is None or not ch.requests_in else ch.requests_in[0].NAME
+            raise _local(
+                f"{cls.NAME} does not answer the oldest request received ({oldest})", 503, cls
+            )
+
+    def _commit_send(self, ch: _Channel, method: Method) -> None:
+        cls = type(method)
+        if cls in REPLY_TYPES:
+            ch.requests_in.popleft()
+        elif method.expects_reply():
+            ch.requests_out.append(method)
+
+    def _on_channel_method(self, channel: int, method: Method) -> Event | None:
+        cls = type(method)
+        if self._state is not _C.OPEN:
+            if discards(self._state, self.role):
+                return None
+            raise _remote(
+                f"{cls.NAME} on channel {channel} before the connection is open "
+                f"({self._state.value})",
+                503,
+                cls,
+            )
+        ch = self._channels.get(channel)
+        state = _H.CLOSED if ch is None else ch.state
+        if ch is not None and ch.content is not None:
+            raise _remote(
+                f"{cls.NAME} on channel {channel} interrupts the content of "
+                f"{ch.content.method.NAME}",
+                505,
+                cls,
+            )
+        nxt = CHANNEL_TRANSITIONS[self._peer][state].get(cls)
+        if nxt is None:
+            if discards(state, self.role):
+                return None
+            raise _remote(
+                f"{cls.NAME} is not allowed from the {self._peer.value} on channel {channel} "
+                f"in state {state.value}",
+                refusal_code(state, cls),
+                cls,
+            )
+        if cls is ChannelOpen:
+            if channel > self._channel_max:
+                raise _remote(
+                    f"channel {channel} is above the negotiated channel_max {self._channel_max}",
+                    530,
+                    cls,
+                )
+            ch = self._channels[channel] = _Channel(nxt)
+            self._send_on(channel, ch, ChannelOpenOk())
+            return ChannelOpened(channel=channel)
+        assert ch is not None
+        ch.state = nxt
+        if cls is ChannelClose:
+            assert isinstance(method, ChannelClose)
+            self._send_on(channel, ch, ChannelCloseOk())
+            if ch.state is not _H.CLOSED:
+                return None  # crossed our close: ChannelClosed comes with our close-ok
+            return self._channel_closed(channel, method, by_peer=True)
+        if cls is ChannelCloseOk:
+            assert ch.close is not None
+            return self._channel_closed(channel, ch.close, by_peer=False)
+        if cls is ChannelFlow:
+            assert isinstance(method, ChannelFlow)
+            self._send_on(channel, ch, ChannelFlowOk(active=method.active))
+            return ChannelFlowChanged(channel=channel, active=method.active)
+        if cls is BasicCancel and self.role is Role.CLIENT:
+            assert isinstance(method, BasicCancel)
+            if not method.nowait:
+                self._send_on(channel, ch, BasicCancelOk(consumer_tag=method.consumer_tag))
+            return ConsumerCancelled(channel=channel, consumer_tag=method.consumer_tag)
+        if cls.HAS_CONTENT:
+            self._match_reply(channel, ch, method)
+            ch.content = _Assembly(method)
+            return None
+        if cls is ChannelOpenOk:
+            self._match_reply(channel, ch, method)
+            return ChannelOpened(channel=channel)
+        return self._pass_through(channel, ch, method)
+
+    def _send_on(self, channel: int, ch: _Channel, method: Method) -> None:
+        """An answer the core sends by itself, through the same table as every send."""
+        cls = type(method)
+        nxt = CHANNEL_TRANSITIONS[self.role][ch.state].get(cls)
+        if nxt is None:
+            raise AssertionError(f"automatic {cls.NAME} refused in {ch.state}")
+        encode_method_frame(self._out, channel, method, frame_max=self._frame_max)
+        ch.state = nxt
+
+    def _channel_closed(self, channel: int, close: ChannelClose, *, by_peer: bool) -> ChannelClosed:
+        del self._channels[channel]
+        return ChannelClosed(
+            channel=channel,
+            reply_code=close.reply_code,
+            reply_text=close.reply_text,
+            class_id=close.class_id,
+            method_id=close.method_id,
+            by_peer=by_peer,
+        )
+
+    def _match_reply(self, channel: int, ch: _Channel, method: Method) -> Method | None:
+        """Pop the request *method* answers; None when it is not a reply. 503 when it answers
+        no outstanding request."""
+        cls = type(method)
+        if cls not in REPLY_TYPES:
+            return None
+        if not ch.requests_out or cls not in type(ch.requests_out[0]).RESPONSES:
+            oldest = ch.requests_out[0].NAME if ch.requests_out else "nothing"
+            raise _remote(
+                f"{cls.NAME} on channel {channel} answers no outstanding request "
+                f"(oldest: {oldest})",
+                503,
+                cls,
+            )
+        return ch.requests_out.popleft()
+
+    def _pass_through(self, channel: int, ch: _Channel, method: Method) -> MethodReceived:
+        request = self._match_reply(channel, ch, method)
+        if request is None and method.expects_reply():
+            ch.requests_in.append(method)
+        return MethodReceived(channel=channel, method=method, request=request)
+
+    # --- Content ------------------------------------------------------------------------------
+
+    def _content_target(self, channel: int, what: str) -> _Assembly | None:
+        ch = self._channels.get(channel)
+        if ch is not None and ch.content is not None:
+            return ch.content
+        if self._state is self._closing_conn or (ch is not None and ch.state is self._closing_chan):
+            return None  # the rest of a message whose method we discarded
+        raise RemoteProtocolError(
+            f"content {what} frame on channel {channel} without a content method",
+            reply_code=505,
+        )
+
+    def _on_header(self, frame: ContentHeaderFrame) -> Event | None:
+        assembly = self._content_target(frame.channel, "header")
+        if assembly is None:
+            return None
+        method = assembly.method
+        if assembly.properties is not None or frame.class_id != method.CLASS_ID:
+            raise RemoteProtocolError(
+                f"unexpected content header (class {frame.class_id}) on channel {frame.channel}"
+                f" after {method.NAME}",
+                reply_code=505,
+            )
+        size = frame.body_size
+        if size > self.config.max_message_size:
+            # Refused before a single body octet is buffered. A hard 506 rather than a channel
+            # close with 311: the body frames still on the wire could only be skipped by
+            # reading them, and a peer that sends more than we said we accept is a resource
+            # problem for the whole connection (RabbitMQ treats its own limits on frames the
+            # same way).
+            raise RemoteProtocolError(
+                f"{method.NAME} on channel {frame.channel} announces a body of {size} octets, "
+                f"over max_message_size {self.config.max_message_size}",
+                reply_code=506,
+                class_id=method.CLASS_ID,
+                method_id=method.METHOD_ID,
+            )
+        assembly.properties = frame.properties
+        assembly.body_size = size
+        threshold = self.config.chunk_threshold
+        if threshold is not None and size > threshold:
+            assembly.chunked = True
+            self._events.append(
+                MessageStarted(
+                    channel=frame.channel,
+                    method=method,
+                    properties=frame.properties,
+                    body_size=size,
+                )
+            )
+            return None
+        if size == 0:
+            return self._message_done(frame.channel, assembly, b"")
+        return None
+
+    def _on_body(self, frame: ContentBodyFrame) -> Event | None:
+        channel = frame.channel
+        assembly = self._content_target(channel, "body")
+        if assembly is None:
+            return None
+        payload = frame.payload
+        size = len(payload)
+        received = assembly.received
+        if assembly.properties is None or size > assembly.body_size - received:
+            # 501 for an overrun: the header fixed the framing of this message and the body
+            # frame breaks it (a frame-level inconsistency, not a frame out of sequence).
+            # A body before the header is out of sequence: 505.
+            code = 505 if assembly.properties is None else 501
+            raise RemoteProtocolError(
+                f"content body frame of {size} octets on channel {channel} "
+                + (
+                    "before the content header"
+                    if assembly.properties is None
+                    else f"overruns the announced body size {assembly.body_size} "
+                    f"({received} received)"
+                ),
+                reply_code=code,
+            )
+        total = received + size
+        assembly.received = total
+        if assembly.chunked:
+            if total == assembly.body_size:
+                self._finish(channel)
+                self._events.append(MessageCompleted(channel=channel))
+            return MessageBodyReceived(channel=channel, data=payload)
+        if size == assembly.body_size:
+            return self._message_done(channel, assembly, payload)
+        body = assembly.body
+        if body is None:
+            body = assembly.body = bytearray(assembly.body_size)
+        body[received:total] = payload
+        if total == assembly.body_size:
+            return self._message_done(channel, assembly, body)
+        return None
+
+    def _finish(self, channel: int) -> None:
+        self._channels[channel].content = None
+
+    def _message_done(
+        self, channel: int, assembly: _Assembly, body: bytes | bytearray
+    ) -> MessageReceived:
+        self._channels[channel].content = None
+        properties = assembly.properties
+        assert properties is not None
+        return MessageReceived(
+            channel=channel, method=assembly.method, properties=properties, body=body
+        )
+
+    def publish(
+        self, channel: int, method: Method, properties: ContentProperties, body: Buffer
+    ) -> None:
+        """Client role: send ``basic.publish`` with its content, split at ``frame_max - 8``.
+
+        Bodies of 64 KiB or more are kept as memoryview slices for :meth:`buffers_to_send`;
+        the caller must not change such a body until it was written.
+        """
+        self._send_content(channel, method, properties, body)
+
+    def send_content(
+        self, channel: int, method: Method, properties: ContentProperties, body: Buffer
+    ) -> None:
+        """Server role: send ``basic.deliver``, ``basic.get-ok`` or ``basic.return`` with
+        content (get-ok must answer the oldest ``basic.get`` received on the channel)."""
+        self._send_content(channel, method, properties, body)
+
+    def _send_content(
+        self, channel: int, method: Method, properties: ContentProperties, body: Buffer
+    ) -> None:
+        self._check_usable()
+        cls = type(method)
+        if not cls.HAS_CONTENT:
+            raise _local(f"{cls.NAME} carries no content: use send_method()", 503, cls)
+        ch = self._check_channel_send(channel, cls)
+        assert ch is not None  # only open channels accept content methods
+        self._check_reply(ch, method)
+        if len(memoryview(body)) * memoryview(body).itemsize >= _PASSTHROUGH:
+            buffers = content_buffers(channel, method, properties, body, self._frame_max)
+            if self._out:
+                self._chunks.append(self._out)
+                self._out = bytearray()
+            self._chunks.extend(buffers)
+        else:
+            encode_content(self._out, channel, method, properties, body, self._frame_max)
+        self._commit_send(ch, method)
+
+    # --- Output -------------------------------------------------------------------------------
+
+    def data_to_send(self) -> bytes:
+        """Everything to write, in order, as one ``bytes``; empties the outbound buffer.
+
+        Still works after a protocol error, so the close that answers it can be written.
+        """
+        if self._chunks:
+            self._chunks.append(self._out)
+            data = b"".join(self._chunks)
+            self._chunks = []
+        else:
+            data = bytes(self._out)
+        self._out = bytearray()
+        return data
+
+    def buffers_to_send(self) -> list[Buffer]:
+        """Everything to write, in order, as buffers for ``writelines``/``sendmsg``: large bodies
+        stay memoryview slices of the caller's body. Empties the outbound buffer."""
+        buffers = self._chunks
+        if self._out:
+            buffers.append(self._out)
+        self._chunks = []
+        self._out = bytearray()
+        return buffers
+
+
+def _username(mechanism: str, response: bytes) -> str | None:
+    """The user a PLAIN or AMQPLAIN response names, or None."""
+    try:
+        if mechanism == "PLAIN":
+            parts = response.split(b"\0")
+            return parts[1].decode() if len(parts) == 3 else None
+        if mechanism == "AMQPLAIN":
+            login: FieldValue = decode_table_entries(response, 0, len(response)).get("LOGIN")
+            if isinstance(login, bytes):
+                return login.decode()
+            return login if isinstance(login, str) else None
+    except (UnicodeDecodeError, RemoteProtocolError):
+        return None
+    return None
