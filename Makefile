@@ -34,8 +34,11 @@ pytest: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 
+# Until the Trio client lands (issue 4), the demo decodes a real RabbitMQ conversation with our
+# codec and runs the codec benchmark against pamqp, pika and py-amqp.
 demo: $(STAMP)
-	$(BIN)/python -m amqp_sansio._demo
+	$(BIN)/python examples/wire_trace.py
+	$(BIN)/python bench/codec.py --quick
 
 bench: $(STAMP)
 	$(BIN)/python bench/codec.py
