@@ -635,7 +635,8 @@ def _timed(fn: Callable[..., object], make_args: Callable[[], tuple[object, ...]
 
 def _drop() -> Callable[[object], object]:
     """A sink that keeps only the latest item, as a consumer that handles each and lets go."""
-    return collections.deque(maxlen=1).append
+    latest: collections.deque[object] = collections.deque(maxlen=1)
+    return latest.append
 
 
 def run_case(
@@ -678,7 +679,11 @@ def run_case(
                     f"encode {lib}: {len(whole)} octets for {n} messages, not {n}x{one}"
                 )
             pieces: list[bytes] = []
-            ENCODERS[lib](n, body, lambda b, pieces=pieces: pieces.append(bytes(b)))
+
+            def keep(frames: Any, pieces: list[bytes] = pieces) -> None:
+                pieces.append(bytes(frames))  # a copy: py-amqp reuses its buffer
+
+            ENCODERS[lib](n, body, keep)
             if b"".join(pieces) != whole:
                 raise BenchError(f"encode {lib}: the frames written one by one differ")
             del whole, pieces
@@ -870,7 +875,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\nGoals (ours/peer, median messages/s):")
         for goal in goals:
             print(
-                f"  {goal['op']} {goal['size']:<6} vs {goal['peer']:<8} {goal['ratio']:5.2f}x "
+                f"  {goal['op']} {goal['size']:<6} vs {goal['peer']:<8} {goal['ratio']:6.3f}x "
                 f"(>= {goal['target']}x) {'met' if goal['met'] else 'MISSED'}"
             )
     print("\nNotes:")

@@ -84,7 +84,7 @@ def test_directions_come_from_the_chassis() -> None:
     # errata applied by the generator: the XML has these backwards or missing
     assert {Role.CLIENT} == spec.ConnectionUpdateSecret.SENT_BY
     assert {Role.SERVER} == spec.ConnectionUpdateSecretOk.SENT_BY
-    assert spec.BasicRecover.RESPONSES == (spec.BasicRecoverOk,)
+    assert (spec.BasicRecoverOk,) == spec.BasicRecover.RESPONSES
     assert spec.BasicRecover().expects_reply()
 
 
