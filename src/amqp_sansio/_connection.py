@@ -1107,7 +1107,7 @@ class Connection:
         ch = self._check_channel_send(channel, cls)
         assert ch is not None  # only open channels accept content methods
         self._check_reply(ch, method)
-        if len(memoryview(body)) * memoryview(body).itemsize >= _PASSTHROUGH:
+        if memoryview(body).nbytes >= _PASSTHROUGH:
             buffers = content_buffers(channel, method, properties, body, self._frame_max)
             if self._out:
                 self._chunks.append(self._out)
