@@ -12,7 +12,7 @@ $(BIN)/python:
 # Reinstall when the project's dependencies change.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[trio]' --group dev
+	$(BIN)/python -m pip install --quiet -e '.[trio,spark]' --group dev
 	touch $(STAMP)
 
 test: $(STAMP) lint typecheck gencheck pytest docs
