@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import array
 import datetime
+import itertools
 import re
 import warnings
 from typing import TYPE_CHECKING, ClassVar, Final, Protocol, cast, final
@@ -1055,3 +1056,99 @@ def test_random_payloads_give_frames_or_remote_protocol_errors(
     else:
         reply_code = 0
     assert (reply_code, len(frames)) in ((0, 1), (502, 0))
+
+
+# --- reader: buffers as received, and large bodies collected piece by piece --------------------
+
+BIG: Final = bytes(range(256)) * 400  # 102400 octets: one body frame, collected in pieces
+BIG_STREAM: Final = (
+    frame_bytes(1, 1, method_payload(DELIVER))
+    + frame_bytes(2, 1, header_payload(len(BIG), PROPS))
+    + frame_bytes(3, 1, BIG)
+    + frame_bytes(1, 1, method_payload(DELIVER))
+)
+BIG_FRAMES: Final = [
+    MethodFrame(1, DELIVER),
+    ContentHeaderFrame(1, 60, len(BIG), PROPS),
+    ContentBodyFrame(1, BIG),
+    MethodFrame(1, DELIVER),
+]
+
+
+def pieces(data: bytes, cuts: Iterable[int]) -> list[bytes]:
+    bounds = sorted(set(cuts) | {0, len(data)})
+    return [data[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+@pytest.mark.parametrize("kind", ["bytes", "bytearray", "memoryview", "view of bytearray"])
+@pytest.mark.parametrize("size", [1, 1000, 4096, 65536, 70000])
+def test_large_body_in_pieces_of_any_kind(kind: str, size: int) -> None:
+    reader = FrameReader(frame_max=MAX_FRAME)
+    frames: list[Frame] = []
+    for piece in pieces(BIG_STREAM, range(0, len(BIG_STREAM), size)):
+        if kind == "bytes":
+            reader.feed(piece)
+        else:
+            # The caller reuses its buffer at once: what was fed must not depend on it.
+            reused = bytearray(piece)
+            reader.feed(reused if kind == "bytearray" else memoryview(reused))
+            reused[:] = b"\xff" * len(reused)
+            if kind == "memoryview":
+                reader.feed(memoryview(b""))
+        frames += drain(reader)
+    assert frames == BIG_FRAMES
+    assert reader.buffered == 0
+
+
+@settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow])
+@given(cuts=st.lists(st.integers(0, len(BIG_STREAM)), max_size=8), lazy=st.booleans())
+def test_large_body_cut_anywhere(cuts: list[int], lazy: bool) -> None:
+    """Cut anywhere, and fed all before reading (lazy) or read after every piece."""
+    reader = FrameReader(frame_max=MAX_FRAME)
+    chunks = pieces(BIG_STREAM, cuts)
+    if lazy:
+        for chunk in chunks:
+            reader.feed(chunk)
+        frames = drain(reader)
+    else:
+        frames = feed_all(reader, chunks)
+    assert frames == BIG_FRAMES
+    assert reader.buffered == 0
+
+
+def test_buffered_counts_a_large_body_still_arriving() -> None:
+    reader = FrameReader(frame_max=MAX_FRAME)
+    head = len(BIG_STREAM) - len(frame_bytes(1, 1, method_payload(DELIVER)))
+    reader.feed(BIG_STREAM[:60000])
+    assert drain(reader) == BIG_FRAMES[:2]
+    start = 60000 - reader.buffered  # where the body frame starts
+    assert reader.buffered == 60000 - start
+    reader.feed(BIG_STREAM[60000:head])  # the whole body, frame-end included
+    assert reader.buffered == head - start
+    reader.feed(BIG_STREAM[head:])  # more after it, before the body was read
+    assert reader.buffered == len(BIG_STREAM) - start
+    assert drain(reader) == BIG_FRAMES[2:]
+    assert reader.buffered == 0
+
+
+def test_bad_frame_end_of_a_large_body_collected_in_pieces() -> None:
+    stream = BIG_STREAM[: -len(frame_bytes(1, 1, method_payload(DELIVER))) - 1] + b"\x00"
+    body_at = len(stream) - len(BIG) - 8
+    reader = FrameReader(frame_max=MAX_FRAME)
+    assert feed_all(reader, [stream[:1000], stream[1000:50000]]) == BIG_FRAMES[:2]
+    reader.feed(stream[50000:])
+    with pytest.raises(RemoteProtocolError) as info:
+        reader.next_frame()
+    assert info.value.reply_code == 501
+    assert info.value.reply_text == (
+        f"content body frame on channel 1 (payload size {len(BIG)}) at stream offset "
+        f"{body_at}: frame-end octet is 0x00, expected 0xce"
+    )
+
+
+def test_error_offset_after_reads_kept_as_received() -> None:
+    good = frame_bytes(1, 1, method_payload(DELIVER))
+    stream = good * 3 + frame_bytes(9, 0, b"")
+    reader = FrameReader()
+    with pytest.raises(RemoteProtocolError, match=f"at stream offset {3 * len(good)}:"):
+        feed_all(reader, pieces(stream, [5, len(good) + 3, 2 * len(good)]))

@@ -13,11 +13,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from amqp_sansio import Method, Role
+from amqp_sansio import LocalProtocolError, Method, RemoteProtocolError, Role
+from amqp_sansio._frames import encode_content
 from amqp_sansio._generated import spec_0_9_1 as spec
 from tests.strategies import methods, properties
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from amqp_sansio._method import Buffer
     from amqp_sansio._table import FieldValue
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -367,3 +371,98 @@ def test_properties_agree_with_pika(props: spec.BasicProperties) -> None:
     for name, _ in spec.BasicProperties.FIELDS:
         assert peer_value(getattr(theirs, name)) == getattr(props, name), name
     assert spec.BasicProperties.decode(b"".join(theirs.encode()), 0)[0] == props
+
+
+# --- lazily decoded headers ----------------------------------------------------------------------
+
+HEADERS_WIRE = b"".join(
+    [
+        b"\x00\x00\x00\x1a",  # 26 octets of entries
+        b"\x01ll" + struct.pack(">q", 7),  # int64, as RabbitMQ sends ints
+        b"\x01ff" + struct.pack(">f", 0.5),  # float32, which our encoder would widen to d
+        b"\x01sS" + struct.pack(">I", 1) + b"x",
+    ]
+)
+
+
+def props_wire(table: bytes) -> bytes:
+    return b"\x30\x00" + table + b"\x02"  # headers and delivery_mode 2
+
+
+def test_received_headers_are_decoded_when_first_read() -> None:
+    props, end = spec.BasicProperties.decode(props_wire(HEADERS_WIRE), 0)
+    assert end == len(props_wire(HEADERS_WIRE))
+    assert props.delivery_mode == 2
+    headers = props.headers
+    assert headers == {"l": 7, "f": 0.5, "s": "x"}
+    assert props.headers is headers  # decoded once, then kept
+    headers["new"] = True  # the caller's dict from now on: encoding follows it
+    out = bytearray()
+    props.encode(out)
+    assert spec.BasicProperties.decode(bytes(out), 0)[0].headers == {**headers}
+
+
+def test_unread_headers_are_sent_on_exactly_as_received() -> None:
+    wire = props_wire(HEADERS_WIRE)
+    props, _ = spec.BasicProperties.decode(wire, 0)
+    out = bytearray()
+    props.encode(out)
+    assert bytes(out) == wire  # int64 and float32 keep their wire types
+    assert props.headers == {"l": 7, "f": 0.5, "s": "x"}
+
+
+def test_decoded_headers_compare_and_show_like_constructed_ones() -> None:
+    props, _ = spec.BasicProperties.decode(props_wire(HEADERS_WIRE), 0)
+    built = spec.BasicProperties(headers={"s": "x", "l": 7, "f": 0.5}, delivery_mode=2)
+    assert repr(props) == repr(spec.BasicProperties(headers=props.headers, delivery_mode=2))
+    fresh, _ = spec.BasicProperties.decode(props_wire(HEADERS_WIRE), 0)
+    assert fresh == built
+    assert fresh != spec.BasicProperties(headers={}, delivery_mode=2)
+    with pytest.raises(TypeError):
+        hash(fresh)
+
+
+def test_setting_headers_replaces_the_received_ones() -> None:
+    props, _ = spec.BasicProperties.decode(props_wire(HEADERS_WIRE), 0)
+    props.headers = None
+    out = bytearray()
+    props.encode(out)
+    assert bytes(out) == b"\x10\x00\x02"
+
+
+BAD_TABLE = b"\x00\x00\x00\x03\x01kZ"  # unknown field type Z
+
+
+def test_malformed_headers_raise_on_every_read() -> None:
+    """The frame is accepted (its table fits); the table is refused when it is used."""
+    props, end = spec.BasicProperties.decode(props_wire(BAD_TABLE), 0)
+    assert end == len(props_wire(BAD_TABLE))
+    message = "basic property headers received from the peer is malformed: field table: "
+    for _ in range(2):
+        with pytest.raises(RemoteProtocolError, match=message + "unknown field type 'Z'") as info:
+            _ = props.headers
+        assert info.value.reply_code == 502
+    with pytest.raises(RemoteProtocolError):
+        _ = props == spec.BasicProperties(headers={}, delivery_mode=2)
+    assert "headers=<malformed field table of 7 octets: field table: unknown field type" in repr(
+        props
+    )
+
+
+def test_malformed_headers_are_not_sent_on() -> None:
+    props, _ = spec.BasicProperties.decode(props_wire(BAD_TABLE), 0)
+    out = bytearray(b"kept")
+    with pytest.raises(LocalProtocolError, match="headers received from the peer is malformed"):
+        encode_content(out, 1, spec.BasicPublish(), props, b"body", 4096)
+    assert out == b"kept"
+
+
+def test_headers_table_longer_than_the_buffer() -> None:
+    with pytest.raises(ValueError, match="the headers table runs 1 octets past the end"):
+        spec.BasicProperties.decode(b"\x20\x00\x00\x00\x00\x02\x01", 0)
+
+
+@pytest.mark.parametrize("kind", [bytes, bytearray, memoryview])
+def test_properties_decode_from_any_buffer(kind: Callable[[bytes], Buffer]) -> None:
+    props, _ = spec.BasicProperties.decode(kind(props_wire(HEADERS_WIRE)), 0)
+    assert props.headers == {"l": 7, "f": 0.5, "s": "x"}

@@ -3,10 +3,11 @@
 AMQP 0-8, 0-9 and 0-9-1 share one framing (``type:u8 channel:u16 size:u32 payload 0xCE``); only the
 method and property tables differ, so :class:`FrameReader` takes them as parameters.
 
-The reader follows h11's and pika's buffer discipline: one ``bytearray`` that is parsed by offset
-and trimmed once per :meth:`FrameReader.feed`, never per frame, and every size the peer controls is
-checked from the 7-octet header before its payload is waited for. The writers append to a
-``bytearray`` the caller owns, and leave it untouched when they raise.
+The reader parses by offset and drops what it used once per :meth:`FrameReader.feed`, never per
+frame, and checks every size the peer controls from the 7-octet header before it waits for the
+payload. It parses a received ``bytes`` object where it lies, without copying it first, and keeps
+the pieces of a large body frame as they arrive, joined once when the frame is complete. The
+writers append to a ``bytearray`` the caller owns, and leave it untouched when they raise.
 """
 
 from __future__ import annotations
@@ -218,6 +219,9 @@ _FRAME_HEADER: Final = struct.Struct(">BHI")
 _U32: Final = struct.Struct(">I")
 _CONTENT_HEADER: Final = struct.Struct(">HHQ")
 _unpack_frame_header: Final = _FRAME_HEADER.unpack_from
+_unpack_frame_start: Final = struct.Struct(">BHII").unpack_from
+_unpack_u64: Final = struct.Struct(">Q").unpack_from
+_new: Final = object.__new__
 _unpack_u32: Final = _U32.unpack_from
 _unpack_content_header: Final = _CONTENT_HEADER.unpack_from
 _FRAME_NAMES: Final[Mapping[int, str]] = {
@@ -228,6 +232,7 @@ _FRAME_NAMES: Final[Mapping[int, str]] = {
 }
 # Below this size two small copies (bytearray slice, then bytes) beat making a memoryview; above
 # it the single copy through a memoryview wins (measured on CPython 3.11: crossover near 2.5 KiB).
+# A body frame at least this large that is still arriving is collected piece by piece.
 _SMALL_BODY: Final = 2048
 # What the generated decoders and the table codec raise on malformed input.
 _DECODE_ERRORS: Final = (struct.error, IndexError, ValueError, OverflowError, RemoteProtocolError)
@@ -247,9 +252,23 @@ class FrameReader:
         ``2**32 - 1``.
     :param methods: method classes keyed by ``class_id << 16 | method_id``.
     :param properties: content property classes keyed by class id.
+    :param slack: octets a frame may exceed *frame_max* by. RabbitMQ accepts frames up to 8
+        octets over ("quite a few [clients] get it wrong", ``rabbit_reader.erl``): AMQPStorm,
+        rabbitpy, aioamqp and async_amqp split bodies at ``frame_max`` instead of
+        ``frame_max - 8``. The server role uses 8 so those clients work; the client role is strict.
     """
 
-    __slots__ = ("_buf", "_max_payload", "_methods", "_pos", "_properties", "_trimmed")
+    __slots__ = (
+        "_body",
+        "_buf",
+        "_decoders",
+        "_max_payload",
+        "_methods",
+        "_pos",
+        "_properties",
+        "_slack",
+        "_trimmed",
+    )
 
     def __init__(
         self,
@@ -257,11 +276,20 @@ class FrameReader:
         frame_max: int = FRAME_MIN_SIZE,
         methods: Mapping[int, type[Method]] = METHODS,
         properties: Mapping[int, type[ContentProperties]] = PROPERTIES,
+        slack: int = 0,
     ) -> None:
-        self._buf = bytearray()
+        if not 0 <= slack <= _FRAME_OVERHEAD:
+            raise ValueError(f"slack must be in 0..{_FRAME_OVERHEAD}, not {slack!r}")
+        self._slack = slack
+        # bytes as received when a read starts on a frame boundary (no copy), else a copy; a
+        # bytearray only while a frame arrives in pieces smaller than what is already held.
+        self._buf: bytes | bytearray = b""
         self._pos = 0  # offset of the first unparsed octet in _buf
-        self._trimmed = 0  # octets already deleted from _buf, for stream offsets in errors
+        self._trimmed = 0  # stream offset of _buf[0], for errors
+        self._body: _PartialBody | None = None  # a large body frame still arriving
         self._methods = methods
+        # The bound decode of each method class: one lookup per frame instead of two.
+        self._decoders = _DEFAULT_DECODERS if methods is METHODS else _decoders_of(methods)
         self._properties = properties
         self._max_payload = 0
         self.frame_max = frame_max
@@ -269,7 +297,7 @@ class FrameReader:
     @property
     def frame_max(self) -> int:
         """The largest frame accepted, in octets, frame header and frame-end included."""
-        return self._max_payload + _FRAME_OVERHEAD
+        return self._max_payload + _FRAME_OVERHEAD - self._slack
 
     @frame_max.setter
     def frame_max(self, value: int) -> None:
@@ -278,21 +306,106 @@ class FrameReader:
                 f"frame_max must be in {FRAME_MIN_SIZE}..{_MAX_FRAME_SIZE}, not {value!r} "
                 "(translate the wire's 0 = no limit into 2**32 - 1)"
             )
-        self._max_payload = value - _FRAME_OVERHEAD
+        self._max_payload = value - _FRAME_OVERHEAD + self._slack
 
     @property
     def buffered(self) -> int:
         """Octets held and not yet parsed into frames."""
-        return len(self._buf) - self._pos
+        held = len(self._buf) - self._pos
+        body = self._body
+        if body is not None:
+            held += body.held_octets()
+        return held
 
     def feed(self, data: Buffer) -> None:
-        """Append received octets; what earlier frames used is dropped here, once per call."""
-        if self._pos:
-            # Trimming per frame would be quadratic in the number of frames per read.
-            del self._buf[: self._pos]
-            self._trimmed += self._pos
-            self._pos = 0
-        self._buf += data
+        """Append received octets; what earlier frames used is dropped here, once per call.
+
+        A ``bytes`` object is kept as it is (it can't change); other buffers are copied, so the
+        caller may reuse them at once.
+        """
+        if type(data) is memoryview:
+            data = _octets(data) if data.c_contiguous else data.tobytes()
+        body = self._body
+        if body is not None:
+            self._feed_body(body, data)
+        else:
+            self._append(data)
+
+    def _append(self, data: Buffer) -> None:
+        buf = self._buf
+        pos = self._pos
+        rest = len(buf) - pos
+        self._trimmed += pos
+        self._pos = 0
+        if not rest:
+            self._buf = data if type(data) is bytes else bytes(data)
+            return
+        if len(data) >= rest:
+            # One copy of the unparsed rest and of the new octets; the rest is at most a frame,
+            # and no longer than what arrived, so the copies stay linear in the stream.
+            self._buf = b"".join((memoryview(buf)[pos:], data))
+        elif type(buf) is bytearray:
+            del buf[:pos]
+            buf += data
+        else:
+            # Pieces smaller than the frame they complete: append from now on, amortised.
+            grown = bytearray(memoryview(buf)[pos:])
+            grown += data
+            self._buf = grown
+
+    def _feed_body(self, body: _PartialBody, data: Buffer) -> None:
+        """Give *data* to the body still arriving (or hold it until that body is read)."""
+        need = body.need
+        if not need:  # the body is complete but not handed out: keep the octets after it
+            body.held.append((data if type(data) is bytes else bytes(data), 0))
+            return
+        size = len(data)  # octets: feed() cast a memoryview to bytes
+        if size < need:
+            body.parts.append(_keep(data, 0, size))
+            body.need = need - size
+            self._trimmed += size
+            return
+        body.parts.append(_keep(data, 0, need - 1))
+        body.end_octet = data[need - 1]
+        body.need = 0
+        if type(data) is bytes:  # _finish_body makes it the buffer, from the octet after
+            body.held.append((data, need))
+        else:
+            self._trimmed += need
+            body.held.append((bytes(memoryview(data)[need:]), 0))
+
+    def _start_body(self, channel: int, size: int, start: int) -> None:
+        """Collect a large body frame's payload from the pieces fed, not in the buffer."""
+        buf = self._buf
+        # _buf is replaced below and never resized through this view, so viewing it is safe.
+        first = memoryview(buf)[start:]
+        self._body = _PartialBody(
+            channel, size, self._trimmed + self._pos, first, start + size + 1 - len(buf)
+        )
+        self._trimmed += len(buf)
+        self._buf = b""
+        self._pos = 0
+
+    def _finish_body(self) -> ContentBodyFrame | None:
+        body = self._body
+        assert body is not None
+        if body.need:
+            return None
+        if body.end_octet != FRAME_END:
+            self._pos = body.offset - self._trimmed  # for the error's stream offset
+            raise RemoteProtocolError(
+                f"{self._where(FRAME_BODY, body.channel, body.size)}: frame-end octet is "
+                f"0x{body.end_octet:02x}, expected 0x{FRAME_END:02x}",
+                reply_code=_FRAME_ERROR,
+            )
+        payload = b"".join(body.parts)
+        self._body = None
+        (first, skip), *later = body.held
+        self._buf = first
+        self._pos = skip
+        for piece, _ in later:
+            self._append(piece)
+        return ContentBodyFrame(body.channel, payload)
 
     def next_frame(self) -> Frame | None:
         """Parse the next frame, or return None when more octets are needed.
@@ -300,29 +413,91 @@ class FrameReader:
         :raises RemoteProtocolError: the octets are not a valid frame; the error says which
             frame (type, channel, size, stream offset) and what was wrong.
         """
+        # The fast path: a whole method, header or body frame that decodes. Everything else
+        # (short or partial frames, heartbeats, every error) goes to _next_frame_slowly, which
+        # checks it all again from the frame header and is the one place errors come from.
+        buf = self._buf
+        pos = self._pos
+        try:
+            # The frame header and the 4 octets after it (a method frame's class and method id).
+            frame_type, channel, size, index = _unpack_frame_start(buf, pos)
+        except struct.error:  # fewer than 11 octets left
+            return self._next_frame_slowly()
+        start = pos + 7
+        end = start + size
+        if len(buf) <= end or size > self._max_payload or buf[end] != FRAME_END:
+            return self._next_frame_slowly()
+        # Frames are built with object.__new__ and slot stores: a third faster than __init__.
+        if frame_type == FRAME_BODY:
+            # The only copy of the payload the reader makes.
+            if type(buf) is bytes:
+                payload = buf[start:end]
+            elif size < _SMALL_BODY:
+                payload = bytes(buf[start:end])
+            else:
+                payload = memoryview(buf)[start:end].tobytes()
+            self._pos = end + 1
+            body = _new(ContentBodyFrame)
+            body.channel = channel
+            body.payload = payload
+            return body
+        if frame_type == FRAME_METHOD:
+            decode = self._decoders.get(index) if size >= 4 else None
+            if decode is None:
+                return self._next_frame_slowly()
+            try:
+                method, offset = decode(buf, start + 4)
+            except _DECODE_ERRORS:
+                return self._next_frame_slowly()
+            if offset != end:
+                return self._next_frame_slowly()
+            self._pos = end + 1
+            frame = _new(MethodFrame)
+            frame.channel = channel
+            frame.method = method
+            return frame
+        if frame_type == FRAME_HEADER and size >= 12 and not index & 0xFFFF:  # weight 0
+            class_id = index >> 16
+            props_cls = self._properties.get(class_id)
+            if props_cls is None:
+                return self._next_frame_slowly()
+            try:
+                props, offset = props_cls.decode(buf, start + 12)
+            except _DECODE_ERRORS:
+                return self._next_frame_slowly()
+            if offset != end:
+                return self._next_frame_slowly()
+            self._pos = end + 1
+            header = _new(ContentHeaderFrame)
+            header.channel = channel
+            header.class_id = class_id
+            (header.body_size,) = _unpack_u64(buf, start + 4)
+            header.properties = props
+            return header
+        return self._next_frame_slowly()
+
+    def _next_frame_slowly(self) -> Frame | None:
+        """next_frame() for every frame, with every check and every error."""
         buf = self._buf
         pos = self._pos
         start = pos + 7
         if len(buf) < start:
-            return None
+            return None if self._body is None else self._finish_body()
         frame_type, channel, size = _unpack_frame_header(buf, pos)
         if size > self._max_payload or not FRAME_METHOD <= frame_type <= FRAME_BODY:
             # Oversized, heartbeat or unknown: all decided from the 7-octet header alone.
             return self._other_frame(frame_type, channel, size)
         end = start + size
         if len(buf) <= end:
+            if frame_type == FRAME_BODY and size >= _SMALL_BODY:
+                self._start_body(channel, size, start)
             return None
         if buf[end] != FRAME_END:
             self._bad_frame_end(frame_type, channel, size)
 
         if frame_type == FRAME_BODY:
-            # The only copy of the payload the reader makes.
-            if size < _SMALL_BODY:
-                payload = bytes(buf[start:end])
-            else:
-                payload = memoryview(buf)[start:end].tobytes()
             self._pos = end + 1
-            return ContentBodyFrame(channel, payload)
+            return ContentBodyFrame(channel, bytes(buf[start:end]))
 
         if frame_type == FRAME_METHOD:
             if size < 4:
@@ -465,6 +640,48 @@ class FrameReader:
         ) from cause
 
 
+_MethodDecoder: TypeAlias = "Callable[[Buffer, int], tuple[Method, int]]"
+
+
+def _decoders_of(methods: Mapping[int, type[Method]]) -> dict[int, _MethodDecoder]:
+    return {index: cls.decode for index, cls in methods.items()}
+
+
+_DEFAULT_DECODERS: Final = _decoders_of(METHODS)
+
+
+@final
+class _PartialBody:
+    """A large body frame whose payload is still arriving: the pieces as received, joined once."""
+
+    __slots__ = ("channel", "end_octet", "held", "need", "offset", "parts", "size")
+
+    def __init__(self, channel: int, size: int, offset: int, first: memoryview, need: int) -> None:
+        self.channel = channel
+        self.size = size
+        self.offset = offset  # stream offset of the frame, for errors
+        # The payload so far; the frame-end octet is kept apart, checked when the frame is read.
+        self.parts: list[Buffer] = [first]
+        self.need = need  # octets still missing, frame-end included
+        self.end_octet = 0
+        # What arrived after the frame-end, until the frame is read: (octets, offset to start).
+        self.held: list[tuple[bytes, int]] = []
+
+    def held_octets(self) -> int:
+        payload = sum(memoryview(part).nbytes for part in self.parts)
+        after = sum(len(data) - skip for data, skip in self.held)
+        return 7 + payload + (0 if self.need else 1) + after
+
+
+def _keep(data: Buffer, start: int, size: int) -> Buffer:
+    """``data[start:start + size]`` in a form that stays valid after feed() returns: a view when
+    *data* can't change (bytes, or a view of bytes), else a copy."""
+    view = memoryview(data)[start : start + size]
+    if type(data) is bytes or (type(data) is memoryview and type(data.obj) is bytes):
+        return view
+    return bytes(view)
+
+
 def _decode_problem(
     decode: Callable[[Buffer, int], tuple[object, int]], payload: bytes, offset: int
 ) -> tuple[str, Exception | None]:
@@ -484,7 +701,8 @@ def _decode_problem(
 
 # What a generated encoder raises for a bad value: ValueError (bytearray.append of a long short
 # string's length, UnicodeEncodeError), struct.error / OverflowError (int out of range),
-# AttributeError / TypeError (wrong type), LocalProtocolError (the table codec).
+# AttributeError / TypeError (wrong type), LocalProtocolError (the table codec),
+# RemoteProtocolError (a received table, re-sent before anyone read it, is malformed).
 _ENCODE_ERRORS: Final = (
     struct.error,
     ValueError,
@@ -492,6 +710,7 @@ _ENCODE_ERRORS: Final = (
     TypeError,
     AttributeError,
     LocalProtocolError,
+    RemoteProtocolError,
 )
 _FRAME_END_OCTET: Final = bytes([FRAME_END])
 _pack_frame_header: Final = _FRAME_HEADER.pack
@@ -729,6 +948,8 @@ def _explain(
     """Name the field that made an encoder fail; the encoders themselves check nothing."""
     if type(channel) is not int or not 0 <= channel <= 0xFFFF:
         return f"channel must be an int in 0..65535, got {type(channel).__name__} {channel!r}"
+    if isinstance(exc, RemoteProtocolError):  # already names the received table
+        return exc.reply_text
     fields = type(value).FIELDS
     for name, wire in fields:
         field_value: object = getattr(value, name, None)

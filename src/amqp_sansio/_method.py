@@ -3,9 +3,24 @@
 from __future__ import annotations
 
 import enum
-from typing import ClassVar, Final, Self, TypeAlias
+from typing import TYPE_CHECKING, ClassVar, Final, Self, TypeAlias
 
-__all__ = ["Buffer", "ContentProperties", "FieldSpec", "Method", "Role"]
+from ._errors import RemoteProtocolError
+from ._table import decode_table
+
+if TYPE_CHECKING:
+    from ._table import FieldTable
+
+__all__ = [
+    "Buffer",
+    "ContentProperties",
+    "FieldSpec",
+    "Method",
+    "Role",
+    "decode_received_table",
+    "malformed_table",
+    "table_repr",
+]
 
 #: Anything the decoders read from: they index and slice, never copy the whole input.
 Buffer: TypeAlias = bytes | bytearray | memoryview
@@ -92,3 +107,33 @@ INT_LIMITS: Final[dict[str, int]] = {
     "longlong": 0xFFFF_FFFF_FFFF_FFFF,
     "timestamp": 0xFFFF_FFFF_FFFF_FFFF,
 }
+
+
+def decode_received_table(raw: bytes, what: str) -> FieldTable:
+    """Decode a field table kept as received (its u32 size included), named *what* in errors.
+
+    Content properties keep their tables in this form until first read.
+
+    :raises RemoteProtocolError: (502) the table is malformed; offsets count from its size.
+    """
+    try:
+        return decode_table(raw, 0)[0]
+    except RemoteProtocolError as exc:
+        raise malformed_table(what, exc) from None
+
+
+def malformed_table(what: str, exc: RemoteProtocolError) -> RemoteProtocolError:
+    """The error for a received table, named *what*, that :func:`decode_table` refused."""
+    return RemoteProtocolError(
+        f"{what} received from the peer is malformed: {exc.reply_text}", reply_code=exc.reply_code
+    )
+
+
+def table_repr(value: FieldTable | None, raw: bytes | None) -> str:
+    """The repr of a lazily decoded table, without keeping the decoded value and never raising."""
+    if raw is None:
+        return repr(value)
+    try:
+        return repr(decode_table(raw, 0)[0])
+    except RemoteProtocolError as exc:
+        return f"<malformed field table of {len(raw)} octets: {exc.reply_text}>"

@@ -14,7 +14,17 @@ from typing import ClassVar, Final, TypeAlias, final
 
 import attrs
 
-from .._method import Buffer, ContentProperties, FieldSpec, Method, Role
+from .._errors import RemoteProtocolError
+from .._method import (
+    Buffer,
+    ContentProperties,
+    FieldSpec,
+    Method,
+    Role,
+    decode_received_table,
+    malformed_table,
+    table_repr,
+)
 from .._table import FieldTable, decode_table, encode_table
 
 PROTOCOL_VERSION: Final = (0, 9, 1)
@@ -85,9 +95,14 @@ def _redacted(value: object) -> str:
 
 
 @final
-@attrs.define(slots=True, kw_only=True, weakref_slot=False)
+@attrs.define(slots=True, kw_only=True, weakref_slot=False, eq=False, repr=False)
 class BasicProperties(ContentProperties):
-    """The properties of a ``basic`` content header; ``None`` means absent."""
+    """The properties of a ``basic`` content header; ``None`` means absent.
+
+    A decoded instance keeps ``headers`` as the received octets until first read; a malformed
+    table raises :class:`RemoteProtocolError` (502) on that read, and on every read, comparison
+    or encode after it.
+    """
 
     CLASS_ID = 60
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
@@ -113,8 +128,7 @@ class BasicProperties(ContentProperties):
     #: MIME content encoding
     content_encoding: str | None = None
 
-    #: Message header field table
-    headers: FieldTable | None = None
+    _headers: FieldTable | None = None
 
     #: Non-persistent (1) or persistent (2)
     delivery_mode: int | None = None
@@ -149,6 +163,69 @@ class BasicProperties(ContentProperties):
     #: Reserved, must be empty
     cluster_id: str | None = None
 
+    # The headers table as received, size included, until the first read.
+    _headers_raw: bytes | None = attrs.field(default=None, init=False)
+
+    @property
+    def headers(self) -> FieldTable | None:
+        """Message header field table.
+
+        Decoded from the received octets on first read.
+
+        :raises RemoteProtocolError: (502) the received table is malformed.
+        """
+        raw = self._headers_raw
+        if raw is not None:
+            try:
+                self._headers = decode_table(raw, 0)[0]
+            except RemoteProtocolError as exc:
+                raise malformed_table("basic property headers", exc) from None
+            self._headers_raw = None
+        return self._headers
+
+    @headers.setter
+    def headers(self, value: FieldTable | None) -> None:
+        self._headers = value
+        self._headers_raw = None
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not BasicProperties:
+            return NotImplemented
+        return (
+            self.content_type == other.content_type
+            and self.content_encoding == other.content_encoding
+            and self.delivery_mode == other.delivery_mode
+            and self.priority == other.priority
+            and self.correlation_id == other.correlation_id
+            and self.reply_to == other.reply_to
+            and self.expiration == other.expiration
+            and self.message_id == other.message_id
+            and self.timestamp == other.timestamp
+            and self.type == other.type
+            and self.user_id == other.user_id
+            and self.app_id == other.app_id
+            and self.cluster_id == other.cluster_id
+            and self.headers == other.headers
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"BasicProperties(content_type={self.content_type!r}, "
+            f"content_encoding={self.content_encoding!r}, "
+            f"headers={table_repr(self._headers, self._headers_raw)}, "
+            f"delivery_mode={self.delivery_mode!r}, "
+            f"priority={self.priority!r}, "
+            f"correlation_id={self.correlation_id!r}, "
+            f"reply_to={self.reply_to!r}, "
+            f"expiration={self.expiration!r}, "
+            f"message_id={self.message_id!r}, "
+            f"timestamp={self.timestamp!r}, "
+            f"type={self.type!r}, "
+            f"user_id={self.user_id!r}, "
+            f"app_id={self.app_id!r}, "
+            f"cluster_id={self.cluster_id!r})"
+        )
+
     def encode(self, out: bytearray) -> None:
         start = len(out)
         out += b"\x00\x00"
@@ -163,9 +240,15 @@ class BasicProperties(ContentProperties):
             b = self.content_encoding.encode()
             out.append(len(b))  # ValueError past 255 bytes
             out += b
-        if self.headers is not None:
+        raw = self._headers_raw
+        if raw is not None:
+            self._headers = decode_received_table(raw, "basic property headers")
+            self._headers_raw = None
             flags |= 0x2000
-            encode_table(out, self.headers)
+            out += raw
+        elif self._headers is not None:
+            flags |= 0x2000
+            encode_table(out, self._headers)
         if self.delivery_mode is not None:
             flags |= 0x1000
             out.append(self.delivery_mode)
@@ -219,6 +302,8 @@ class BasicProperties(ContentProperties):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicProperties, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         (flags,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -232,20 +317,29 @@ class BasicProperties(ContentProperties):
             raise ValueError(f"basic properties: unknown property flags {flags:#06x}")
         if flags & 0x8000:
             n = buf[offset]
-            self.content_type = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+            self.content_type = buf[offset + 1 : offset + 1 + n].decode()
             offset += 1 + n
         else:
             self.content_type = None
         if flags & 0x4000:
             n = buf[offset]
-            self.content_encoding = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+            self.content_encoding = buf[offset + 1 : offset + 1 + n].decode()
             offset += 1 + n
         else:
             self.content_encoding = None
+        self._headers = None
         if flags & 0x2000:
-            self.headers, offset = decode_table(buf, offset)
+            (n,) = _S_I.unpack_from(buf, offset)
+            n += offset + 4
+            if n > len(buf):
+                raise ValueError(
+                    f"basic properties: the headers table runs {n - len(buf)} octets past the end"
+                )
+            raw = buf[offset:n]
+            self._headers_raw = raw if type(raw) is bytes else bytes(raw)
+            offset = n
         else:
-            self.headers = None
+            self._headers_raw = None
         if flags & 0x1000:
             self.delivery_mode = buf[offset]
             offset += 1
@@ -258,25 +352,25 @@ class BasicProperties(ContentProperties):
             self.priority = None
         if flags & 0x0400:
             n = buf[offset]
-            self.correlation_id = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+            self.correlation_id = buf[offset + 1 : offset + 1 + n].decode()
             offset += 1 + n
         else:
             self.correlation_id = None
         if flags & 0x0200:
             n = buf[offset]
-            self.reply_to = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+            self.reply_to = buf[offset + 1 : offset + 1 + n].decode()
             offset += 1 + n
         else:
             self.reply_to = None
         if flags & 0x0100:
             n = buf[offset]
-            self.expiration = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+            self.expiration = buf[offset + 1 : offset + 1 + n].decode()
             offset += 1 + n
         else:
             self.expiration = None
         if flags & 0x0080:
             n = buf[offset]
-            self.message_id = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+            self.message_id = buf[offset + 1 : offset + 1 + n].decode()
             offset += 1 + n
         else:
             self.message_id = None
@@ -287,25 +381,25 @@ class BasicProperties(ContentProperties):
             self.timestamp = None
         if flags & 0x0020:
             n = buf[offset]
-            self.type = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+            self.type = buf[offset + 1 : offset + 1 + n].decode()
             offset += 1 + n
         else:
             self.type = None
         if flags & 0x0010:
             n = buf[offset]
-            self.user_id = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+            self.user_id = buf[offset + 1 : offset + 1 + n].decode()
             offset += 1 + n
         else:
             self.user_id = None
         if flags & 0x0008:
             n = buf[offset]
-            self.app_id = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+            self.app_id = buf[offset + 1 : offset + 1 + n].decode()
             offset += 1 + n
         else:
             self.app_id = None
         if flags & 0x0004:
             n = buf[offset]
-            self.cluster_id = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+            self.cluster_id = buf[offset + 1 : offset + 1 + n].decode()
             offset += 1 + n
         else:
             self.cluster_id = None
@@ -426,16 +520,18 @@ class ConnectionStartOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionStartOk, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         self.client_properties, offset = decode_table(buf, offset)
         n = buf[offset]
-        self.mechanism = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.mechanism = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         (n,) = _S_I.unpack_from(buf, offset)
         self.response = bytes(buf[offset + 4 : offset + 4 + n])
         offset += 4 + n
         n = buf[offset]
-        self.locale = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.locale = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         return self, offset
 
@@ -645,16 +741,18 @@ class ConnectionOpen(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionOpen, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         n = buf[offset]
-        self.virtual_host = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.virtual_host = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         n = buf[offset]
-        self.capabilities = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.capabilities = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         bits = buf[offset]
         offset += 1
-        self.insist = bool(bits & 1)
+        self.insist = (bits & 1) != 0
         return self, offset
 
 
@@ -686,9 +784,11 @@ class ConnectionOpenOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionOpenOk, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         n = buf[offset]
-        self.known_hosts = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.known_hosts = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         return self, offset
 
@@ -739,11 +839,13 @@ class ConnectionClose(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionClose, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         (self.reply_code,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
-        self.reply_text = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.reply_text = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         self.class_id, self.method_id = _S_HH.unpack_from(buf, offset)
         offset += 4
@@ -807,9 +909,11 @@ class ConnectionBlocked(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionBlocked, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         n = buf[offset]
-        self.reason = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.reason = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         return self, offset
 
@@ -879,12 +983,14 @@ class ConnectionUpdateSecret(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionUpdateSecret, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         (n,) = _S_I.unpack_from(buf, offset)
         self.new_secret = bytes(buf[offset + 4 : offset + 4 + n])
         offset += 4 + n
         n = buf[offset]
-        self.reason = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.reason = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         return self, offset
 
@@ -944,9 +1050,11 @@ class ChannelOpen(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ChannelOpen, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         n = buf[offset]
-        self.out_of_band = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.out_of_band = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         return self, offset
 
@@ -1019,7 +1127,7 @@ class ChannelFlow(Method):
         self = cls.__new__(cls)
         bits = buf[offset]
         offset += 1
-        self.active = bool(bits & 1)
+        self.active = (bits & 1) != 0
         return self, offset
 
 
@@ -1053,7 +1161,7 @@ class ChannelFlowOk(Method):
         self = cls.__new__(cls)
         bits = buf[offset]
         offset += 1
-        self.active = bool(bits & 1)
+        self.active = (bits & 1) != 0
         return self, offset
 
 
@@ -1103,11 +1211,13 @@ class ChannelClose(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ChannelClose, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         (self.reply_code,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
-        self.reply_text = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.reply_text = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         self.class_id, self.method_id = _S_HH.unpack_from(buf, offset)
         offset += 4
@@ -1191,17 +1301,19 @@ class AccessRequest(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[AccessRequest, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         n = buf[offset]
-        self.realm = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.realm = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         bits = buf[offset]
         offset += 1
-        self.exclusive = bool(bits & 1)
-        self.passive = bool(bits & 2)
-        self.active = bool(bits & 4)
-        self.write = bool(bits & 8)
-        self.read = bool(bits & 16)
+        self.exclusive = (bits & 1) != 0
+        self.passive = (bits & 2) != 0
+        self.active = (bits & 4) != 0
+        self.write = (bits & 8) != 0
+        self.read = (bits & 16) != 0
         return self, offset
 
 
@@ -1310,22 +1422,24 @@ class ExchangeDeclare(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ExchangeDeclare, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
-        self.exchange = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.exchange = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         n = buf[offset]
-        self.type = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.type = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         bits = buf[offset]
         offset += 1
-        self.passive = bool(bits & 1)
-        self.durable = bool(bits & 2)
-        self.auto_delete = bool(bits & 4)
-        self.internal = bool(bits & 8)
-        self.nowait = bool(bits & 16)
+        self.passive = (bits & 1) != 0
+        self.durable = (bits & 2) != 0
+        self.auto_delete = (bits & 4) != 0
+        self.internal = (bits & 8) != 0
+        self.nowait = (bits & 16) != 0
         self.arguments, offset = decode_table(buf, offset)
         return self, offset
 
@@ -1404,16 +1518,18 @@ class ExchangeDelete(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ExchangeDelete, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
-        self.exchange = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.exchange = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         bits = buf[offset]
         offset += 1
-        self.if_unused = bool(bits & 1)
-        self.nowait = bool(bits & 2)
+        self.if_unused = (bits & 1) != 0
+        self.nowait = (bits & 2) != 0
         return self, offset
 
 
@@ -1505,21 +1621,23 @@ class ExchangeBind(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ExchangeBind, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
-        self.destination = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.destination = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         n = buf[offset]
-        self.source = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.source = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         n = buf[offset]
-        self.routing_key = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.routing_key = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         bits = buf[offset]
         offset += 1
-        self.nowait = bool(bits & 1)
+        self.nowait = (bits & 1) != 0
         self.arguments, offset = decode_table(buf, offset)
         return self, offset
 
@@ -1610,21 +1728,23 @@ class ExchangeUnbind(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ExchangeUnbind, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
-        self.destination = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.destination = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         n = buf[offset]
-        self.source = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.source = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         n = buf[offset]
-        self.routing_key = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.routing_key = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         bits = buf[offset]
         offset += 1
-        self.nowait = bool(bits & 1)
+        self.nowait = (bits & 1) != 0
         self.arguments, offset = decode_table(buf, offset)
         return self, offset
 
@@ -1726,19 +1846,21 @@ class QueueDeclare(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueueDeclare, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
-        self.queue = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.queue = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         bits = buf[offset]
         offset += 1
-        self.passive = bool(bits & 1)
-        self.durable = bool(bits & 2)
-        self.exclusive = bool(bits & 4)
-        self.auto_delete = bool(bits & 8)
-        self.nowait = bool(bits & 16)
+        self.passive = (bits & 1) != 0
+        self.durable = (bits & 2) != 0
+        self.exclusive = (bits & 4) != 0
+        self.auto_delete = (bits & 8) != 0
+        self.nowait = (bits & 16) != 0
         self.arguments, offset = decode_table(buf, offset)
         return self, offset
 
@@ -1782,9 +1904,11 @@ class QueueDeclareOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueueDeclareOk, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         n = buf[offset]
-        self.queue = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.queue = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         self.message_count, self.consumer_count = _S_II.unpack_from(buf, offset)
         offset += 8
@@ -1853,21 +1977,23 @@ class QueueBind(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueueBind, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
-        self.queue = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.queue = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         n = buf[offset]
-        self.exchange = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.exchange = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         n = buf[offset]
-        self.routing_key = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.routing_key = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         bits = buf[offset]
         offset += 1
-        self.nowait = bool(bits & 1)
+        self.nowait = (bits & 1) != 0
         self.arguments, offset = decode_table(buf, offset)
         return self, offset
 
@@ -1951,17 +2077,19 @@ class QueueUnbind(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueueUnbind, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
-        self.queue = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.queue = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         n = buf[offset]
-        self.exchange = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.exchange = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         n = buf[offset]
-        self.routing_key = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.routing_key = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         self.arguments, offset = decode_table(buf, offset)
         return self, offset
@@ -2035,15 +2163,17 @@ class QueuePurge(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueuePurge, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
-        self.queue = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.queue = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         bits = buf[offset]
         offset += 1
-        self.nowait = bool(bits & 1)
+        self.nowait = (bits & 1) != 0
         return self, offset
 
 
@@ -2132,17 +2262,19 @@ class QueueDelete(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueueDelete, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
-        self.queue = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.queue = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         bits = buf[offset]
         offset += 1
-        self.if_unused = bool(bits & 1)
-        self.if_empty = bool(bits & 2)
-        self.nowait = bool(bits & 4)
+        self.if_unused = (bits & 1) != 0
+        self.if_empty = (bits & 2) != 0
+        self.nowait = (bits & 4) != 0
         return self, offset
 
 
@@ -2221,7 +2353,7 @@ class BasicQos(Method):
         self = cls.__new__(cls)
         self.prefetch_size, self.prefetch_count, bits = _S_IHB.unpack_from(buf, offset)
         offset += 7
-        self.global_ = bool(bits & 1)
+        self.global_ = (bits & 1) != 0
         return self, offset
 
 
@@ -2322,21 +2454,23 @@ class BasicConsume(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicConsume, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
-        self.queue = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.queue = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         n = buf[offset]
-        self.consumer_tag = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         bits = buf[offset]
         offset += 1
-        self.no_local = bool(bits & 1)
-        self.no_ack = bool(bits & 2)
-        self.exclusive = bool(bits & 4)
-        self.nowait = bool(bits & 8)
+        self.no_local = (bits & 1) != 0
+        self.no_ack = (bits & 2) != 0
+        self.exclusive = (bits & 4) != 0
+        self.nowait = (bits & 8) != 0
         self.arguments, offset = decode_table(buf, offset)
         return self, offset
 
@@ -2370,9 +2504,11 @@ class BasicConsumeOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicConsumeOk, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         n = buf[offset]
-        self.consumer_tag = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         return self, offset
 
@@ -2423,13 +2559,15 @@ class BasicCancel(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicCancel, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         n = buf[offset]
-        self.consumer_tag = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         bits = buf[offset]
         offset += 1
-        self.nowait = bool(bits & 1)
+        self.nowait = (bits & 1) != 0
         return self, offset
 
 
@@ -2461,9 +2599,11 @@ class BasicCancelOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicCancelOk, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         n = buf[offset]
-        self.consumer_tag = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         return self, offset
 
@@ -2520,19 +2660,21 @@ class BasicPublish(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicPublish, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
-        self.exchange = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.exchange = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         n = buf[offset]
-        self.routing_key = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.routing_key = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         bits = buf[offset]
         offset += 1
-        self.mandatory = bool(bits & 1)
-        self.immediate = bool(bits & 2)
+        self.mandatory = (bits & 1) != 0
+        self.immediate = (bits & 2) != 0
         return self, offset
 
 
@@ -2585,17 +2727,19 @@ class BasicReturn(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicReturn, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         (self.reply_code,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
-        self.reply_text = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.reply_text = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         n = buf[offset]
-        self.exchange = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.exchange = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         n = buf[offset]
-        self.routing_key = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.routing_key = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         return self, offset
 
@@ -2652,18 +2796,20 @@ class BasicDeliver(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicDeliver, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         n = buf[offset]
-        self.consumer_tag = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         self.delivery_tag, bits = _S_QB.unpack_from(buf, offset)
         offset += 9
-        self.redelivered = bool(bits & 1)
+        self.redelivered = (bits & 1) != 0
         n = buf[offset]
-        self.exchange = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.exchange = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         n = buf[offset]
-        self.routing_key = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.routing_key = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         return self, offset
 
@@ -2708,15 +2854,17 @@ class BasicGet(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicGet, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
-        self.queue = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.queue = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         bits = buf[offset]
         offset += 1
-        self.no_ack = bool(bits & 1)
+        self.no_ack = (bits & 1) != 0
         return self, offset
 
 
@@ -2769,15 +2917,17 @@ class BasicGetOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicGetOk, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         self.delivery_tag, bits = _S_QB.unpack_from(buf, offset)
         offset += 9
-        self.redelivered = bool(bits & 1)
+        self.redelivered = (bits & 1) != 0
         n = buf[offset]
-        self.exchange = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.exchange = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         n = buf[offset]
-        self.routing_key = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.routing_key = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         (self.message_count,) = _S_I.unpack_from(buf, offset)
         offset += 4
@@ -2812,9 +2962,11 @@ class BasicGetEmpty(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicGetEmpty, int]:
+        if type(buf) is memoryview:
+            buf = buf.tobytes()
         self = cls.__new__(cls)
         n = buf[offset]
-        self.cluster_id = str(buf[offset + 1 : offset + 1 + n], "utf-8")
+        self.cluster_id = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
         return self, offset
 
@@ -2857,7 +3009,7 @@ class BasicAck(Method):
         self = cls.__new__(cls)
         self.delivery_tag, bits = _S_QB.unpack_from(buf, offset)
         offset += 9
-        self.multiple = bool(bits & 1)
+        self.multiple = (bits & 1) != 0
         return self, offset
 
 
@@ -2897,7 +3049,7 @@ class BasicReject(Method):
         self = cls.__new__(cls)
         self.delivery_tag, bits = _S_QB.unpack_from(buf, offset)
         offset += 9
-        self.requeue = bool(bits & 1)
+        self.requeue = (bits & 1) != 0
         return self, offset
 
 
@@ -2933,7 +3085,7 @@ class BasicRecoverAsync(Method):
         self = cls.__new__(cls)
         bits = buf[offset]
         offset += 1
-        self.requeue = bool(bits & 1)
+        self.requeue = (bits & 1) != 0
         return self, offset
 
 
@@ -2968,7 +3120,7 @@ class BasicRecover(Method):
         self = cls.__new__(cls)
         bits = buf[offset]
         offset += 1
-        self.requeue = bool(bits & 1)
+        self.requeue = (bits & 1) != 0
         return self, offset
 
 
@@ -3044,8 +3196,8 @@ class BasicNack(Method):
         self = cls.__new__(cls)
         self.delivery_tag, bits = _S_QB.unpack_from(buf, offset)
         offset += 9
-        self.multiple = bool(bits & 1)
-        self.requeue = bool(bits & 2)
+        self.multiple = (bits & 1) != 0
+        self.requeue = (bits & 2) != 0
         return self, offset
 
 
@@ -3080,7 +3232,7 @@ class ConfirmSelect(Method):
         self = cls.__new__(cls)
         bits = buf[offset]
         offset += 1
-        self.nowait = bool(bits & 1)
+        self.nowait = (bits & 1) != 0
         return self, offset
 
 
