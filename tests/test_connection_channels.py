@@ -257,7 +257,7 @@ def test_illegal_sends_write_nothing() -> None:
     deliver = BasicDeliver(
         consumer_tag="c", delivery_tag=1, redelivered=False, exchange="", routing_key="q"
     )
-    attempts: list[Callable[[], None]] = [
+    attempts: list[Callable[[], object]] = [
         lambda: pair.client.send_content(ch, deliver, BasicProperties(), b""),  # server-only
         lambda: pair.server.publish(ch, BasicPublish(), BasicProperties(), b""),  # client-only
         lambda: pair.client.send_method(5, QueueDeclare()),  # channel not open

@@ -199,14 +199,15 @@ def _tuned_client(tune: ConnectionTune, config: ConnectionConfig | None = None) 
 @pytest.mark.parametrize(
     ("ours", "theirs", "wire", "effective"),
     [
-        ((0, 0, 0), (2047, 131072, 60), (2047, 131072, 60), (2047, 131072, 60)),
+        ((0, 0, None), (2047, 131072, 60), (2047, 131072, 60), (2047, 131072, 60)),
         ((10, 8192, 5), (2047, 131072, 60), (10, 8192, 5), (10, 8192, 5)),
         ((0, 0, 0), (0, 0, 0), (0, 0, 0), (65535, 2**32 - 1, 0)),
-        ((100, 0, 0), (0, 0, 30), (100, 0, 30), (100, 2**32 - 1, 30)),
+        ((100, 0, None), (0, 0, 30), (100, 0, 30), (100, 2**32 - 1, 30)),
+        ((0, 0, 0), (2047, 131072, 60), (2047, 131072, 0), (2047, 131072, 0)),  # 0: off
     ],
 )
 def test_tune_negotiation(
-    ours: tuple[int, int, int],
+    ours: tuple[int, int, int | None],
     theirs: tuple[int, int, int],
     wire: tuple[int, int, int],
     effective: tuple[int, int, int],

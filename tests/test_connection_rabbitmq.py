@@ -21,6 +21,7 @@ from amqp_sansio import (
     Event,
     MessageReceived,
     MethodReceived,
+    PublishConfirmed,
     Role,
 )
 from amqp_sansio._connection import Connection
@@ -138,18 +139,11 @@ def test_connection_close_forced(byte_at_a_time: bool) -> None:
 @BYTEWISE
 def test_confirm_multiple(byte_at_a_time: bool) -> None:
     events = replay("confirm_multiple", ConnectionConfig(), byte_at_a_time=byte_at_a_time)
-    acks = [
-        (e.method.delivery_tag, e.method.multiple)
-        for e in events
-        if isinstance(e, MethodReceived) and isinstance(e.method, BasicAck)
-    ]
-    # The pattern this recording observed (see the fixture's README).
-    assert acks == [
-        (6, True),
-        (14, True),
-        (21, True),
-        (28, True),
-        (44, True),
-        (49, True),
-        (50, False),
-    ]
+    confirmed = [e.publish_numbers for e in events if isinstance(e, PublishConfirmed)]
+    # The acks this recording observed (see the fixture's README): multiple up to 6, 14, 21,
+    # 28, 44, 49, then a single ack of 50, expanded to the exact publish numbers.
+    tops = [6, 14, 21, 28, 44, 49]
+    assert confirmed == [
+        tuple(range(low + 1, top + 1)) for low, top in zip([0, *tops], tops, strict=False)
+    ] + [(50,)]
+    assert not any(isinstance(e, MethodReceived) and isinstance(e.method, BasicAck) for e in events)

@@ -21,11 +21,15 @@ from ._events import (
     ConnectionOpened,
     ConsumerCancelled,
     Event,
+    HeartbeatTimeout,
     MessageBodyReceived,
     MessageCompleted,
     MessageReceived,
     MessageStarted,
     MethodReceived,
+    PublishConfirmed,
+    PublishNacked,
+    PublishReturned,
     SecureRequested,
     Sentinel,
     UnblockedByPeer,
@@ -54,6 +58,7 @@ from ._table import (
     UInt16,
     UInt32,
 )
+from ._topology import Topology
 from ._util import fix_module_names
 
 __all__ = [
@@ -97,13 +102,18 @@ __all__ += [
     "ConnectionState",
     "ConsumerCancelled",
     "Event",
+    "HeartbeatTimeout",
     "MessageBodyReceived",
     "MessageCompleted",
     "MessageReceived",
     "MessageStarted",
     "MethodReceived",
+    "PublishConfirmed",
+    "PublishNacked",
+    "PublishReturned",
     "SecureRequested",
     "Sentinel",
+    "Topology",
     "UnblockedByPeer",
     "VirtualHostRequested",
 ]

@@ -34,17 +34,22 @@ from ._events import (
     ConnectionOpened,
     ConsumerCancelled,
     Event,
+    HeartbeatTimeout,
     MessageBodyReceived,
     MessageCompleted,
     MessageReceived,
     MessageStarted,
     MethodReceived,
+    PublishConfirmed,
+    PublishNacked,
+    PublishReturned,
     SecureRequested,
     Sentinel,
     UnblockedByPeer,
     VirtualHostRequested,
 )
 from ._frames import (
+    HEARTBEAT_FRAME,
     PROTOCOL_HEADER_0_9,
     PROTOCOL_HEADER_0_9_1,
     ContentBodyFrame,
@@ -58,14 +63,22 @@ from ._frames import (
 )
 from ._generated.spec_0_9_1 import (
     FRAME_MIN_SIZE,
+    BasicAck,
     BasicCancel,
     BasicCancelOk,
+    BasicConsume,
+    BasicConsumeOk,
+    BasicDeliver,
+    BasicNack,
+    BasicPublish,
+    BasicReturn,
     ChannelClose,
     ChannelCloseOk,
     ChannelFlow,
     ChannelFlowOk,
     ChannelOpen,
     ChannelOpenOk,
+    ConfirmSelect,
     ConnectionClose,
     ConnectionCloseOk,
     ConnectionOpen,
@@ -76,6 +89,7 @@ from ._generated.spec_0_9_1 import (
     ConnectionStartOk,
     ConnectionTune,
     ConnectionTuneOk,
+    ConnectionUpdateSecret,
 )
 from ._generated.spec_0_9_1 import (
     ConnectionBlocked as ConnectionBlockedMethod,
@@ -96,6 +110,7 @@ from ._state import (
     refusal_code,
 )
 from ._table import FieldTable, FieldValue, decode_table_entries, encode_table_entries
+from ._topology import RECORDED_METHODS, Topology, TopologyRecorder
 
 __all__ = ["Connection", "ConnectionConfig"]
 
@@ -113,6 +128,11 @@ _CHANNEL_MAX_LIMIT: Final = 0xFFFF
 _FRAME_MAX_LIMIT: Final = 0xFFFF_FFFF
 #: Bodies at least this large are handed to ``buffers_to_send`` as memoryview slices.
 _PASSTHROUGH: Final = 64 * 1024
+#: A body is allocated whole once this fraction of it arrived; before that it grows with what
+#: arrives. The announced size is the peer's word: memory held stays within this factor of the
+#: octets received, and a large message peaks at 1 + 1/16 of its size (the copy at the switch).
+_GROWTH: Final = 16
+_new_event: Final = object.__new__
 
 _CAPABILITIES: Final[FieldTable] = {
     "publisher_confirms": True,
@@ -127,6 +147,23 @@ _CAPABILITIES: Final[FieldTable] = {
 
 _C = ConnectionState
 _H = ChannelState
+
+_EMPTY_TOPOLOGY: Final = TopologyRecorder().snapshot()
+
+# Sends and receipts that need more than the state tables, per role. Checked with one set
+# lookup so the common methods (acks from a consumer, deliveries) pay nothing more.
+_CHECKED_SENDS: Final[dict[Role, frozenset[type[Method]]]] = {
+    Role.CLIENT: frozenset(),
+    Role.SERVER: frozenset((BasicAck, BasicNack)),  # must name the client's publishes
+}
+_WATCHED_SENDS: Final[dict[Role, frozenset[type[Method]]]] = {
+    Role.CLIENT: RECORDED_METHODS | {ConfirmSelect},
+    Role.SERVER: frozenset((BasicAck, BasicNack)),
+}
+_WATCHED_RECEIPTS: Final[dict[Role, frozenset[type[Method]]]] = {
+    Role.CLIENT: frozenset((BasicAck, BasicNack)),  # publisher confirms
+    Role.SERVER: frozenset((ConfirmSelect,)),
+}
 
 
 def _check(name: str, value: int | None, low: int, high: int, *, zero: bool = False) -> None:
@@ -148,9 +185,12 @@ class ConnectionConfig:
     ``connection_name``); ``locale``.
 
     Both roles: ``channel_max``, ``frame_max``, ``heartbeat`` (None: the role's default; the
-    client's default 0 accepts the server's proposal, the server proposes 2047, 131072, 60 like
-    RabbitMQ); ``max_message_size`` (a content header announcing more is a 506 before anything
-    is buffered); ``chunk_threshold`` (None: bodies always arrive whole; otherwise bodies larger
+    client's default accepts the server's proposal, the server proposes 2047, 131072, 60 like
+    RabbitMQ). A client ``heartbeat`` of 0 turns heartbeats off, as in pika and RabbitMQ's
+    clients; any other value negotiates down to the lower non-zero one.
+
+    ``max_message_size``: a content header announcing more is a 506 before anything is
+    buffered. ``chunk_threshold`` (None: bodies always arrive whole; otherwise bodies larger
     than it arrive as chunk events).
 
     Server role: ``server_properties``, ``mechanisms``, ``locales``.
@@ -197,8 +237,78 @@ class _Assembly:
 
 
 @final
+class _Confirms:
+    """Publisher confirms on one channel: publishes are numbered 1, 2, ... from confirm.select.
+
+    Every number below ``low`` is settled (acked or nacked); from ``low`` to ``next - 1`` a
+    number is unsettled unless it is in ``settled`` (settled out of order). ``low`` always rests
+    on an unsettled number or on ``next``, so an ack costs O(1) plus the numbers it settles:
+    a window of any size stays linear overall.
+
+    Client role only: ``mandatory`` maps each unsettled mandatory publish not yet tied to a return
+    to its (exchange, routing key); ``free`` counts, per such key, the entries of ``mandatory``
+    that no held return has reserved; ``held`` are returns not handed out yet, in wire order, each
+    with whether it reserved a key (it waits for the confirm covering its publish) or only waits
+    behind an older one (it came when no publish could explain it). ``held`` is empty or starts
+    with a reserving return.
+
+    In the server role the same numbers count the client's publishes and the acks we sent.
+    """
+
+    __slots__ = ("free", "held", "low", "mandatory", "next", "settled")
+
+    def __init__(self) -> None:
+        self.next = 1
+        self.low = 1
+        self.settled: set[int] = set()
+        self.mandatory: dict[int, tuple[str, str]] = {}
+        self.free: dict[tuple[str, str], int] = {}
+        self.held: list[tuple[PublishReturned, bool]] = []
+
+    def covers(self, tag: int, multiple: bool) -> bool:
+        """Whether an ack of *tag* names only numbers in use and settles at least one."""
+        if multiple and tag == 0:  # the spec: zero with multiple means "all outstanding"
+            return self.low < self.next
+        return self.low <= tag < self.next and (multiple or tag not in self.settled)
+
+    def settle(self, tag: int, multiple: bool) -> tuple[int, ...]:
+        """Settle what an ack of *tag* covers (after :meth:`covers` said it is valid)."""
+        low = self.low
+        settled = self.settled
+        numbers: tuple[int, ...]
+        if not multiple:
+            if tag != low:
+                settled.add(tag)
+                return (tag,)
+            numbers = (tag,)
+            low += 1
+        else:
+            top = self.next if tag == 0 else tag + 1
+            if settled:
+                numbers = tuple(n for n in range(low, top) if n not in settled)
+                settled.difference_update(range(low, top))
+            else:
+                numbers = tuple(range(low, top))
+            low = top
+        while low in settled:
+            settled.remove(low)
+            low += 1
+        self.low = low
+        return numbers
+
+    def unsettled(self) -> tuple[int, ...]:
+        return tuple(n for n in range(self.low, self.next) if n not in self.settled)
+
+    def release(self) -> list[PublishReturned]:
+        """The held returns, untied, in wire order: their confirm will never come."""
+        held = self.held
+        self.held = []
+        return [event for event, _ in held]
+
+
+@final
 class _Channel:
-    __slots__ = ("close", "content", "requests_in", "requests_out", "state")
+    __slots__ = ("close", "confirms", "content", "requests_in", "requests_out", "state")
 
     def __init__(self, state: ChannelState) -> None:
         self.state = state
@@ -209,6 +319,8 @@ class _Channel:
         #: The channel.close we sent, for the ChannelClosed event.
         self.close: ChannelClose | None = None
         self.content: _Assembly | None = None
+        #: Set by confirm.select (sent by the client, received by the server).
+        self.confirms: _Confirms | None = None
 
 
 def _lower_nonzero(ours: int, theirs: int) -> int:
@@ -255,13 +367,54 @@ class Connection:
     decision is pending, ``next_event`` returns ``NEED_DATA`` and leaves later frames buffered.
     """
 
+    # Slots: attribute access stays specialized however many attributes the core grows
+    # (CPython shares instance-dict keys only up to 30 names).
+    __slots__ = (
+        "_channel0",
+        "_channel_max",
+        "_channels",
+        "_checked_sends",
+        "_chunks",
+        "_client_properties",
+        "_close_sent",
+        "_closing_chan",
+        "_closing_conn",
+        "_decision",
+        "_eof",
+        "_error",
+        "_events",
+        "_frame_max",
+        "_heartbeat",
+        "_heartbeat_octets",
+        "_inbox",
+        "_last_seen",
+        "_mechanism",
+        "_next_channel",
+        "_out",
+        "_peer",
+        "_reader",
+        "_received",
+        "_send_check",
+        "_sent",
+        "_server_properties",
+        "_state",
+        "_timer_started",
+        "_topology",
+        "_virtual_host",
+        "_watched_receipts",
+        "_watched_sends",
+        "config",
+        "role",
+    )
+
     def __init__(self, role: Role, config: ConnectionConfig | None = None) -> None:
         self.role: Final = role
         self.config: Final = ConnectionConfig() if config is None else config
         self._peer: Final = role.peer
         self._closing_conn, self._closing_chan = closing_state(role)
         self._state = _C.AWAIT_HEADER
-        self._reader = FrameReader()
+        # The server role tolerates frames 8 octets over frame_max, as RabbitMQ does.
+        self._reader = FrameReader(slack=8 if role is Role.SERVER else 0)
         self._inbox: bytearray | None = bytearray()  # octets before framing starts
         self._eof = False
         self._out = bytearray()
@@ -278,8 +431,21 @@ class Connection:
         self._client_properties: FieldTable = {}
         self._virtual_host = ""
         self._mechanism = ""
-        self._decision: type[Method] | None = None  # server role: start-ok/secure-ok or open
+        # Server role: start-ok/secure-ok or open waits for the application. HeartbeatTimeout:
+        # the peer is presumed dead and nothing more is parsed.
+        self._decision: type[Method | HeartbeatTimeout] | None = None
         self._close_sent: ConnectionClose | None = None
+        self._checked_sends: Final = _CHECKED_SENDS[role]
+        self._watched_sends: Final = _WATCHED_SENDS[role]
+        self._watched_receipts: Final = _WATCHED_RECEIPTS[role]
+        self._topology: Final = TopologyRecorder() if role is Role.CLIENT else None
+        # Heartbeats (see handle_timer): activity flags since the last timer tick.
+        self._timer_started = False
+        self._sent = False
+        self._received = False
+        self._heartbeat_octets = 0  # heartbeat frames queued by the timer, not yet handed out
+        self._send_check = 0.0
+        self._last_seen = 0.0
         if role is Role.CLIENT:
             self._move(role, Input.PROTOCOL_HEADER)
             self._out += PROTOCOL_HEADER_0_9_1
@@ -322,6 +488,15 @@ class Connection:
         ch = self._channel0 if channel == 0 else self._channels.get(channel)
         return () if ch is None else tuple(ch.requests_out)
 
+    @property
+    def topology(self) -> Topology:
+        """Client role: a snapshot of the exchanges, queues, bindings, consumers and QoS
+        declared on this connection, for replay on a new one (see :class:`Topology`). It
+        survives the connection's end. Always empty in the server role."""
+        if self._topology is None:
+            return _EMPTY_TOPOLOGY
+        return self._topology.snapshot()
+
     # --- Input --------------------------------------------------------------------------------
 
     def receive_data(self, data: Buffer) -> None:
@@ -336,7 +511,9 @@ class Connection:
             raise RuntimeError("received data after the end of the stream")
         if not data:
             self._eof = True
-        elif self._inbox is not None:
+            return
+        self._received = True
+        if self._inbox is not None:
             self._inbox += data
         else:
             self._reader.feed(data)
@@ -358,38 +535,64 @@ class Connection:
             raise
 
     def _next_event(self) -> Event | Sentinel:
+        # The delivery hot path: three frames per message, so lookups are hoisted out of it.
+        next_frame = self._reader.next_frame
+        events = self._events
         while True:
             if self._decision is not None:
-                return NEED_DATA
+                return self._end_of_input()  # NEED_DATA until the transport closes
             if self._inbox is not None and not self._read_header():
                 return self._end_of_input()
-            frame = self._reader.next_frame()
+            frame = next_frame()
             if frame is None:
                 return self._end_of_input()
-            if type(frame) is MethodFrame:
-                event = self._on_method(frame.channel, frame.method)
-            elif type(frame) is ContentBodyFrame:
+            if type(frame) is ContentBodyFrame:
                 event = self._on_body(frame)
+            elif type(frame) is MethodFrame:
+                event = self._on_method(frame.channel, frame.method)
             elif type(frame) is ContentHeaderFrame:
                 event = self._on_header(frame)
             else:
                 continue  # a heartbeat: liveness only
             if event is not None:
                 return event
-            if self._events:
-                return self._events.popleft()
+            if events:
+                return events.popleft()
 
     def _end_of_input(self) -> Event | Sentinel:
         if not self._eof or self._state is _C.CLOSED:
             return NEED_DATA
-        pending = tuple(
-            (number, request)
-            for number, ch in sorted(self._channels.items())
-            for request in ch.requests_out
-        )
         self._state = _C.CLOSED
+        returns, pending, unconfirmed = self._drop_channels()
+        lost = ConnectionLost(pending_requests=pending, unconfirmed_publishes=unconfirmed)
+        return self._emit(returns, lost)
+
+    def _drop_channels(
+        self,
+    ) -> tuple[list[PublishReturned], tuple[tuple[int, Method], ...], tuple[tuple[int, int], ...]]:
+        """Forget every channel: the returns still held, the requests never answered and the
+        publishes never confirmed, in channel order."""
+        returns: list[PublishReturned] = []
+        pending = [(0, request) for request in self._channel0.requests_out]
+        unconfirmed: list[tuple[int, int]] = []
+        for number, ch in sorted(self._channels.items()):
+            pending += ((number, request) for request in ch.requests_out)
+            confirms = ch.confirms
+            if confirms is not None:
+                unconfirmed += ((number, n) for n in confirms.unsettled())
+                returns += confirms.release()
         self._channels.clear()
-        return ConnectionLost(pending_requests=pending, unconfirmed_publishes=())
+        self._channel0.requests_out.clear()
+        return returns, tuple(pending), tuple(unconfirmed)
+
+    def _emit(self, first: list[PublishReturned], last: Event) -> Event:
+        """Hand out *first*, then *last*. Only called while no event is queued, so the queue
+        keeps them in order."""
+        if not first:
+            return last
+        self._events.extend(first[1:])
+        self._events.append(last)
+        return first[0]
 
     def _read_header(self) -> bool:
         """Consume what comes before frames; True once frames may be parsed."""
@@ -462,6 +665,11 @@ class Connection:
             raise LocalProtocolError(
                 f"the connection failed earlier: {self._error.reply_text}",
                 reply_code=self._error.reply_code,
+            )
+        if self._state is _C.ERROR:
+            raise LocalProtocolError(
+                "the peer sent nothing for two heartbeat intervals: the connection is dead",
+                reply_code=541,
             )
 
     # --- Connection-level transitions ---------------------------------------------------------
@@ -547,14 +755,17 @@ class Connection:
 
     def _closed(self, close: ConnectionClose, *, by_peer: bool) -> Event:
         self._state = _C.CLOSED
-        self._channels.clear()
-        return ConnectionClosed(
+        returns, pending, unconfirmed = self._drop_channels()
+        closed = ConnectionClosed(
             reply_code=close.reply_code,
             reply_text=close.reply_text,
             class_id=close.class_id,
             method_id=close.method_id,
             by_peer=by_peer,
+            pending_requests=pending,
+            unconfirmed_publishes=unconfirmed,
         )
+        return self._emit(returns, closed)
 
     # --- Handshake, client role ---------------------------------------------------------------
 
@@ -623,7 +834,10 @@ class Connection:
         config = self.config
         channel_max = _lower_nonzero(config.channel_max or 0, tune.channel_max)
         frame_max = _lower_nonzero(config.frame_max or 0, tune.frame_max)
-        heartbeat = _lower_nonzero(config.heartbeat or 0, tune.heartbeat)
+        if config.heartbeat is None:
+            heartbeat = tune.heartbeat
+        else:  # 0 asks for no heartbeats; the server accepts the client's tune-ok value
+            heartbeat = config.heartbeat and _lower_nonzero(config.heartbeat, tune.heartbeat)
         self._send0(
             ConnectionTuneOk(channel_max=channel_max, frame_max=frame_max, heartbeat=heartbeat)
         )
@@ -641,6 +855,15 @@ class Connection:
         """Client role: answer a :class:`SecureRequested` challenge."""
         self._check_usable()
         self._send0(ConnectionSecureOk(response=response))
+
+    def update_secret(self, secret: bytes, reason: str) -> None:
+        """Client role, once open: send ``connection.update-secret`` (RabbitMQ: a fresh OAuth 2
+        token). The answer arrives as :class:`MethodReceived` on channel 0 with ``request`` set;
+        a refusal is the server's ``connection.close``. The secret never appears in a repr.
+
+        :raises LocalProtocolError: the server role, or the connection is not open.
+        """
+        self.send_method(0, ConnectionUpdateSecret(new_secret=secret, reason=reason))
 
     def _opened(self) -> ConnectionOpened:
         return ConnectionOpened(
@@ -811,10 +1034,13 @@ class Connection:
                 return
             self._check_reply(self._channel0, method)
             self._send0(method)
-            self._commit_send(self._channel0, method)
+            self._commit_send(0, self._channel0, method)
             return
         ch = self._check_channel_send(channel, cls)
         self._check_reply(ch, method)
+        if cls in self._checked_sends:
+            assert ch is not None  # acks are only allowed on open channels
+            self._check_ack_send(channel, ch, method)
         encode_method_frame(self._out, channel, method, frame_max=self._frame_max)
         if ch is None:
             ch = self._channels[channel] = _Channel(_H.CLOSED)
@@ -822,8 +1048,38 @@ class Connection:
         if cls is ChannelClose:
             assert isinstance(method, ChannelClose)
             ch.close = method
-        else:
-            self._commit_send(ch, method)
+            return
+        self._commit_send(channel, ch, method)
+        if cls in self._watched_sends:
+            self._sent_watched(channel, ch, method)
+
+    def _check_ack_send(self, channel: int, ch: _Channel, method: Method) -> None:
+        """Server role: a confirm must settle publishes the client made in confirm mode."""
+        assert isinstance(method, BasicAck | BasicNack)
+        confirms = ch.confirms
+        if confirms is None or not confirms.covers(method.delivery_tag, method.multiple):
+            raise _local(
+                f"{method.NAME} of delivery tag {method.delivery_tag} (multiple="
+                f"{method.multiple}) on channel {channel} settles no publish: "
+                + (
+                    "the client did not select confirm mode"
+                    if confirms is None
+                    else f"{confirms.next - 1} published, or already settled"
+                ),
+                406,
+                type(method),
+            )
+
+    def _sent_watched(self, channel: int, ch: _Channel, method: Method) -> None:
+        if isinstance(method, ConfirmSelect):
+            if ch.confirms is None:  # selecting again changes nothing (RabbitMQ agrees)
+                ch.confirms = _Confirms()
+        elif isinstance(method, BasicAck | BasicNack):
+            assert ch.confirms is not None  # checked by _check_ack_send
+            ch.confirms.settle(method.delivery_tag, method.multiple)
+        elif not method.expects_reply():
+            assert self._topology is not None  # topology methods are sent by the client only
+            self._topology.succeeded(channel, method, None)
 
     def _check_channel_send(self, channel: int, cls: type[Method]) -> _Channel | None:
         if self._state is not _C.OPEN:
@@ -853,10 +1109,16 @@ class Connection:
                 f"{cls.NAME} does not answer the oldest request received ({oldest})", 503, cls
             )
 
-    def _commit_send(self, ch: _Channel, method: Method) -> None:
+    def _commit_send(self, channel: int, ch: _Channel, method: Method) -> None:
         cls = type(method)
         if cls in REPLY_TYPES:
-            ch.requests_in.popleft()
+            requests_in = ch.requests_in
+            requests_in.popleft()
+            # A channel.flow that arrived behind this request is answered now, in order.
+            while requests_in and type(requests_in[0]) is ChannelFlow:
+                flow = requests_in.popleft()
+                assert isinstance(flow, ChannelFlow)
+                self._send_on(channel, ch, ChannelFlowOk(active=flow.active))
         elif method.expects_reply():
             ch.requests_out.append(method)
 
@@ -902,6 +1164,15 @@ class Connection:
             return ChannelOpened(channel=channel)
         assert ch is not None
         ch.state = nxt
+        if cls.HAS_CONTENT:
+            if cls is not BasicDeliver:  # deliveries answer nothing and are never confirmed
+                self._match_reply(channel, ch, method)  # get-ok answers a basic.get
+                if cls is BasicPublish and ch.confirms is not None:
+                    ch.confirms.next += 1  # server role: the client numbers it the same way
+            ch.content = _Assembly(method)
+            return None
+        if cls in self._watched_receipts:
+            return self._on_watched(channel, ch, method)
         if cls is ChannelClose:
             assert isinstance(method, ChannelClose)
             self._send_on(channel, ch, ChannelCloseOk())
@@ -913,17 +1184,17 @@ class Connection:
             return self._channel_closed(channel, ch.close, by_peer=False)
         if cls is ChannelFlow:
             assert isinstance(method, ChannelFlow)
-            self._send_on(channel, ch, ChannelFlowOk(active=method.active))
+            if ch.requests_in:  # the application owes older replies: flow-ok must not overtake
+                ch.requests_in.append(method)
+            else:
+                self._send_on(channel, ch, ChannelFlowOk(active=method.active))
             return ChannelFlowChanged(channel=channel, active=method.active)
-        if cls is BasicCancel and self.role is Role.CLIENT:
+        if cls is BasicCancel and self._topology is not None:  # client role
             assert isinstance(method, BasicCancel)
             if not method.nowait:
                 self._send_on(channel, ch, BasicCancelOk(consumer_tag=method.consumer_tag))
+            self._topology.consumer_cancelled(channel, method.consumer_tag)
             return ConsumerCancelled(channel=channel, consumer_tag=method.consumer_tag)
-        if cls.HAS_CONTENT:
-            self._match_reply(channel, ch, method)
-            ch.content = _Assembly(method)
-            return None
         if cls is ChannelOpenOk:
             self._match_reply(channel, ch, method)
             return ChannelOpened(channel=channel)
@@ -938,16 +1209,57 @@ class Connection:
         encode_method_frame(self._out, channel, method, frame_max=self._frame_max)
         ch.state = nxt
 
-    def _channel_closed(self, channel: int, close: ChannelClose, *, by_peer: bool) -> ChannelClosed:
-        del self._channels[channel]
-        return ChannelClosed(
+    def _channel_closed(self, channel: int, close: ChannelClose, *, by_peer: bool) -> Event:
+        ch = self._channels.pop(channel)
+        if self._topology is not None:
+            self._topology.channel_closed(channel)
+        confirms = ch.confirms
+        closed = ChannelClosed(
             channel=channel,
             reply_code=close.reply_code,
             reply_text=close.reply_text,
             class_id=close.class_id,
             method_id=close.method_id,
             by_peer=by_peer,
+            unconfirmed_publishes=() if confirms is None else confirms.unsettled(),
         )
+        if confirms is None:
+            return closed
+        return self._emit(confirms.release(), closed)
+
+    def _on_watched(self, channel: int, ch: _Channel, method: Method) -> Event | None:
+        if isinstance(method, ConfirmSelect):  # server role: the client's publishes count now
+            if ch.confirms is None:
+                ch.confirms = _Confirms()
+            return self._pass_through(channel, ch, method)
+        assert isinstance(method, BasicAck | BasicNack)  # client role: a publisher confirm
+        confirms = ch.confirms
+        tag = method.delivery_tag
+        if confirms is None or not confirms.covers(tag, method.multiple):
+            # RabbitMQ closes a channel with 406 when a client acks an unknown delivery tag;
+            # a broker that confirms what was never published is broken beyond one channel,
+            # and the core's peer errors are connection errors: 406 on the connection.
+            raise _remote(
+                f"{method.NAME} of delivery tag {tag} (multiple={method.multiple}) on channel "
+                f"{channel} confirms no unconfirmed publish ("
+                + (
+                    "the channel is not in confirm mode"
+                    if confirms is None
+                    else f"{confirms.next - 1} published; unknown or already confirmed"
+                )
+                + ")",
+                406,
+                type(method),
+            )
+        numbers = confirms.settle(tag, method.multiple)
+        event: Event
+        if isinstance(method, BasicAck):
+            event = PublishConfirmed(channel=channel, publish_numbers=numbers)
+        else:
+            event = PublishNacked(channel=channel, publish_numbers=numbers)
+        if not confirms.mandatory:
+            return event
+        return self._emit(_tie_returns(confirms, numbers), event)
 
     def _match_reply(self, channel: int, ch: _Channel, method: Method) -> Method | None:
         """Pop the request *method* answers; None when it is not a reply. 503 when it answers
@@ -955,20 +1267,44 @@ class Connection:
         cls = type(method)
         if cls not in REPLY_TYPES:
             return None
-        if not ch.requests_out or cls not in type(ch.requests_out[0]).RESPONSES:
-            oldest = ch.requests_out[0].NAME if ch.requests_out else "nothing"
-            raise _remote(
-                f"{cls.NAME} on channel {channel} answers no outstanding request "
-                f"(oldest: {oldest})",
-                503,
-                cls,
-            )
-        return ch.requests_out.popleft()
+        requests = ch.requests_out
+        # RabbitMQ answers basic.consume and basic.cancel from the queue's process, so replies
+        # may overtake those two (seen on 3.10.8: declare-ok before the consume-ok of a consume
+        # sent first). A reply may skip outstanding consumes and cancels; consume-ok and
+        # cancel-ok match by consumer tag. Any other disorder is still a 503.
+        tag = method.consumer_tag if isinstance(method, BasicConsumeOk | BasicCancelOk) else None
+        untagged: int | None = None  # a consume/cancel this -ok answers, though its tag differs
+        for index, request in enumerate(requests):
+            skippable = isinstance(request, BasicConsume | BasicCancel)
+            if cls in type(request).RESPONSES:
+                if tag is None or (
+                    isinstance(request, BasicConsume | BasicCancel)
+                    and request.consumer_tag in (tag, "")
+                ):
+                    del requests[index]
+                    return request
+                if untagged is None:
+                    untagged = index
+            if not skippable:
+                break
+        if untagged is not None:
+            request = requests[untagged]
+            del requests[untagged]
+            return request
+        oldest = requests[0].NAME if requests else "nothing"
+        raise _remote(
+            f"{cls.NAME} on channel {channel} answers no outstanding request (oldest: {oldest})",
+            503,
+            cls,
+        )
 
     def _pass_through(self, channel: int, ch: _Channel, method: Method) -> MethodReceived:
         request = self._match_reply(channel, ch, method)
-        if request is None and method.expects_reply():
-            ch.requests_in.append(method)
+        if request is None:
+            if method.expects_reply():
+                ch.requests_in.append(method)
+        elif self._topology is not None and type(request) in RECORDED_METHODS:
+            self._topology.succeeded(channel, request, method)
         return MethodReceived(channel=channel, method=method, request=request)
 
     # --- Content ------------------------------------------------------------------------------
@@ -985,9 +1321,12 @@ class Connection:
         )
 
     def _on_header(self, frame: ContentHeaderFrame) -> Event | None:
-        assembly = self._content_target(frame.channel, "header")
-        if assembly is None:
-            return None
+        ch = self._channels.get(frame.channel)
+        assembly = None if ch is None else ch.content
+        if assembly is None:  # the common case inline; the rest (discard or 505) out of line
+            assembly = self._content_target(frame.channel, "header")
+            if assembly is None:
+                return None
         method = assembly.method
         if assembly.properties is not None or frame.class_id != method.CLASS_ID:
             raise RemoteProtocolError(
@@ -1012,7 +1351,8 @@ class Connection:
         assembly.properties = frame.properties
         assembly.body_size = size
         threshold = self.config.chunk_threshold
-        if threshold is not None and size > threshold:
+        # Returns always arrive whole: one event ties them to their publish.
+        if threshold is not None and size > threshold and type(method) is not BasicReturn:
             assembly.chunked = True
             self._events.append(
                 MessageStarted(
@@ -1029,9 +1369,12 @@ class Connection:
 
     def _on_body(self, frame: ContentBodyFrame) -> Event | None:
         channel = frame.channel
-        assembly = self._content_target(channel, "body")
+        ch = self._channels.get(channel)
+        assembly = None if ch is None else ch.content
         if assembly is None:
-            return None
+            assembly = self._content_target(channel, "body")
+            if assembly is None:
+                return None
         payload = frame.payload
         size = len(payload)
         received = assembly.received
@@ -1060,10 +1403,21 @@ class Connection:
         if size == assembly.body_size:
             return self._message_done(channel, assembly, payload)
         body = assembly.body
+        body_size = assembly.body_size
         if body is None:
-            body = assembly.body = bytearray(assembly.body_size)
+            if total * _GROWTH < body_size:
+                assembly.body = bytearray(payload)  # held: only what arrived
+                return None
+            body = assembly.body = bytearray(body_size)
+        elif len(body) < body_size:  # still growing with what arrives
+            if total * _GROWTH < body_size:
+                body += payload
+                return None
+            whole = bytearray(body_size)
+            whole[:received] = body
+            body = assembly.body = whole
         body[received:total] = payload
-        if total == assembly.body_size:
+        if total == body_size:
             return self._message_done(channel, assembly, body)
         return None
 
@@ -1072,23 +1426,76 @@ class Connection:
 
     def _message_done(
         self, channel: int, assembly: _Assembly, body: bytes | bytearray
-    ) -> MessageReceived:
-        self._channels[channel].content = None
+    ) -> Event | None:
+        ch = self._channels[channel]
+        ch.content = None
         properties = assembly.properties
         assert properties is not None
-        return MessageReceived(
-            channel=channel, method=assembly.method, properties=properties, body=body
+        method = assembly.method
+        if type(method) is BasicReturn:
+            assert isinstance(method, BasicReturn)
+            return self._returned(channel, ch, method, properties, body)
+        # Once per delivery: object.__new__ and slot stores take a third of the time of the
+        # keyword __init__ (0.08 vs 0.27 us, CPython 3.11). MessageReceived has no validators.
+        event = _new_event(MessageReceived)
+        event.channel = channel
+        event.method = method
+        event.properties = properties
+        event.body = body
+        return event
+
+    def _returned(
+        self,
+        channel: int,
+        ch: _Channel,
+        method: BasicReturn,
+        properties: ContentProperties,
+        body: bytes | bytearray,
+    ) -> PublishReturned | None:
+        """Client role: hand a return out now, or hold it for the confirm that covers it."""
+        event = PublishReturned(
+            channel=channel, publish_number=None, method=method, properties=properties, body=body
         )
+        confirms = ch.confirms
+        if confirms is None:
+            return event
+        key = (method.exchange, method.routing_key)
+        free = confirms.free.get(key, 0)
+        if not free:  # no unconfirmed mandatory publish left that it could belong to
+            if not confirms.held:
+                return event
+            confirms.held.append((event, False))  # never overtake an older return
+            return None
+        if free == 1:
+            del confirms.free[key]
+        else:
+            confirms.free[key] = free - 1
+        confirms.held.append((event, True))
+        return None
 
     def publish(
         self, channel: int, method: Method, properties: ContentProperties, body: Buffer
-    ) -> None:
+    ) -> int | None:
         """Client role: send ``basic.publish`` with its content, split at ``frame_max - 8``.
+
+        Returns the publish number (1, 2, ... counted from the ``confirm.select`` sent on the
+        channel) that :class:`PublishConfirmed`, :class:`PublishNacked`, :class:`PublishReturned`
+        and the lost-publish lists name; None when the channel is not in confirm mode.
 
         Bodies of 64 KiB or more are kept as memoryview slices for :meth:`buffers_to_send`;
         the caller must not change such a body until it was written.
         """
-        self._send_content(channel, method, properties, body)
+        ch = self._send_content(channel, method, properties, body)
+        confirms = ch.confirms
+        if confirms is None or not isinstance(method, BasicPublish):
+            return None
+        number = confirms.next
+        confirms.next = number + 1
+        if method.mandatory:
+            key = (method.exchange, method.routing_key)
+            confirms.mandatory[number] = key
+            confirms.free[key] = confirms.free.get(key, 0) + 1
+        return number
 
     def send_content(
         self, channel: int, method: Method, properties: ContentProperties, body: Buffer
@@ -1099,7 +1506,7 @@ class Connection:
 
     def _send_content(
         self, channel: int, method: Method, properties: ContentProperties, body: Buffer
-    ) -> None:
+    ) -> _Channel:
         self._check_usable()
         cls = type(method)
         if not cls.HAS_CONTENT:
@@ -1115,7 +1522,8 @@ class Connection:
             self._chunks.extend(buffers)
         else:
             encode_content(self._out, channel, method, properties, body, self._frame_max)
-        self._commit_send(ch, method)
+        self._commit_send(channel, ch, method)
+        return ch
 
     # --- Output -------------------------------------------------------------------------------
 
@@ -1131,6 +1539,9 @@ class Connection:
         else:
             data = bytes(self._out)
         self._out = bytearray()
+        if len(data) > self._heartbeat_octets:  # more than the timer's own heartbeats
+            self._sent = True
+        self._heartbeat_octets = 0
         return data
 
     def buffers_to_send(self) -> list[Buffer]:
@@ -1141,7 +1552,58 @@ class Connection:
             buffers.append(self._out)
         self._chunks = []
         self._out = bytearray()
+        if len(buffers) > 1 or (buffers and len(buffers[0]) > self._heartbeat_octets):
+            self._sent = True
+        self._heartbeat_octets = 0
         return buffers
+
+    # --- Heartbeats ---------------------------------------------------------------------------
+
+    def next_deadline(self) -> float | None:
+        """When :meth:`handle_timer` must be called next, on the adapter's clock; None when
+        heartbeats are off (negotiated 0, not yet tuned) or the connection is over.
+
+        Right after tuning this is ``0.0``, in the past on any clock: call ``handle_timer(now)``
+        at once, it sets the baseline the later deadlines count from.
+        """
+        if not self._heartbeat or self._eof or self._state is _C.CLOSED or self._state is _C.ERROR:
+            return None
+        if not self._timer_started:
+            return 0.0
+        return min(self._send_check, self._last_seen + 2 * self._heartbeat)
+
+    def handle_timer(self, now: float) -> None:
+        """Let time pass: *now* is the adapter's clock in seconds (any origin, never going back).
+
+        Every half interval with nothing written since the previous check (``data_to_send`` or
+        ``buffers_to_send`` handed out only heartbeats or nothing), queues a heartbeat frame:
+        flush ``data_to_send()`` after this call. When no octet arrived for two intervals,
+        counted from the tick that last saw incoming data, the next :meth:`next_event` returns
+        :class:`HeartbeatTimeout`, after which the connection refuses every send.
+        """
+        if self.next_deadline() is None:
+            return
+        interval = self._heartbeat
+        if not self._timer_started:
+            self._timer_started = True
+            self._last_seen = now
+            self._send_check = now + interval / 2
+            self._sent = self._received = False
+            return
+        if self._received:
+            self._received = False
+            self._last_seen = now
+        elif now >= self._last_seen + 2 * interval:
+            self._state = _C.ERROR
+            self._decision = HeartbeatTimeout  # parse nothing more
+            self._events.append(HeartbeatTimeout())
+            return
+        if now >= self._send_check:
+            if not self._sent:
+                self._out += HEARTBEAT_FRAME
+                self._heartbeat_octets += len(HEARTBEAT_FRAME)
+            self._sent = False
+            self._send_check = now + interval / 2
 
 
 def _username(mechanism: str, response: bytes) -> str | None:
@@ -1158,3 +1620,55 @@ def _username(mechanism: str, response: bytes) -> str | None:
     except (UnicodeDecodeError, RemoteProtocolError):
         return None
     return None
+
+
+def _tie_returns(confirms: _Confirms, numbers: tuple[int, ...]) -> list[PublishReturned]:
+    """Forget the mandatory publishes among *numbers* (just settled) and tie held returns to
+    them: each reserving return, oldest first, takes the lowest of those numbers with its
+    exchange and routing key (see :class:`PublishReturned` for what this guess assumes).
+
+    Returns what to hand out before the confirm, in wire order: every held return up to the
+    newest one tied, then those that only waited behind it. An older reserving return that this
+    confirm leaves untied is handed out untied rather than overtaken (with RabbitMQ, whose
+    returns are confirmed in the order it sent them, this does not happen).
+    """
+    mandatory = confirms.mandatory
+    free = confirms.free
+    held = confirms.held
+    waiting: dict[tuple[str, str], list[int]] = {}  # key -> indexes into held, newest first
+    for index in range(len(held) - 1, -1, -1):
+        event, reserved = held[index]
+        if reserved:
+            waiting.setdefault((event.method.exchange, event.method.routing_key), []).append(index)
+    ties: dict[int, int] = {}  # index into held -> publish number
+    for number in numbers:
+        key = mandatory.pop(number, None)
+        if key is None:
+            continue
+        indexes = waiting.get(key)
+        if indexes:
+            ties[indexes.pop()] = number  # the held return reserved this key: free unchanged
+        elif free[key] == 1:
+            del free[key]
+        else:
+            free[key] -= 1
+    if not ties:
+        return []
+    out: list[PublishReturned] = []
+    last = max(ties)
+    for index in range(last + 1):
+        event, reserved = held[index]
+        tied = ties.get(index)
+        if tied is not None:
+            out.append(attrs.evolve(event, publish_number=tied))
+            continue
+        if reserved:  # give its reservation back: it leaves untied
+            key = (event.method.exchange, event.method.routing_key)
+            free[key] = free.get(key, 0) + 1
+        out.append(event)
+    rest = last + 1
+    while rest < len(held) and not held[rest][1]:
+        out.append(held[rest][0])
+        rest += 1
+    confirms.held = held[rest:]
+    return out

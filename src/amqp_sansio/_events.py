@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Final, TypeAlias, final
 import attrs
 
 if TYPE_CHECKING:
+    from ._generated.spec_0_9_1 import BasicReturn
     from ._method import ContentProperties, Method
     from ._table import FieldTable
 
@@ -35,11 +36,15 @@ __all__ = [
     "ConnectionOpened",
     "ConsumerCancelled",
     "Event",
+    "HeartbeatTimeout",
     "MessageBodyReceived",
     "MessageCompleted",
     "MessageReceived",
     "MessageStarted",
     "MethodReceived",
+    "PublishConfirmed",
+    "PublishNacked",
+    "PublishReturned",
     "SecureRequested",
     "Sentinel",
     "UnblockedByPeer",
@@ -126,13 +131,19 @@ class VirtualHostRequested:
 @attrs.frozen(kw_only=True, slots=True)
 class ConnectionClosed:
     """The close handshake finished: the peer's ``close`` was answered (``by_peer``), or the
-    peer's ``close-ok`` answered ours. The transport may now be closed."""
+    peer's ``close-ok`` answered ours. The transport may now be closed.
+
+    ``pending_requests`` and ``unconfirmed_publishes`` are what the closed channels left
+    unanswered, as in :class:`ConnectionLost` (empty in the usual case of a quiet close).
+    """
 
     reply_code: int
     reply_text: str
     class_id: int
     method_id: int
     by_peer: bool
+    pending_requests: tuple[tuple[int, Method], ...] = ()
+    unconfirmed_publishes: tuple[tuple[int, int], ...] = ()
 
 
 @final
@@ -140,9 +151,12 @@ class ConnectionClosed:
 class ConnectionLost:
     """The transport closed (``receive_data(b"")``) before the close handshake finished.
 
-    ``pending_requests`` are ``(channel, request)`` pairs we sent that will never be answered;
-    ``unconfirmed_publishes`` are ``(channel, publish_seq)`` pairs in confirm mode. This is not
-    a nack: nobody said the broker refused them.
+    ``pending_requests`` are ``(channel, request)`` pairs we sent that will never be answered
+    (channel 0: ``connection.update-secret``), oldest first per channel;
+    ``unconfirmed_publishes`` are ``(channel, publish_number)`` pairs published in confirm mode
+    and never confirmed. This is not a nack: nobody said the broker refused them, and it may
+    have routed them. In the server role they are the client's publishes in confirm mode that
+    the application never acknowledged.
     """
 
     pending_requests: tuple[tuple[int, Method], ...]
@@ -166,6 +180,18 @@ class UnblockedByPeer:
     """The peer sent ``connection.unblocked``."""
 
 
+@final
+@attrs.frozen(kw_only=True, slots=True)
+class HeartbeatTimeout:
+    """No octet arrived from the peer for two heartbeat intervals (see
+    :meth:`Connection.handle_timer`): the peer is presumed dead.
+
+    The connection is unusable from here on (every send raises :class:`LocalProtocolError`) and
+    nothing was queued for the peer. Close the transport, then feed ``receive_data(b"")``: the
+    :class:`ConnectionLost` that follows lists every pending request and unconfirmed publish.
+    """
+
+
 # --- Channels ---------------------------------------------------------------------------------
 
 
@@ -183,6 +209,10 @@ class ChannelClosed:
     """A channel's close handshake finished; its id may be reused.
 
     ``by_peer`` says who sent the ``channel.close`` whose reply code this carries.
+    ``unconfirmed_publishes`` are the publish numbers of this channel that were never confirmed
+    (client role, confirm mode): they are neither acked nor nacked, and the broker may or may
+    not have routed them. In the server role they are the client's publishes in confirm mode
+    that the application never acknowledged.
     """
 
     channel: int
@@ -191,6 +221,7 @@ class ChannelClosed:
     class_id: int
     method_id: int
     by_peer: bool
+    unconfirmed_publishes: tuple[int, ...] = ()
 
 
 @final
@@ -223,6 +254,59 @@ class MethodReceived:
     channel: int
     method: Method
     request: Method | None
+
+
+# --- Publisher confirms (client role) ---------------------------------------------------------
+
+
+@final
+@attrs.frozen(kw_only=True, slots=True)
+class PublishConfirmed:
+    """The broker took responsibility for these publishes (``basic.ack`` in confirm mode).
+
+    ``publish_numbers`` are the numbers :meth:`Connection.publish` returned, ascending, with
+    ``multiple`` already expanded to exactly the numbers not confirmed before; a number is never
+    reported twice.
+    """
+
+    channel: int
+    publish_numbers: tuple[int, ...]
+
+
+@final
+@attrs.frozen(kw_only=True, slots=True)
+class PublishNacked:
+    """The broker refused these publishes (``basic.nack`` in confirm mode); numbers as in
+    :class:`PublishConfirmed`."""
+
+    channel: int
+    publish_numbers: tuple[int, ...]
+
+
+@final
+@attrs.frozen(kw_only=True, slots=True)
+class PublishReturned:
+    """Client role: the broker returned a message (``basic.return``: a mandatory publish that
+    no queue took).
+
+    In confirm mode it comes just before the :class:`PublishConfirmed` (or
+    :class:`PublishNacked`) whose numbers contain ``publish_number``. RabbitMQ sends the return
+    before the confirm but the return does not name the publish, so the core ties it to the
+    lowest number in that confirm whose publish was mandatory, went to the same exchange with
+    the same routing key, and is not yet tied to another return. That guess is exact unless
+    routing differed between such publishes (bindings changed while they were in flight, or
+    routing by headers: a headers exchange, ``CC``/``BCC``). Returns always come in the order
+    the broker sent them. ``publish_number`` is None outside confirm mode, for a return that no
+    unconfirmed publish can explain, for one that a younger return's confirm would otherwise
+    overtake (RabbitMQ confirms returned publishes in order, so this needs an unusual broker),
+    and for one still waiting for its confirm when the channel or the connection closed.
+    """
+
+    channel: int
+    publish_number: int | None
+    method: BasicReturn
+    properties: ContentProperties
+    body: bytes | bytearray
 
 
 # --- Content ----------------------------------------------------------------------------------
@@ -288,6 +372,10 @@ Event: TypeAlias = (
     | ChannelClosed
     | ChannelFlowChanged
     | ConsumerCancelled
+    | HeartbeatTimeout
+    | PublishConfirmed
+    | PublishNacked
+    | PublishReturned
     | MethodReceived
     | MessageReceived
     | MessageStarted
