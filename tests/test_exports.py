@@ -10,11 +10,12 @@ import pytest
 
 import amqp_sansio
 import amqp_sansio.framing
+import amqp_sansio.testing
 
 if TYPE_CHECKING:
     import types
 
-PUBLIC_MODULES = [amqp_sansio, amqp_sansio.framing]
+PUBLIC_MODULES = [amqp_sansio, amqp_sansio.framing, amqp_sansio.testing]
 
 
 @pytest.mark.parametrize("module", PUBLIC_MODULES, ids=lambda m: m.__name__)

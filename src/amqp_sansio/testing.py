@@ -1,5 +1,6 @@
-"""Helpers for protocol tests without sockets: a client/server :class:`ConnectionPair`, a
-byte-at-a-time feeder and frame builders.
+"""Helpers for protocol tests without sockets: a client/server :class:`ConnectionPair`,
+feeders (whole, one octet at a time, in random pieces), frame builders and a frame parser for
+asserting on the wire.
 
 A typical test::
 
@@ -12,18 +13,39 @@ A typical test::
 
 from __future__ import annotations
 
+import random
 from typing import TYPE_CHECKING, final
 
 from ._connection import Connection, ConnectionConfig
-from ._events import NEED_DATA, AuthenticationRequested, Event, VirtualHostRequested
-from ._frames import encode_content, encode_method_frame
+from ._events import (
+    NEED_DATA,
+    AuthenticationRequested,
+    ChannelOpened,
+    Event,
+    VirtualHostRequested,
+)
+from ._frames import PROTOCOL_HEADER_0_9_1, FrameReader, encode_content, encode_method_frame
 from ._generated.spec_0_9_1 import FRAME_MIN_SIZE
 from ._method import Role
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from ._frames import Frame
     from ._method import Buffer, ContentProperties, Method
 
-__all__ = ["ConnectionPair", "content_frames", "feed", "get_all_events", "method_frame"]
+__all__ = [
+    "ConnectionPair",
+    "content_frames",
+    "feed",
+    "feed_in_pieces",
+    "get_all_events",
+    "method_frame",
+    "parse_frames",
+]
+
+#: The largest frame the parser in :func:`parse_frames` accepts by default ("no limit").
+_NO_FRAME_LIMIT = 0xFFFF_FFFF
 
 
 def get_all_events(conn: Connection) -> list[Event]:
@@ -47,6 +69,59 @@ def feed(conn: Connection, data: bytes, *, byte_at_a_time: bool = False) -> list
         conn.receive_data(data[index : index + 1])
         events += get_all_events(conn)
     return events
+
+
+def feed_in_pieces(
+    conn: Connection, data: bytes, pieces: random.Random | Iterable[int]
+) -> list[Event]:
+    """Give *data* to *conn* in pieces, draining events after each, and return every event.
+
+    *pieces* is either the sizes of the pieces, in order (a size below 1 counts as 1; when the
+    sizes run out the rest goes in one piece), or a seeded :class:`random.Random` that draws
+    sizes from 1 to 64 octets. However *data* is cut, a correct core produces the same events.
+    ``b""`` feeds the end of the stream.
+    """
+    if not data:
+        return feed(conn, data)
+    if isinstance(pieces, random.Random):
+        rng = pieces
+        sizes: Iterable[int] = iter(lambda: rng.randint(1, 64), 0)
+    else:
+        sizes = pieces
+    events: list[Event] = []
+    offset = 0
+    for size in sizes:
+        if offset >= len(data):
+            break
+        end = offset + max(size, 1)
+        conn.receive_data(data[offset:end])
+        events += get_all_events(conn)
+        offset = end
+    if offset < len(data):
+        conn.receive_data(data[offset:])
+        events += get_all_events(conn)
+    return events
+
+
+def parse_frames(data: Buffer, *, frame_max: int = _NO_FRAME_LIMIT) -> list[Frame]:
+    """The frames in *data*, for asserting on what a core wrote.
+
+    A leading AMQP 0-9-1 protocol header (what a client core writes first) is skipped.
+
+    :raises ValueError: *data* ends inside a frame.
+    :raises RemoteProtocolError: *data* is not valid framing.
+    """
+    view = memoryview(data)
+    if bytes(view[:8]) == PROTOCOL_HEADER_0_9_1:
+        view = view[8:]
+    reader = FrameReader(frame_max=frame_max)
+    reader.feed(view)
+    frames: list[Frame] = []
+    while (frame := reader.next_frame()) is not None:
+        frames.append(frame)
+    if reader.buffered:
+        raise ValueError(f"{reader.buffered} octets after the last whole frame")
+    return frames
 
 
 def method_frame(channel: int, method: Method, *, frame_max: int = FRAME_MIN_SIZE) -> bytes:
@@ -96,6 +171,21 @@ class ConnectionPair:
     def transfer(self, sender: Connection) -> list[Event]:
         """Move everything *sender* queued to its peer; return the peer's events."""
         return feed(self.peer(sender), sender.data_to_send(), byte_at_a_time=self.byte_at_a_time)
+
+    def open_channel(self) -> int:
+        """Open a channel from the client and move the open and the open-ok; return its id.
+
+        :raises AssertionError: either end did not report :class:`ChannelOpened`.
+        """
+        channel = self.client.open_channel()
+        opened = ChannelOpened(channel=channel)
+        server_events = self.transfer(self.client)
+        client_events = self.transfer(self.server)
+        if opened not in server_events or opened not in client_events:
+            raise AssertionError(
+                f"channel {channel} did not open: {server_events}, {client_events}"
+            )
+        return channel
 
     def handshake(self) -> tuple[list[Event], list[Event]]:
         """Run the handshake to open-ok, the server accepting any credentials and virtual host.
