@@ -1,0 +1,153 @@
+"""A received message as the client adapters hand it out, and the publisher-confirm bookkeeping
+they share."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Self, final
+
+import attrs
+
+from ._client_errors import AMQPError, ConnectionLostError, MessageReturnedError, PublishNackedError
+from ._generated.spec_0_9_1 import BasicDeliver, BasicGetOk, BasicProperties, BasicReturn
+
+if TYPE_CHECKING:
+    from ._method import ContentProperties, Method
+
+__all__ = ["ConfirmTracker", "Message"]
+
+
+@attrs.define(kw_only=True, slots=True, weakref_slot=False)
+class Message:
+    """One message: from a consumer (``basic.deliver``), from ``basic_get`` (``basic.get-ok``)
+    or returned by the broker (``basic.return``, inside :class:`MessageReturnedError`).
+
+    Each adapter subclasses it to add ``ack()``, ``nack()`` and ``reject()`` (awaitable in the
+    async adapters) bound to the channel the message came on.
+
+    :ivar body: the payload.
+    :ivar properties: the content header's properties.
+    :ivar exchange: the exchange it was published to.
+    :ivar routing_key: the routing key it was published with.
+    :ivar delivery_tag: the tag to acknowledge it with (0 for a returned message).
+    :ivar redelivered: the broker delivered it before and it was not acknowledged.
+    :ivar consumer_tag: the consumer it was delivered to; None for ``basic_get`` and returns.
+    :ivar message_count: messages left in the queue after a ``basic_get``; None otherwise.
+    :ivar channel: the number of the channel it arrived on.
+    """
+
+    body: bytes
+    properties: BasicProperties
+    exchange: str
+    routing_key: str
+    delivery_tag: int = 0
+    redelivered: bool = False
+    consumer_tag: str | None = None
+    message_count: int | None = None
+    channel: int = 0
+
+    @classmethod
+    def from_content(
+        cls, channel: int, method: Method, properties: ContentProperties, body: bytes | bytearray
+    ) -> Self:
+        """Build a message from a content-carrying method as the core delivers it
+        (``BasicDeliver``, ``BasicGetOk`` or ``BasicReturn``)."""
+        if type(body) is not bytes:
+            body = bytes(body)  # a multi-frame body arrives as a bytearray
+        assert isinstance(properties, BasicProperties)
+        if type(method) is BasicDeliver:
+            assert isinstance(method, BasicDeliver)
+            return cls(
+                body=body,
+                properties=properties,
+                exchange=method.exchange,
+                routing_key=method.routing_key,
+                delivery_tag=method.delivery_tag,
+                redelivered=method.redelivered,
+                consumer_tag=method.consumer_tag,
+                channel=channel,
+            )
+        if type(method) is BasicGetOk:
+            assert isinstance(method, BasicGetOk)
+            return cls(
+                body=body,
+                properties=properties,
+                exchange=method.exchange,
+                routing_key=method.routing_key,
+                delivery_tag=method.delivery_tag,
+                redelivered=method.redelivered,
+                message_count=method.message_count,
+                channel=channel,
+            )
+        if type(method) is BasicReturn:
+            assert isinstance(method, BasicReturn)
+            return cls(
+                body=body,
+                properties=properties,
+                exchange=method.exchange,
+                routing_key=method.routing_key,
+                channel=channel,
+            )
+        raise TypeError(f"{type(method).__name__} does not carry a message")
+
+
+#: What a publish ended with: None when the broker acked it, else the error to report.
+PublishOutcome = AMQPError | None
+
+
+@final
+class ConfirmTracker:
+    """Turns a channel's confirm-mode events into one outcome per publish number.
+
+    The core already expands ``multiple`` into exact publish numbers and emits a returned
+    mandatory publish just before the ack that settles it. This class remembers the return,
+    so an ack after a return becomes :class:`MessageReturnedError`, a nack becomes
+    :class:`PublishNackedError`, and a lost transport becomes :class:`ConnectionLostError`.
+    It holds only returns still waiting for their ack: memory is bounded by what is in flight.
+    """
+
+    __slots__ = ("_returned",)
+
+    def __init__(self) -> None:
+        self._returned: dict[int, MessageReturnedError] = {}
+
+    def returned(
+        self,
+        channel: int,
+        publish_number: int | None,
+        method: BasicReturn,
+        properties: ContentProperties,
+        body: bytes | bytearray,
+    ) -> MessageReturnedError:
+        """Record a ``basic.return``; returns the error (for a publish outside confirm mode,
+        ``publish_number`` None, it is the only report there will be)."""
+        message = Message.from_content(channel, method, properties, body)
+        error = MessageReturnedError(publish_number, method.reply_code, method.reply_text, message)
+        if publish_number is not None:
+            self._returned[publish_number] = error
+        return error
+
+    def confirmed(self, publish_numbers: tuple[int, ...]) -> list[tuple[int, PublishOutcome]]:
+        """Outcomes for a broker ack: None, or the return recorded for that number."""
+        if not self._returned:
+            return [(number, None) for number in publish_numbers]
+        pop = self._returned.pop
+        return [(number, pop(number, None)) for number in publish_numbers]
+
+    def nacked(self, publish_numbers: tuple[int, ...]) -> list[tuple[int, PublishOutcome]]:
+        """Outcomes for a broker nack: :class:`PublishNackedError` for each number."""
+        for number in publish_numbers:
+            self._returned.pop(number, None)
+        return [(number, PublishNackedError(number)) for number in publish_numbers]
+
+    def lost(self, publish_numbers: tuple[int, ...]) -> list[tuple[int, PublishOutcome]]:
+        """Outcomes for publishes the transport took with it (never a fake nack)."""
+        self._returned.clear()
+        return [
+            (
+                number,
+                ConnectionLostError(
+                    f"the connection was lost before the broker confirmed publish {number}"
+                ),
+            )
+            for number in publish_numbers
+        ]
