@@ -1,5 +1,102 @@
-"""Placeholder: filled in by its issue."""
+"""amqp_asyncio: the amqp_sansio client on an asyncio event loop (uvloop works too).
+
+::
+
+    import amqp_asyncio
+
+    async with amqp_asyncio.connect("amqp://guest:guest@127.0.0.1:5672/") as conn:
+        async with conn.channel() as ch:
+            await ch.queue_declare("jobs")
+            await ch.basic_publish(b"hello", routing_key="jobs")
+            async with ch.basic_consume("jobs") as consumer:
+                async for msg in consumer:
+                    await msg.ack()
+                    break
+
+The exceptions, :class:`ConnectionParameters` and the message data are shared with the other
+adapters in :mod:`amqp_sansio.client` and re-exported here.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from amqp_sansio.client import (
+    AccessRefused,
+    AMQPError,
+    AMQPNotImplemented,
+    AMQPSyntaxError,
+    ChannelClosedError,
+    ChannelError,
+    CommandInvalid,
+    ConnectionClosedError,
+    ConnectionForced,
+    ConnectionLostError,
+    ConnectionParameters,
+    ConnectionTimeoutError,
+    ConsumerCancelledError,
+    ContentTooLarge,
+    FrameError,
+    InternalError,
+    InvalidPath,
+    MessageReturnedError,
+    NoConsumers,
+    NoRoute,
+    NotAllowed,
+    NotFound,
+    PreconditionFailed,
+    PublishNackedError,
+    ResourceError,
+    ResourceLocked,
+    UnexpectedFrame,
+)
+
+from ._channel import Channel, Consumer, Message, Publisher, PublishTicket
+from ._connection import Connection, connect
+
+__all__ = [
+    "AMQPError",
+    "AMQPNotImplemented",
+    "AMQPSyntaxError",
+    "AccessRefused",
+    "Channel",
+    "ChannelClosedError",
+    "ChannelError",
+    "CommandInvalid",
+    "Connection",
+    "ConnectionClosedError",
+    "ConnectionForced",
+    "ConnectionLostError",
+    "ConnectionParameters",
+    "ConnectionTimeoutError",
+    "Consumer",
+    "ConsumerCancelledError",
+    "ContentTooLarge",
+    "FrameError",
+    "InternalError",
+    "InvalidPath",
+    "Message",
+    "MessageReturnedError",
+    "NoConsumers",
+    "NoRoute",
+    "NotAllowed",
+    "NotFound",
+    "PreconditionFailed",
+    "PublishNackedError",
+    "PublishTicket",
+    "Publisher",
+    "ResourceError",
+    "ResourceLocked",
+    "UnexpectedFrame",
+    "connect",
+]
+
+
+def _fix_module_names() -> None:
+    # Tracebacks, reprs and autodoc say amqp_asyncio.Channel, not amqp_asyncio._channel.Channel.
+    for name in __all__:
+        obj = globals()[name]
+        module = getattr(obj, "__module__", "")
+        if isinstance(module, str) and module.startswith("amqp_asyncio._"):
+            obj.__module__ = __name__
+
+
+_fix_module_names()

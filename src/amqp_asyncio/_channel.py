@@ -1,0 +1,878 @@
+"""Channels, consumers, pipelined publishers and messages of the asyncio adapter."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections import deque
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Final, final
+
+import attrs
+
+from amqp_sansio import (
+    BasicAck,
+    BasicCancel,
+    BasicConsume,
+    BasicGet,
+    BasicGetEmpty,
+    BasicNack,
+    BasicProperties,
+    BasicPublish,
+    BasicQos,
+    BasicRecover,
+    BasicReject,
+    ChannelFlow,
+    ChannelFlowOk,
+    ConfirmSelect,
+    ExchangeBind,
+    ExchangeDeclare,
+    ExchangeDelete,
+    ExchangeUnbind,
+    MessageReceived,
+    QueueBind,
+    QueueDeclare,
+    QueueDeclareOk,
+    QueueDelete,
+    QueueDeleteOk,
+    QueuePurge,
+    QueuePurgeOk,
+    QueueUnbind,
+    TxCommit,
+    TxRollback,
+    TxSelect,
+)
+from amqp_sansio._client_shared import may_send
+from amqp_sansio.client import (
+    AMQPError,
+    ChannelClosedError,
+    ConsumerCancelledError,
+    MessageReturnedError,
+    PublishNackedError,
+)
+from amqp_sansio.client import Message as _BaseMessage
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from types import TracebackType
+
+    from amqp_sansio import FieldTable, Method
+    from amqp_sansio._client_shared import ChannelBook, Reply
+
+    from ._connection import Connection
+
+__all__ = ["Channel", "Consumer", "Message", "PublishTicket", "Publisher"]
+
+logger: Final = logging.getLogger("amqp_asyncio")
+
+#: A consumer's buffer when the channel has no prefetch count.
+DEFAULT_CONSUMER_BUFFER: Final = 1000
+
+_NO_PROPERTIES: Final = BasicProperties()
+#: Octets an ack or a publish's frames add beyond the body, for write batching.
+_FRAME_OVERHEAD: Final = 64
+
+
+@final
+@attrs.define(kw_only=True, slots=True, weakref_slot=False)
+class Message(_BaseMessage):
+    """A delivered message (see :class:`amqp_sansio.client.Message` for the fields) that can be
+    settled on the channel it arrived on."""
+
+    _owner: Channel | None = attrs.field(default=None, repr=False, eq=False, alias="owner")
+
+    def _channel_obj(self) -> Channel:
+        owner = self._owner
+        if owner is None:
+            raise RuntimeError("this message is not bound to a channel")
+        return owner
+
+    async def ack(self, *, multiple: bool = False) -> None:
+        """Acknowledge this message (and, with ``multiple``, every earlier one on the
+        channel)."""
+        await self._channel_obj().basic_ack(self.delivery_tag, multiple=multiple)
+
+    async def nack(self, *, multiple: bool = False, requeue: bool = True) -> None:
+        """Negatively acknowledge this message (RabbitMQ extension). Stream queues refuse it
+        with a 540 that closes the connection."""
+        await self._channel_obj().basic_nack(self.delivery_tag, multiple=multiple, requeue=requeue)
+
+    async def reject(self, *, requeue: bool = True) -> None:
+        """Reject this message. Stream queues refuse it with a 540 that closes the
+        connection."""
+        await self._channel_obj().basic_reject(self.delivery_tag, requeue=requeue)
+
+
+@final
+class _ConfirmFuture:
+    """The confirm sink of one waiting ``basic_publish``."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: asyncio.Future[None]) -> None:
+        self.future = future
+
+    def settle(self, publish_number: int, error: AMQPError | None, /) -> None:
+        future = self.future
+        if future.done():
+            return  # the publisher was cancelled: the outcome has nobody to go to
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
+
+
+@final
+class PublishTicket:
+    """One publish made through a :class:`Publisher`: its number, and its outcome once the
+    broker settled it. Await :meth:`wait` to get the outcome of this publish alone."""
+
+    __slots__ = ("_done", "_error", "_future", "_owner", "number")
+
+    def __init__(self, number: int, owner: Publisher) -> None:
+        #: The channel's publish sequence number (1 for the first publish after confirm.select).
+        self.number: Final = number
+        self._owner = owner
+        self._done = False
+        self._error: AMQPError | None = None
+        self._future: asyncio.Future[None] | None = None
+
+    def __repr__(self) -> str:
+        state = "pending" if not self._done else ("failed" if self._error else "confirmed")
+        return f"<PublishTicket {self.number} {state}>"
+
+    @property
+    def done(self) -> bool:
+        """Whether the broker settled the publish (or the connection ended)."""
+        return self._done
+
+    @property
+    def error(self) -> AMQPError | None:
+        """The failure (:class:`~amqp_sansio.client.PublishNackedError`,
+        :class:`~amqp_sansio.client.MessageReturnedError`, a connection error); None while
+        pending or when confirmed."""
+        return self._error
+
+    async def wait(self) -> None:
+        """Wait until the broker confirmed this publish.
+
+        :raises PublishNackedError: the broker nacked it.
+        :raises MessageReturnedError: a mandatory publish was returned unroutable.
+        :raises ConnectionClosedError: the connection closed first (also
+            :class:`ChannelClosedError`, :class:`ConnectionLostError`).
+        """
+        if not self._done:
+            if self._future is None:
+                self._future = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._future)
+        if self._error is not None:
+            raise self._error
+
+    def settle(self, publish_number: int, error: AMQPError | None, /) -> None:
+        if self._done:
+            return
+        self._done = True
+        self._error = error
+        if self._future is not None and not self._future.done():
+            self._future.set_result(None)
+        self._owner._settled(error)
+
+
+@final
+class Publisher:
+    """Pipelined publishing with publisher confirms (from :meth:`Channel.publisher`).
+
+    :meth:`publish` returns as soon as the message is queued for writing, waiting only while
+    ``window`` publishes are unconfirmed. Each outcome is counted (:attr:`confirmed`,
+    :attr:`nacked`, :attr:`returned`, :attr:`failed`) and every failure is kept until taken
+    with :meth:`take_failures` or raised on leaving the ``async with`` block as an
+    ``ExceptionGroup``. The tickets :meth:`publish` returns can be awaited one by one. Memory
+    stays bounded: at most ``window`` publishes in flight and at most ``window`` kept failures
+    (when that many pile up, the next :meth:`publish` raises them).
+    """
+
+    def __init__(self, channel: Channel, window: int) -> None:
+        if type(window) is not int or window < 1:
+            raise ValueError(f"window must be a positive int, not {window!r}")
+        self._channel = channel
+        self.window: Final = window
+        #: Publishes written.
+        self.published = 0
+        #: Publishes the broker acked (returned ones excluded).
+        self.confirmed = 0
+        #: Publishes the broker nacked.
+        self.nacked = 0
+        #: Mandatory publishes returned unroutable.
+        self.returned = 0
+        #: Publishes that failed for any reason (nacked, returned, connection or channel gone).
+        self.failed = 0
+        self._in_flight = 0
+        self._failures: list[AMQPError] = []
+        self._room: asyncio.Future[None] | None = None
+        self._idle: asyncio.Future[None] | None = None
+
+    @property
+    def in_flight(self) -> int:
+        """Publishes written and not settled yet."""
+        return self._in_flight
+
+    async def publish(
+        self,
+        body: bytes | bytearray | memoryview,
+        *,
+        exchange: str = "",
+        routing_key: str = "",
+        properties: BasicProperties | None = None,
+        mandatory: bool = False,
+    ) -> PublishTicket:
+        """Publish one message; waits while ``window`` publishes are unconfirmed (and while
+        the broker blocks publishers). Returns its ticket.
+
+        :raises ExceptionGroup: ``window`` failures piled up untaken; they are raised here
+            (and forgotten) so a failing stream of publishes stops early.
+        """
+        if len(self._failures) >= self.window:
+            self._raise_failures()
+        while self._in_flight >= self.window:
+            if self._room is None:
+                self._room = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._room)
+        channel = self._channel
+        await channel._wait_publishable()
+        number = channel._publish_now(body, exchange, routing_key, properties, mandatory)
+        if number is None:
+            raise RuntimeError("the channel is not in confirm mode: call confirm_select()")
+        ticket = PublishTicket(number, self)
+        channel._book.confirms[number] = ticket
+        self.published += 1
+        self._in_flight += 1
+        conn = channel._conn
+        conn._flush_soon(len(body) + _FRAME_OVERHEAD)
+        if conn._write_paused:
+            await conn._drain()
+        return ticket
+
+    async def wait_for_confirms(self) -> None:
+        """Wait until every publish so far is settled (failures are kept, not raised)."""
+        while self._in_flight:
+            if self._idle is None:
+                self._idle = asyncio.get_running_loop().create_future()
+            self._channel._conn._flush()
+            await asyncio.shield(self._idle)
+
+    def take_failures(self) -> list[AMQPError]:
+        """The failures kept so far, oldest first; they are forgotten here."""
+        failures, self._failures = self._failures, []
+        return failures
+
+    def _raise_failures(self) -> None:
+        failures = self.take_failures()
+        raise ExceptionGroup(f"{len(failures)} publishes failed", failures)
+
+    def _settled(self, outcome: AMQPError | None) -> None:
+        self._in_flight -= 1
+        if outcome is None:
+            self.confirmed += 1
+        else:
+            self.failed += 1
+            if isinstance(outcome, PublishNackedError):
+                self.nacked += 1
+            elif isinstance(outcome, MessageReturnedError):
+                self.returned += 1
+            self._failures.append(outcome)
+        room = self._room
+        if room is not None:
+            self._room = None
+            if not room.done():
+                room.set_result(None)
+        if not self._in_flight and self._idle is not None:
+            idle, self._idle = self._idle, None
+            if not idle.done():
+                idle.set_result(None)
+
+    async def __aenter__(self) -> Publisher:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None:
+            return  # the block failed: do not wait for confirms on the way out
+        await self.wait_for_confirms()
+        if self._failures:
+            self._raise_failures()
+
+
+@final
+class Consumer:
+    """The messages of one ``basic.consume``, as an async iterator.
+
+    Deliveries wait in a buffer of ``buffer_size`` messages (by default the channel's
+    prefetch count): when it is full the connection stops reading the socket, so a slow
+    consumer slows the broker down instead of filling memory. Iteration ends with
+    :class:`~amqp_sansio.client.ConsumerCancelledError` after the buffered messages when the
+    broker cancels the consumer, with the close error when the channel or connection closes,
+    and normally (``StopAsyncIteration``) after :meth:`Channel.basic_cancel`.
+    """
+
+    def __init__(self, channel: Channel, consumer_tag: str, *, no_ack: bool, buffer_size: int):
+        self._channel = channel
+        #: The consumer's tag (generated by the client when none was given).
+        self.consumer_tag: Final = consumer_tag
+        self.no_ack: Final = no_ack
+        self.buffer_size: Final = buffer_size
+        self._buffer: deque[MessageReceived] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._ended = False
+        self._error: AMQPError | None = None
+        self._fatal = False
+        self._pausing = False
+        #: Deliveries received but dropped undelivered (after the consumer was stopped).
+        self.dropped = 0
+
+    def __repr__(self) -> str:
+        return f"<Consumer {self.consumer_tag!r} on channel {self._channel.number}>"
+
+    @property
+    def buffered(self) -> int:
+        """Messages received from the broker and not handed out yet."""
+        return len(self._buffer)
+
+    def __aiter__(self) -> Consumer:
+        return self
+
+    async def __anext__(self) -> Message:
+        buffer = self._buffer
+        while True:
+            if self._fatal and self._error is not None:
+                raise self._error
+            if buffer:
+                event = buffer.popleft()
+                if self._pausing and len(buffer) < self.buffer_size:
+                    self._pausing = False
+                    self._channel._conn._resume_reading(self)
+                return self._channel._message(event)
+            if self._ended:
+                if self._error is not None:
+                    raise self._error
+                raise StopAsyncIteration
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+
+    # --- ConsumerSink: called while the connection routes events ------------------------------
+
+    def deliver(self, event: MessageReceived, /) -> None:
+        if self._ended:
+            self.dropped += 1
+            return
+        self._buffer.append(event)
+        if len(self._buffer) >= self.buffer_size and not self._pausing:
+            self._pausing = True
+            self._channel._conn._pause_reading(self)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def finish(self, error: AMQPError | None, /) -> None:
+        # A closed channel or connection ends iteration at once (the buffered deliveries can
+        # no longer be acked); a broker cancel comes after what is buffered.
+        self._end(error, fatal=error is not None and not isinstance(error, ConsumerCancelledError))
+
+    def _end(self, error: AMQPError | None, *, fatal: bool) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        self._error = error
+        self._fatal = fatal
+        if self._pausing:
+            self._pausing = False
+            self._channel._conn._resume_reading(self)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _drop_buffer(self) -> None:
+        left = len(self._buffer)
+        self._buffer.clear()
+        self.dropped += left
+
+
+@final
+class Channel:
+    """An open AMQP channel. Every method waits for the broker's reply where the protocol has
+    one; cancelling a call (``asyncio.timeout``, a task group) is always safe: the request is
+    either not sent or its late reply is dropped.
+
+    When the broker closes the channel (a soft error), the pending call raises the error for
+    its reply code (:class:`~amqp_sansio.client.NotFound`, ...), later calls raise it too,
+    and the connection stays usable.
+    """
+
+    def __init__(self, connection: Connection, book: ChannelBook) -> None:
+        self._conn = connection
+        self._core = connection._core
+        self._book = book
+        #: The channel id.
+        self.number: Final = book.number
+        self._prefetch_count = 0
+        self._confirming = False
+        self._flow_resumed: asyncio.Future[None] | None = None
+        self._idle: asyncio.Future[None] | None = None
+
+    def __repr__(self) -> str:
+        state = "closed" if self.is_closed else "open"
+        return f"<amqp_asyncio.Channel {self.number} {state}>"
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether the channel is closed (or closing)."""
+        return self._book.error is not None or self._book.close_waiter is not None
+
+    @property
+    def in_confirm_mode(self) -> bool:
+        """Whether :meth:`confirm_select` was called."""
+        return self._confirming
+
+    # --- plumbing -----------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        error = self._book.error
+        if error is not None:
+            raise error
+        self._conn._check_open()
+        if self._book.close_waiter is not None:
+            raise ChannelClosedError("the channel is closing", reply_code=200)
+
+    def _send(self, method: Method, consumer: Consumer | None = None) -> asyncio.Future[Reply]:
+        """Queue a request in the core and its future in the FIFO, with no await between."""
+        self._check_open()
+        self._core.send_method(self.number, method)
+        future: asyncio.Future[Reply] = self._conn._loop.create_future()
+        self._book.rpcs.append((future, consumer))
+        return future
+
+    async def _call(self, method: Method, consumer: Consumer | None = None) -> Reply:
+        await self._wait_may_send(method)
+        future = self._send(method, consumer)
+        self._conn._flush()
+        return await future
+
+    async def _wait_may_send(self, method: Method) -> None:
+        """Wait while the channel's unanswered requests forbid *method* (see ``may_send``)."""
+        while not may_send(self._core.pending_requests(self.number), method):
+            self._check_open()
+            if self._idle is None:
+                self._idle = self._conn._loop.create_future()
+                self._conn._busy_channels.add(self)
+            await asyncio.shield(self._idle)
+
+    def _wake_idle_waiters(self) -> None:
+        idle, self._idle = self._idle, None
+        if idle is not None and not idle.done():
+            idle.set_result(None)
+
+    async def _send_no_reply(self, method: Method) -> None:
+        self._check_open()
+        self._core.send_method(self.number, method)
+        self._conn._flush_soon(_FRAME_OVERHEAD)
+
+    def _message(self, event: MessageReceived) -> Message:
+        message = Message.from_content(event.channel, event.method, event.properties, event.body)
+        message._owner = self
+        return message
+
+    def _flow_changed(self, active: bool) -> None:
+        if active:
+            resumed, self._flow_resumed = self._flow_resumed, None
+            if resumed is not None and not resumed.done():
+                resumed.set_result(None)
+        elif self._flow_resumed is None:
+            self._flow_resumed = self._conn._loop.create_future()
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close the channel (200) and wait for the broker's close-ok, shielded from
+        cancellation and bounded by the connection's ``connection_timeout``. Unacknowledged
+        deliveries go back to their queues. Closing twice does nothing."""
+        if self.is_closed or self._conn.is_closed:
+            return
+        future: asyncio.Future[Reply] = self._conn._loop.create_future()
+        self._core.close_channel(self.number, 200, "Normal shutdown")
+        self._book.close_waiter = future
+        self._conn._flush()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._conn.params.connection_timeout):
+                await asyncio.shield(future)
+
+    # --- exchange -----------------------------------------------------------------------------
+
+    async def exchange_declare(
+        self,
+        exchange: str,
+        exchange_type: str = "direct",
+        *,
+        passive: bool = False,
+        durable: bool = False,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: FieldTable | None = None,
+    ) -> None:
+        """Declare an exchange (``passive``: only check that it exists)."""
+        await self._call(
+            ExchangeDeclare(
+                exchange=exchange,
+                type=exchange_type,
+                passive=passive,
+                durable=durable,
+                auto_delete=auto_delete,
+                internal=internal,
+                arguments=arguments or {},
+            )
+        )
+
+    async def exchange_delete(self, exchange: str, *, if_unused: bool = False) -> None:
+        """Delete an exchange."""
+        await self._call(ExchangeDelete(exchange=exchange, if_unused=if_unused))
+
+    async def exchange_bind(
+        self,
+        destination: str,
+        source: str,
+        routing_key: str = "",
+        *,
+        arguments: FieldTable | None = None,
+    ) -> None:
+        """Bind exchange *destination* to exchange *source* (RabbitMQ extension)."""
+        await self._call(
+            ExchangeBind(
+                destination=destination,
+                source=source,
+                routing_key=routing_key,
+                arguments=arguments or {},
+            )
+        )
+
+    async def exchange_unbind(
+        self,
+        destination: str,
+        source: str,
+        routing_key: str = "",
+        *,
+        arguments: FieldTable | None = None,
+    ) -> None:
+        """Remove an exchange-to-exchange binding."""
+        await self._call(
+            ExchangeUnbind(
+                destination=destination,
+                source=source,
+                routing_key=routing_key,
+                arguments=arguments or {},
+            )
+        )
+
+    # --- queue --------------------------------------------------------------------------------
+
+    async def queue_declare(
+        self,
+        queue: str = "",
+        *,
+        passive: bool = False,
+        durable: bool = False,
+        exclusive: bool = False,
+        auto_delete: bool = False,
+        arguments: FieldTable | None = None,
+    ) -> QueueDeclareOk:
+        """Declare a queue (``""``: the broker names it); returns its name and counts."""
+        reply = await self._call(
+            QueueDeclare(
+                queue=queue,
+                passive=passive,
+                durable=durable,
+                exclusive=exclusive,
+                auto_delete=auto_delete,
+                arguments=arguments or {},
+            )
+        )
+        assert isinstance(reply, QueueDeclareOk)
+        return reply
+
+    async def queue_bind(
+        self,
+        queue: str,
+        exchange: str,
+        routing_key: str = "",
+        *,
+        arguments: FieldTable | None = None,
+    ) -> None:
+        """Bind a queue to an exchange."""
+        await self._call(
+            QueueBind(
+                queue=queue, exchange=exchange, routing_key=routing_key, arguments=arguments or {}
+            )
+        )
+
+    async def queue_unbind(
+        self,
+        queue: str,
+        exchange: str,
+        routing_key: str = "",
+        *,
+        arguments: FieldTable | None = None,
+    ) -> None:
+        """Remove a queue binding."""
+        await self._call(
+            QueueUnbind(
+                queue=queue, exchange=exchange, routing_key=routing_key, arguments=arguments or {}
+            )
+        )
+
+    async def queue_purge(self, queue: str) -> int:
+        """Remove a queue's ready messages; returns how many."""
+        reply = await self._call(QueuePurge(queue=queue))
+        assert isinstance(reply, QueuePurgeOk)
+        return reply.message_count
+
+    async def queue_delete(
+        self, queue: str, *, if_unused: bool = False, if_empty: bool = False
+    ) -> int:
+        """Delete a queue; returns how many messages it held."""
+        reply = await self._call(QueueDelete(queue=queue, if_unused=if_unused, if_empty=if_empty))
+        assert isinstance(reply, QueueDeleteOk)
+        return reply.message_count
+
+    # --- basic: settings ----------------------------------------------------------------------
+
+    async def basic_qos(
+        self, prefetch_count: int = 0, *, prefetch_size: int = 0, global_: bool = False
+    ) -> None:
+        """Limit unacknowledged deliveries (per consumer; ``global_``: per channel). Consumers
+        started afterwards get a buffer of ``prefetch_count`` messages."""
+        await self._call(
+            BasicQos(prefetch_count=prefetch_count, prefetch_size=prefetch_size, global_=global_)
+        )
+        self._prefetch_count = prefetch_count
+
+    async def confirm_select(self) -> None:
+        """Put the channel in confirm mode: :meth:`basic_publish` then waits for the broker's
+        ack, and :meth:`publisher` pipelines. Calling it again does nothing."""
+        if self._confirming:
+            self._check_open()
+            return
+        future = self._send(ConfirmSelect())
+        self._confirming = True  # the core numbers publishes from here on
+        self._conn._flush()
+        await future
+
+    # --- basic: publishing --------------------------------------------------------------------
+
+    async def _wait_publishable(self) -> None:
+        self._check_open()
+        conn = self._conn
+        while conn._unblocked is not None or self._flow_resumed is not None:
+            if conn._unblocked is not None:
+                await asyncio.shield(conn._unblocked)
+            elif self._flow_resumed is not None:
+                await asyncio.shield(self._flow_resumed)
+            self._check_open()
+
+    def _publish_now(
+        self,
+        body: bytes | bytearray | memoryview,
+        exchange: str,
+        routing_key: str,
+        properties: BasicProperties | None,
+        mandatory: bool,
+    ) -> int | None:
+        return self._core.publish(
+            self.number,
+            BasicPublish(exchange=exchange, routing_key=routing_key, mandatory=mandatory),
+            _NO_PROPERTIES if properties is None else properties,
+            body,
+        )
+
+    async def basic_publish(
+        self,
+        body: bytes | bytearray | memoryview,
+        *,
+        exchange: str = "",
+        routing_key: str = "",
+        properties: BasicProperties | None = None,
+        mandatory: bool = False,
+    ) -> None:
+        """Publish one message.
+
+        Waits while the broker blocks publishers (``connection.blocked``) or paused the
+        channel (``channel.flow``): wrap it in ``asyncio.timeout()`` for a timeout. In
+        confirm mode it returns when the broker acked the message.
+
+        :raises PublishNackedError: confirm mode: the broker nacked it.
+        :raises MessageReturnedError: confirm mode: a ``mandatory`` publish was unroutable.
+        """
+        conn = self._conn
+        if conn._unblocked is not None or self._flow_resumed is not None:
+            await self._wait_publishable()
+        else:
+            self._check_open()
+        number = self._publish_now(body, exchange, routing_key, properties, mandatory)
+        if number is None:
+            conn._flush_soon(len(body) + _FRAME_OVERHEAD)
+            if conn._write_paused:
+                await conn._drain()
+            return
+        future: asyncio.Future[None] = conn._loop.create_future()
+        self._book.confirms[number] = _ConfirmFuture(future)
+        conn._flush()
+        await future
+
+    @asynccontextmanager
+    async def publisher(self, window: int = 1000) -> AsyncIterator[Publisher]:
+        """A pipelined publisher keeping at most *window* publishes unconfirmed (puts the
+        channel in confirm mode). Leaving the block waits for every confirm and raises the
+        failures as an ``ExceptionGroup``; see :class:`Publisher`."""
+        pub = Publisher(self, window)
+        await self.confirm_select()
+        async with pub:
+            yield pub
+
+    # --- basic: consuming ---------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def basic_consume(
+        self,
+        queue: str,
+        *,
+        no_ack: bool = False,
+        exclusive: bool = False,
+        consumer_tag: str = "",
+        arguments: FieldTable | None = None,
+        buffer_size: int | None = None,
+    ) -> AsyncIterator[Consumer]:
+        """Start a consumer; iterate over it with ``async for``.
+
+        The buffer holds *buffer_size* messages (default: the channel's prefetch count, or
+        1000 without one). Leaving the block cancels the consumer (``basic.cancel``, waiting
+        for cancel-ok) **without** rejecting buffered messages (RabbitMQ stream queues close
+        the connection on a reject): messages received but not handed out stay
+        unacknowledged and are redelivered when the channel closes (or after
+        :meth:`basic_recover`).
+        """
+        size = buffer_size if buffer_size is not None else self._prefetch_count
+        if size <= 0:
+            size = DEFAULT_CONSUMER_BUFFER
+        tag = consumer_tag or f"amqp-asyncio.{uuid.uuid4().hex}"
+        if tag in self._book.consumers:
+            raise ValueError(f"consumer tag {tag!r} is already in use on this channel")
+        consumer = Consumer(self, tag, no_ack=no_ack, buffer_size=size)
+        method = BasicConsume(
+            queue=queue,
+            consumer_tag=tag,
+            no_ack=no_ack,
+            exclusive=exclusive,
+            arguments=arguments or {},
+        )
+        await self._wait_may_send(method)
+        future = self._send(method, consumer)
+        self._conn._flush()
+        try:
+            await future
+        except asyncio.CancelledError:
+            # If the broker still confirms the consume, the connection cancels it.
+            consumer._end(None, fatal=True)
+            raise
+        try:
+            yield consumer
+        finally:
+            await self._finish_consumer(consumer)
+
+    async def _finish_consumer(self, consumer: Consumer) -> None:
+        tag = consumer.consumer_tag
+        if self._book.consumers.get(tag) is consumer and not self.is_closed:
+            with contextlib.suppress(AMQPError, TimeoutError):
+                async with asyncio.timeout(self._conn.params.connection_timeout):
+                    await asyncio.shield(self._call(BasicCancel(consumer_tag=tag)))
+        consumer._end(None, fatal=True)
+        consumer._drop_buffer()
+        self._report_dropped(consumer)
+
+    def _report_dropped(self, consumer: Consumer) -> None:
+        if not consumer.dropped:
+            return
+        if consumer.no_ack:
+            logger.warning(
+                "consumer %s stopped with %d no-ack deliveries not handed out; they are lost",
+                consumer.consumer_tag,
+                consumer.dropped,
+            )
+        else:
+            logger.info(
+                "consumer %s stopped with %d deliveries not handed out; they stay "
+                "unacknowledged and are redelivered when channel %d closes",
+                consumer.consumer_tag,
+                consumer.dropped,
+                self.number,
+            )
+
+    async def basic_cancel(self, consumer_tag: str) -> None:
+        """Cancel a consumer: its iterator hands out what is buffered, then stops."""
+        await self._call(BasicCancel(consumer_tag=consumer_tag))
+
+    async def basic_get(self, queue: str, *, no_ack: bool = False) -> Message | None:
+        """Fetch one message (None when the queue is empty)."""
+        reply = await self._call(BasicGet(queue=queue, no_ack=no_ack))
+        if isinstance(reply, MessageReceived):
+            return self._message(reply)
+        assert isinstance(reply, BasicGetEmpty)
+        return None
+
+    # --- basic: settling ----------------------------------------------------------------------
+
+    async def basic_ack(self, delivery_tag: int, *, multiple: bool = False) -> None:
+        """Acknowledge a delivery (``multiple``: and every earlier one)."""
+        await self._send_no_reply(BasicAck(delivery_tag=delivery_tag, multiple=multiple))
+
+    async def basic_nack(
+        self, delivery_tag: int, *, multiple: bool = False, requeue: bool = True
+    ) -> None:
+        """Negatively acknowledge deliveries (RabbitMQ extension)."""
+        await self._send_no_reply(
+            BasicNack(delivery_tag=delivery_tag, multiple=multiple, requeue=requeue)
+        )
+
+    async def basic_reject(self, delivery_tag: int, *, requeue: bool = True) -> None:
+        """Reject one delivery."""
+        await self._send_no_reply(BasicReject(delivery_tag=delivery_tag, requeue=requeue))
+
+    async def basic_recover(self, requeue: bool = True) -> None:
+        """Redeliver every unacknowledged message of the channel (RabbitMQ supports only
+        ``requeue=True``)."""
+        await self._call(BasicRecover(requeue=requeue))
+
+    # --- tx and flow --------------------------------------------------------------------------
+
+    async def tx_select(self) -> None:
+        """Put the channel in transaction mode."""
+        await self._call(TxSelect())
+
+    async def tx_commit(self) -> None:
+        """Commit the current transaction."""
+        await self._call(TxCommit())
+
+    async def tx_rollback(self) -> None:
+        """Roll back the current transaction."""
+        await self._call(TxRollback())
+
+    async def flow(self, active: bool) -> bool:
+        """Ask the broker to pause (False) or resume (True) deliveries; returns the state the
+        broker confirmed. RabbitMQ refuses ``flow(False)`` with 540, closing the connection."""
+        reply = await self._call(ChannelFlow(active=active))
+        assert isinstance(reply, ChannelFlowOk)
+        return reply.active

@@ -1,0 +1,557 @@
+"""The asyncio connection: a ``BufferedProtocol`` feeds the core; calls write through it.
+
+Everything runs on the event loop's thread, so there are no locks: a call asks the core for
+its bytes and registers its future in the same synchronous step, which is what makes
+cancellation safe (a cancelled call's future is simply done when its reply arrives, and the
+reply is dropped; the core's per-channel FIFO stays in step with the broker).
+
+Publishes and acks are not written one by one: they accumulate in the core's outbound buffer
+and one ``transport.write`` per loop iteration (or per 64 KiB) sends them together. Requests
+that wait for a reply flush at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Final, final
+
+import attrs
+
+from amqp_sansio import (
+    NEED_DATA,
+    BasicCancel,
+    BasicConsumeOk,
+    BlockedByPeer,
+    ChannelClosed,
+    ChannelFlowChanged,
+    ChannelOpened,
+    ConnectionClosed,
+    ConnectionLost,
+    ConnectionOpened,
+    HeartbeatTimeout,
+    MessageReceived,
+    MethodReceived,
+    RemoteProtocolError,
+    Role,
+    SecureRequested,
+    UnblockedByPeer,
+)
+from amqp_sansio import Connection as CoreConnection
+from amqp_sansio._client_shared import ClientBook
+from amqp_sansio.client import (
+    DEFAULT_URL,
+    AMQPError,
+    ConnectionClosedError,
+    ConnectionLostError,
+    ConnectionParameters,
+    ConnectionTimeoutError,
+    error_for_close,
+)
+
+from ._channel import Channel
+
+if TYPE_CHECKING:
+    import ssl
+    from collections.abc import AsyncIterator
+
+    from amqp_sansio import Event, FieldTable
+    from amqp_sansio._client_shared import Reply
+
+__all__ = ["Connection", "connect"]
+
+logger: Final = logging.getLogger("amqp_asyncio")
+
+_READ_SIZE: Final = 256 * 1024
+#: Publishes and acks accumulate up to this many octets before a write is forced.
+_BATCH: Final = 64 * 1024
+
+
+def _parameters(
+    url_or_params: str | ConnectionParameters, connection_name: str | None
+) -> ConnectionParameters:
+    if isinstance(url_or_params, ConnectionParameters):
+        params = url_or_params
+    elif isinstance(url_or_params, str):
+        params = ConnectionParameters.from_url(url_or_params)
+    else:
+        raise TypeError(
+            "url_or_params must be an AMQP URL or ConnectionParameters, not "
+            f"{type(url_or_params).__name__}"
+        )
+    if connection_name is not None:
+        params = attrs.evolve(params, connection_name=connection_name)
+    return params
+
+
+@final
+class _Protocol(asyncio.BufferedProtocol):
+    """Hands the transport's bytes and state changes to the :class:`Connection`."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._buffer = memoryview(bytearray(_READ_SIZE))
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._conn._transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._conn._flush()  # the protocol header
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        conn = self._conn
+        conn._core.receive_data(self._buffer[:nbytes])
+        conn._process_events()
+
+    def eof_received(self) -> bool:
+        return False  # close the transport; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._conn._transport_lost(exc)
+        if not self._conn._transport_gone.done():
+            self._conn._transport_gone.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._conn._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._conn._write_paused = False
+        self._conn._wake_drain_waiters()
+
+
+@final
+class Connection:
+    """An open AMQP connection on an asyncio event loop (made by :func:`connect`).
+
+    Use it from the loop's thread only. Every call that waits for the broker can be cancelled
+    (``asyncio.timeout``, ``TaskGroup`` cancellation): the request is either not sent or its
+    late reply is dropped, and the connection stays usable.
+    """
+
+    def __init__(self, params: ConnectionParameters, loop: asyncio.AbstractEventLoop) -> None:
+        #: The parameters the connection was made with.
+        self.params: Final = params
+        self._loop = loop
+        self._core = CoreConnection(Role.CLIENT, params.to_config())
+        self._book = ClientBook()
+        self._transport: asyncio.Transport | None = None
+        self._opened: asyncio.Future[ConnectionOpened] = loop.create_future()
+        self._finished: asyncio.Future[None] = loop.create_future()
+        #: Set by connection_lost: a TLS transport needs loop iterations to shut down after close().
+        self._transport_gone: asyncio.Future[None] = loop.create_future()
+        self._unblocked: asyncio.Future[None] | None = None
+        self._closing = False
+        self._write_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._pausers: set[object] = set()
+        self._unflushed = 0
+        self._flush_scheduled = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._heartbeat_timed_out = False
+        self._channels: dict[int, Channel] = {}
+        #: Channels with calls waiting for their request queue to allow them.
+        self._busy_channels: set[Channel] = set()
+        #: The broker's ``server-properties`` (product, version, capabilities, ...).
+        self.server_properties: FieldTable = {}
+
+    def __repr__(self) -> str:
+        state = "closed" if self.is_closed else "open"
+        return f"<amqp_asyncio.Connection {self.params.address} {state}>"
+
+    # --- public state -------------------------------------------------------------------------
+
+    @property
+    def blocked(self) -> bool:
+        """Whether the broker currently blocks publishers (``connection.blocked``)."""
+        return self._book.blocked is not None
+
+    @property
+    def blocked_reason(self) -> str | None:
+        """The reason the broker gave for blocking, while blocked."""
+        return self._book.blocked
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether the connection is closed, closing or lost."""
+        return self._book.error is not None or self._closing
+
+    @property
+    def close_error(self) -> AMQPError | None:
+        """Why the connection ended (:class:`~amqp_sansio.client.ConnectionClosedError` with
+        the broker's reply, :class:`~amqp_sansio.client.ConnectionLostError`); None while
+        open."""
+        return self._book.error
+
+    @property
+    def heartbeat(self) -> int:
+        """The negotiated heartbeat interval in seconds (0: off)."""
+        return self._core.heartbeat
+
+    @property
+    def frame_max(self) -> int:
+        """The negotiated largest frame."""
+        return self._core.frame_max
+
+    @property
+    def channel_max(self) -> int:
+        """The negotiated highest channel number."""
+        return self._core.channel_max
+
+    async def wait_closed(self) -> AMQPError:
+        """Wait until the connection ends (closed by either side or lost); returns why."""
+        await asyncio.shield(self._finished)
+        error = self._book.error
+        assert error is not None
+        return error
+
+    async def wait_unblocked(self) -> None:
+        """Return once the broker does not block publishers (at once when it does not)."""
+        while self._unblocked is not None:
+            await asyncio.shield(self._unblocked)
+
+    # --- channels -----------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def channel(self) -> AsyncIterator[Channel]:
+        """Open a channel for the block; it is closed (200) on the way out."""
+        ch = await self.open_channel()
+        try:
+            yield ch
+        finally:
+            await ch.aclose()
+
+    async def open_channel(self) -> Channel:
+        """Open a channel; close it with :meth:`Channel.aclose`."""
+        self._check_open()
+        number = self._core.open_channel()
+        waiter: asyncio.Future[Reply] = self._loop.create_future()
+        book = self._book.channel_opening(number, waiter)
+        ch = Channel(self, book)
+        self._channels[number] = ch
+        self._flush()
+        await waiter
+        return ch
+
+    # --- closing ------------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close the connection (200) and wait for the broker's close-ok, shielded from
+        cancellation and bounded by ``connection_timeout``. Pending calls raise
+        :class:`~amqp_sansio.client.ConnectionClosedError`. Closing twice does nothing."""
+        if self._book.error is None and not self._closing and self._transport is not None:
+            self._closing = True
+            self._core.close(200, "Normal shutdown")
+            self._flush()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.params.connection_timeout):
+                    await asyncio.shield(self._finished)
+        if self._book.error is None:
+            self._book.fail(ConnectionClosedError("closed by the client", reply_code=200))
+        self._finish()
+        if self._transport is not None and not self._transport_gone.done():
+            try:
+                async with asyncio.timeout(self.params.connection_timeout):
+                    await asyncio.shield(self._transport_gone)
+            except TimeoutError:
+                self._transport.abort()
+
+    # --- plumbing for channels ------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        error = self._book.error
+        if error is not None:
+            raise error
+        if self._closing:
+            raise ConnectionClosedError("the connection is closing", reply_code=200)
+
+    def _flush(self) -> None:
+        """Write everything the core queued."""
+        self._unflushed = 0
+        data = self._core.data_to_send()
+        if data and self._transport is not None and not self._finished.done():
+            self._transport.write(data)
+
+    def _flush_soon(self, size: int) -> None:
+        """Publishes and acks: write within this loop iteration, or now past 64 KiB."""
+        self._unflushed += size
+        if self._unflushed >= _BATCH:
+            self._flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._scheduled_flush)
+
+    def _scheduled_flush(self) -> None:
+        self._flush_scheduled = False
+        self._flush()
+
+    async def _drain(self) -> None:
+        """Wait while the transport's write buffer is over its high-water mark."""
+        while self._write_paused and not self._finished.done():
+            waiter: asyncio.Future[None] = self._loop.create_future()
+            self._drain_waiters.append(waiter)
+            await waiter
+
+    def _pause_reading(self, consumer: object) -> None:
+        """A consumer's buffer is full: stop reading until it has room again."""
+        if not self._pausers and self._transport is not None:
+            self._transport.pause_reading()
+        self._pausers.add(consumer)
+
+    def _resume_reading(self, consumer: object) -> None:
+        self._pausers.discard(consumer)
+        if not self._pausers and self._transport is not None and not self._finished.done():
+            self._transport.resume_reading()
+
+    def _wake_drain_waiters(self) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    # --- events -------------------------------------------------------------------------------
+
+    def _process_events(self) -> None:
+        core = self._core
+        book = self._book
+        while True:
+            try:
+                event = core.next_event()
+            except RemoteProtocolError as exc:
+                logger.warning("protocol error from %s: %r", self.params.address, exc)
+                book.fail(
+                    error_for_close(
+                        exc.reply_code, exc.reply_text, exc.class_id, exc.method_id, connection=True
+                    )
+                )
+                self._flush()  # the close answering the error
+                self._finish()
+                return
+            if event is NEED_DATA:
+                break
+            cls = type(event)
+            if cls is ChannelOpened:
+                assert isinstance(event, ChannelOpened)
+                self._on_channel_opened(event)
+                continue
+            if cls is MethodReceived:
+                assert isinstance(event, MethodReceived)
+                if type(event.method) is BasicConsumeOk:
+                    self._on_consume_ok(event)
+                    continue
+            book.handle(event)
+            if cls is not MessageReceived and cls is not MethodReceived:
+                self._after_event(event)
+        if self._busy_channels:
+            busy, self._busy_channels = self._busy_channels, set()
+            for ch in busy:
+                ch._wake_idle_waiters()  # they check their channel's request queue again
+        self._flush()  # automatic answers: close-ok, flow-ok, cancel-ok, heartbeats
+
+    def _on_channel_opened(self, event: ChannelOpened) -> None:
+        book = self._book.channels.get(event.channel)
+        abandoned = book is not None and bool(book.rpcs) and book.rpcs[0][0].done()
+        self._book.handle(event)
+        if abandoned:
+            # open_channel() was cancelled: nobody will use or close this channel.
+            ch = self._channels.pop(event.channel, None)
+            if ch is not None:
+                self._core.close_channel(event.channel, 200, "Normal shutdown")
+                self._book.expect_close(event.channel, self._loop.create_future())
+
+    def _on_consume_ok(self, event: MethodReceived) -> None:
+        book = self._book.channels.get(event.channel)
+        abandoned = book is not None and bool(book.rpcs) and book.rpcs[0][0].done()
+        self._book.handle(event)
+        if abandoned:
+            # basic_consume() was cancelled: nobody iterates this consumer.
+            method = event.method
+            assert isinstance(method, BasicConsumeOk)
+            self._core.send_method(event.channel, BasicCancel(consumer_tag=method.consumer_tag))
+            future: asyncio.Future[Reply] = self._loop.create_future()
+            future.cancel()
+            self._book.expect(event.channel, future)
+
+    def _after_event(self, event: Event) -> None:
+        cls = type(event)
+        if cls is ConnectionOpened:
+            assert isinstance(event, ConnectionOpened)
+            self.server_properties = event.server_properties
+            if not self._opened.done():
+                self._opened.set_result(event)
+            self._arm_timer()
+        elif cls is ChannelClosed:
+            assert isinstance(event, ChannelClosed)
+            self._channels.pop(event.channel, None)
+            if event.by_peer:
+                logger.info(
+                    "the broker closed channel %d: %d %s",
+                    event.channel,
+                    event.reply_code,
+                    event.reply_text,
+                )
+        elif cls is ChannelFlowChanged:
+            assert isinstance(event, ChannelFlowChanged)
+            ch = self._channels.get(event.channel)
+            if ch is not None:
+                ch._flow_changed(event.active)
+        elif cls is BlockedByPeer:
+            logger.warning("the broker blocks publishing: %s", self._book.blocked)
+            if self._unblocked is None:
+                self._unblocked = self._loop.create_future()
+        elif cls is UnblockedByPeer:
+            logger.info("the broker unblocked publishing")
+            self._release_unblocked()
+        elif cls is ConnectionClosed:
+            assert isinstance(event, ConnectionClosed)
+            if event.by_peer:
+                logger.warning(
+                    "%s closed the connection: %d %s",
+                    self.params.address,
+                    event.reply_code,
+                    event.reply_text,
+                )
+            self._flush()  # the close-ok
+            self._finish()
+        elif cls is ConnectionLost:
+            self._finish()
+        elif cls is HeartbeatTimeout:
+            logger.warning(
+                "no bytes from %s for two heartbeat intervals (%d s): dropping the connection",
+                self.params.address,
+                self._core.heartbeat,
+            )
+            self._heartbeat_timed_out = True
+            if self._transport is not None:
+                self._transport.abort()  # connection_lost reports what is lost
+        elif cls is SecureRequested:
+            # PLAIN, AMQPLAIN and EXTERNAL never get a challenge.
+            self._core.close(540, "NOT_IMPLEMENTED - SASL challenges are not supported")
+
+    def _release_unblocked(self) -> None:
+        unblocked, self._unblocked = self._unblocked, None
+        if unblocked is not None and not unblocked.done():
+            unblocked.set_result(None)
+
+    def _transport_lost(self, exc: Exception | None) -> None:
+        if not self._finished.done():
+            if exc is not None:
+                logger.debug("transport error on %s: %r", self.params.address, exc)
+            with contextlib.suppress(RuntimeError, RemoteProtocolError):
+                self._core.receive_data(b"")
+            with contextlib.suppress(RemoteProtocolError):
+                while (event := self._core.next_event()) is not NEED_DATA:
+                    self._book.handle(event)
+            if self._book.error is None or self._heartbeat_timed_out:
+                text = (
+                    f"no bytes from {self.params.address} for two heartbeat intervals"
+                    if self._heartbeat_timed_out
+                    else f"the transport to {self.params.address} closed without a close handshake"
+                )
+                self._book.fail(ConnectionLostError(text))
+            logger.warning("lost the connection to %s", self.params.address)
+        self._finish()
+
+    def _finish(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._opened.done():
+            error = self._book.error
+            self._opened.set_exception(
+                error
+                if error is not None
+                else ConnectionLostError(
+                    f"{self.params.address} closed the transport during the handshake"
+                )
+            )
+            self._opened.exception()  # retrieved here: connect() may be gone already
+        self._release_unblocked()
+        self._wake_drain_waiters()
+        for ch in self._channels.values():
+            ch._flow_changed(True)
+            ch._wake_idle_waiters()
+        self._channels.clear()
+        if not self._finished.done():
+            self._finished.set_result(None)
+        if self._transport is not None:
+            self._transport.close()
+
+    # --- heartbeats ---------------------------------------------------------------------------
+
+    def _arm_timer(self) -> None:
+        deadline = self._core.next_deadline()
+        if deadline is not None and not self._finished.done():
+            self._timer = self._loop.call_at(deadline, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._core.handle_timer(self._loop.time())
+        self._process_events()
+        self._arm_timer()
+
+
+@asynccontextmanager
+async def connect(
+    url_or_params: str | ConnectionParameters = DEFAULT_URL,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    connection_name: str | None = None,
+) -> AsyncIterator[Connection]:
+    """Connect to a broker for the duration of an ``async with`` block.
+
+    *url_or_params* is an ``amqp://``/``amqps://`` URL (see
+    :meth:`~amqp_sansio.client.ConnectionParameters.from_url`) or
+    :class:`~amqp_sansio.client.ConnectionParameters`. TLS is used for ``amqps`` or when
+    *ssl_context* is given (default context: :meth:`ConnectionParameters.ssl_context`).
+    *connection_name* shows in the broker's management UI.
+
+    Leaving the block closes the connection (200) and waits for the broker's close-ok.
+
+    :raises ConnectionTimeoutError: TCP, TLS and AMQP handshake took longer than
+        ``connection_timeout``.
+    :raises ConnectionClosedError: the broker refused the login (403) or the virtual host
+        (:class:`~amqp_sansio.client.NotAllowed`).
+    :raises OSError: the TCP connection failed.
+    """
+    params = _parameters(url_or_params, connection_name)
+    loop = asyncio.get_running_loop()
+    conn = Connection(params, loop)
+    context = ssl_context
+    if context is None and params.tls:
+        context = params.ssl_context()
+    try:
+        async with asyncio.timeout(params.connection_timeout):
+            await loop.create_connection(
+                lambda: _Protocol(conn),
+                params.host,
+                params.port,
+                ssl=context,
+                server_hostname=params.tls_server_hostname if context is not None else None,
+            )
+            await asyncio.shield(conn._opened)
+    except TimeoutError:
+        conn._finish()
+        raise ConnectionTimeoutError(
+            f"could not connect to {params.address} within {params.connection_timeout} s"
+        ) from None
+    except BaseException:
+        conn._finish()
+        raise
+    logger.info(
+        "connected to %s (vhost %r, heartbeat %d s)",
+        params.address,
+        params.virtual_host,
+        conn.heartbeat,
+    )
+    try:
+        yield conn
+    finally:
+        await conn.aclose()

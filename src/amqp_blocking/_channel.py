@@ -1,0 +1,930 @@
+"""Channels, consumers, windowed publishers and messages of the blocking adapter."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from typing import TYPE_CHECKING, Final, final
+
+import attrs
+
+from amqp_sansio import (
+    BasicAck,
+    BasicCancel,
+    BasicConsume,
+    BasicGet,
+    BasicGetEmpty,
+    BasicNack,
+    BasicProperties,
+    BasicPublish,
+    BasicQos,
+    BasicRecover,
+    BasicReject,
+    ChannelFlow,
+    ChannelFlowOk,
+    ConfirmSelect,
+    ExchangeBind,
+    ExchangeDeclare,
+    ExchangeDelete,
+    ExchangeUnbind,
+    MessageReceived,
+    QueueBind,
+    QueueDeclare,
+    QueueDeclareOk,
+    QueueDelete,
+    QueueDeleteOk,
+    QueuePurge,
+    QueuePurgeOk,
+    QueueUnbind,
+    TxCommit,
+    TxRollback,
+    TxSelect,
+)
+from amqp_sansio._client_shared import may_send
+from amqp_sansio.client import (
+    AMQPError,
+    ChannelClosedError,
+    ConsumerCancelledError,
+    MessageReturnedError,
+    PublishNackedError,
+)
+from amqp_sansio.client import Message as _BaseMessage
+
+from ._waiter import Waiter
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from types import TracebackType
+
+    from amqp_sansio import FieldTable, Method
+    from amqp_sansio._client_shared import ChannelBook, Reply
+
+    from ._connection import Connection
+
+__all__ = ["Channel", "Consumer", "Message", "PublishTicket", "Publisher"]
+
+_NO_PROPERTIES: Final = BasicProperties()
+
+logger = logging.getLogger("amqp_blocking")
+
+
+@final
+@attrs.define(kw_only=True, slots=True, weakref_slot=False)
+class Message(_BaseMessage):
+    """A received message with ``ack()``, ``nack()`` and ``reject()`` bound to its channel."""
+
+    _owner: Channel | None = attrs.field(default=None, repr=False, eq=False, alias="owner")
+
+    def _channel_object(self) -> Channel:
+        if self._owner is None:
+            raise RuntimeError("this message was not received on a channel")
+        return self._owner
+
+    def ack(self, *, multiple: bool = False) -> None:
+        """Acknowledge this message (and, with *multiple*, every earlier one)."""
+        self._channel_object().basic_ack(self.delivery_tag, multiple=multiple)
+
+    def nack(self, *, multiple: bool = False, requeue: bool = True) -> None:
+        """Refuse this message (and, with *multiple*, every earlier one)."""
+        self._channel_object().basic_nack(self.delivery_tag, multiple=multiple, requeue=requeue)
+
+    def reject(self, *, requeue: bool = True) -> None:
+        """Refuse this message."""
+        self._channel_object().basic_reject(self.delivery_tag, requeue=requeue)
+
+
+@final
+class Channel:
+    """An open channel. Thread-safe; a context manager that closes it.
+
+    Every call that waits for the broker takes ``timeout`` (seconds, None: no limit) and
+    raises :class:`TimeoutError` when it passes; a reply arriving later is dropped.
+    """
+
+    def __init__(self, connection: Connection, book: ChannelBook) -> None:
+        self._connection = connection
+        self._book = book
+        self._number = book.number
+        self._confirming = False
+
+    def __repr__(self) -> str:
+        return f"<amqp_blocking.Channel {self._number}>"
+
+    @property
+    def number(self) -> int:
+        """The channel id."""
+        return self._number
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether the channel is closed (or closing), or its connection is."""
+        return self._book.error is not None or self._book.close_waiter is not None
+
+    @property
+    def in_confirm_mode(self) -> bool:
+        """Whether :meth:`confirm_select` was called."""
+        return self._confirming
+
+    @property
+    def connection(self) -> Connection:
+        """The connection this channel belongs to."""
+        return self._connection
+
+    def __enter__(self) -> Channel:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self, *, timeout: float | None = None) -> None:
+        """Close the channel (reply code 200). Unacknowledged deliveries go back to their
+        queues (RabbitMQ's rule); nothing is rejected. Does nothing if already closed."""
+        conn = self._connection
+        waiter = Waiter()
+        with conn._lock:
+            if self._book.error is not None or conn._book.error is not None or conn._finished:
+                return
+            existing = self._book.close_waiter
+            if existing is not None:
+                assert isinstance(existing, Waiter)
+                waiter = existing
+            else:
+                conn._core.close_channel(self._number)
+                self._book.close_waiter = waiter
+                conn._flush_locked()
+        waiter.wait(timeout, conn._lock)
+
+    # --- plumbing -----------------------------------------------------------------------------
+
+    def _check_locked(self) -> None:
+        error = self._book.error
+        if error is not None:
+            raise error
+        self._connection._check_open()
+        if self._book.close_waiter is not None:
+            raise ChannelClosedError("the channel is closing", reply_code=200)
+
+    def _wait_publishable_locked(self, timeout: float | None) -> None:
+        """Wait while the broker blocks publishers or paused the channel, and while too much
+        is queued for the socket."""
+        self._check_locked()
+        conn = self._connection
+        book = self._book
+        if conn._book.blocked is not None or not book.flow_active:
+            ready = conn._writable.wait_for(
+                lambda: (
+                    (conn._book.blocked is None and book.flow_active)
+                    or book.error is not None
+                    or conn._book.error is not None
+                ),
+                timeout,
+            )
+            if not ready:
+                raise TimeoutError(f"publishing was blocked by the broker for {timeout} s")
+            self._check_locked()
+        conn._wait_writable_locked(timeout)
+
+    def _request(
+        self, method: Method, timeout: float | None, consumer: Consumer | None = None
+    ) -> Reply:
+        conn = self._connection
+        waiter = Waiter()
+        with conn._lock:
+            self._check_locked()
+            if not may_send(conn._core.pending_requests(self._number), method):
+                conn._rpc_waiters += 1
+                try:
+                    ready = conn._writable.wait_for(
+                        lambda: (
+                            may_send(conn._core.pending_requests(self._number), method)
+                            or self._book.error is not None
+                            or conn._book.error is not None
+                        ),
+                        timeout,
+                    )
+                finally:
+                    conn._rpc_waiters -= 1
+                if not ready:
+                    raise TimeoutError(f"channel {self._number} stayed busy for {timeout} s")
+                self._check_locked()
+            conn._core.send_method(self._number, method)
+            self._book.rpcs.append((waiter, consumer))
+            conn._flush_locked()
+        return waiter.wait(timeout, conn._lock)
+
+    def _send(self, method: Method) -> None:
+        conn = self._connection
+        with conn._lock:
+            self._check_locked()
+            conn._core.send_method(self._number, method)
+            conn._flush_locked()
+
+    # --- exchanges ----------------------------------------------------------------------------
+
+    def exchange_declare(
+        self,
+        exchange: str,
+        exchange_type: str = "direct",
+        *,
+        passive: bool = False,
+        durable: bool = False,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: FieldTable | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Declare an exchange (``passive``: only check that it exists)."""
+        self._request(
+            ExchangeDeclare(
+                exchange=exchange,
+                type=exchange_type,
+                passive=passive,
+                durable=durable,
+                auto_delete=auto_delete,
+                internal=internal,
+                arguments=arguments or {},
+            ),
+            timeout,
+        )
+
+    def exchange_delete(
+        self, exchange: str, *, if_unused: bool = False, timeout: float | None = None
+    ) -> None:
+        """Delete an exchange."""
+        self._request(ExchangeDelete(exchange=exchange, if_unused=if_unused), timeout)
+
+    def exchange_bind(
+        self,
+        destination: str,
+        source: str,
+        routing_key: str = "",
+        *,
+        arguments: FieldTable | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Bind exchange *destination* to exchange *source* (a RabbitMQ extension)."""
+        self._request(
+            ExchangeBind(
+                destination=destination,
+                source=source,
+                routing_key=routing_key,
+                arguments=arguments or {},
+            ),
+            timeout,
+        )
+
+    def exchange_unbind(
+        self,
+        destination: str,
+        source: str,
+        routing_key: str = "",
+        *,
+        arguments: FieldTable | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Remove an exchange-to-exchange binding."""
+        self._request(
+            ExchangeUnbind(
+                destination=destination,
+                source=source,
+                routing_key=routing_key,
+                arguments=arguments or {},
+            ),
+            timeout,
+        )
+
+    # --- queues -------------------------------------------------------------------------------
+
+    def queue_declare(
+        self,
+        queue: str = "",
+        *,
+        passive: bool = False,
+        durable: bool = False,
+        exclusive: bool = False,
+        auto_delete: bool = False,
+        arguments: FieldTable | None = None,
+        timeout: float | None = None,
+    ) -> QueueDeclareOk:
+        """Declare a queue (``""``: the broker names it); returns its name and counts."""
+        reply = self._request(
+            QueueDeclare(
+                queue=queue,
+                passive=passive,
+                durable=durable,
+                exclusive=exclusive,
+                auto_delete=auto_delete,
+                arguments=arguments or {},
+            ),
+            timeout,
+        )
+        assert isinstance(reply, QueueDeclareOk)
+        return reply
+
+    def queue_bind(
+        self,
+        queue: str,
+        exchange: str,
+        routing_key: str = "",
+        *,
+        arguments: FieldTable | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Bind a queue to an exchange."""
+        self._request(
+            QueueBind(
+                queue=queue, exchange=exchange, routing_key=routing_key, arguments=arguments or {}
+            ),
+            timeout,
+        )
+
+    def queue_unbind(
+        self,
+        queue: str,
+        exchange: str,
+        routing_key: str = "",
+        *,
+        arguments: FieldTable | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Remove a queue binding."""
+        self._request(
+            QueueUnbind(
+                queue=queue, exchange=exchange, routing_key=routing_key, arguments=arguments or {}
+            ),
+            timeout,
+        )
+
+    def queue_purge(self, queue: str, *, timeout: float | None = None) -> int:
+        """Remove a queue's ready messages; returns how many."""
+        reply = self._request(QueuePurge(queue=queue), timeout)
+        assert isinstance(reply, QueuePurgeOk)
+        return reply.message_count
+
+    def queue_delete(
+        self,
+        queue: str,
+        *,
+        if_unused: bool = False,
+        if_empty: bool = False,
+        timeout: float | None = None,
+    ) -> int:
+        """Delete a queue; returns how many messages it held."""
+        reply = self._request(
+            QueueDelete(queue=queue, if_unused=if_unused, if_empty=if_empty), timeout
+        )
+        assert isinstance(reply, QueueDeleteOk)
+        return reply.message_count
+
+    # --- basic --------------------------------------------------------------------------------
+
+    def basic_qos(
+        self,
+        prefetch_count: int = 0,
+        *,
+        prefetch_size: int = 0,
+        global_: bool = False,
+        timeout: float | None = None,
+    ) -> None:
+        """Limit unacknowledged deliveries (per consumer; ``global_``: per channel)."""
+        self._request(
+            BasicQos(prefetch_size=prefetch_size, prefetch_count=prefetch_count, global_=global_),
+            timeout,
+        )
+
+    def confirm_select(self, *, timeout: float | None = None) -> None:
+        """Put the channel in confirm mode: :meth:`basic_publish` then waits for the broker's
+        ack, and :meth:`publisher` pipelines. Calling it again does nothing."""
+        if self._confirming:
+            with self._connection._lock:
+                self._check_locked()
+            return
+        self._confirming = True
+        self._request(ConfirmSelect(), timeout)
+
+    def basic_publish(
+        self,
+        body: bytes | bytearray | memoryview,
+        *,
+        exchange: str = "",
+        routing_key: str = "",
+        properties: BasicProperties | None = None,
+        mandatory: bool = False,
+        timeout: float | None = None,
+    ) -> None:
+        """Publish a message. In confirm mode, return once the broker acked it.
+
+        Waits while the broker blocks publishers (``connection.blocked``) or paused the
+        channel (``channel.flow``), up to *timeout* in all.
+
+        :raises PublishNackedError: the broker nacked it (confirm mode).
+        :raises MessageReturnedError: ``mandatory`` and unroutable (confirm mode; outside it a
+            return is only logged).
+        :raises ConnectionLostError: the connection was lost before the confirm.
+        """
+        conn = self._connection
+        method = BasicPublish(exchange=exchange, routing_key=routing_key, mandatory=mandatory)
+        waiter: Waiter | None = None
+        with conn._lock:
+            self._wait_publishable_locked(timeout)
+            number = conn._core.publish(
+                self._number, method, _NO_PROPERTIES if properties is None else properties, body
+            )
+            if number is not None:
+                waiter = Waiter()
+                self._book.confirms[number] = waiter
+            conn._flush_locked()
+        if waiter is not None:
+            waiter.wait(timeout, conn._lock)
+
+    def publisher(self, window: int = 1000) -> Publisher:
+        """A pipelined publisher keeping at most *window* publishes unconfirmed (puts the
+        channel in confirm mode). Leaving its ``with`` block waits for every confirm and
+        raises the failures as an ``ExceptionGroup``; see :class:`Publisher`."""
+        pub = Publisher(self, window)
+        self.confirm_select()
+        return pub
+
+    def basic_consume(
+        self,
+        queue: str,
+        *,
+        no_ack: bool = False,
+        exclusive: bool = False,
+        consumer_tag: str = "",
+        arguments: FieldTable | None = None,
+        timeout: float | None = None,
+    ) -> Consumer:
+        """Start a consumer: an iterator of :class:`Message` and a context manager that
+        cancels it. Iteration blocks until a message arrives or the consumer ends."""
+        return self._consume(queue, no_ack, exclusive, consumer_tag, arguments, timeout, None)
+
+    def consume(
+        self,
+        queue: str,
+        *,
+        timeout: float | None = None,
+        no_ack: bool = False,
+        exclusive: bool = False,
+        consumer_tag: str = "",
+        arguments: FieldTable | None = None,
+    ) -> Consumer:
+        """Like :meth:`basic_consume`, but iteration ends (and the consumer is cancelled)
+        after *timeout* seconds without a message. ``for msg in ch.consume(q, timeout=5):``.
+
+        Stream queues: ``arguments={"x-stream-offset": n}`` (after ``basic_qos``). Closing the
+        consumer never rejects a buffered delivery.
+        """
+        return self._consume(queue, no_ack, exclusive, consumer_tag, arguments, timeout, timeout)
+
+    def _consume(
+        self,
+        queue: str,
+        no_ack: bool,
+        exclusive: bool,
+        consumer_tag: str,
+        arguments: FieldTable | None,
+        timeout: float | None,
+        inactivity_timeout: float | None,
+    ) -> Consumer:
+        tag = consumer_tag or f"amqp-blocking.{uuid.uuid4().hex}"
+        consumer = Consumer(self, tag, no_ack, inactivity_timeout)
+        method = BasicConsume(
+            queue=queue,
+            consumer_tag=tag,
+            no_ack=no_ack,
+            exclusive=exclusive,
+            arguments=arguments or {},
+        )
+        try:
+            self._request(method, timeout, consumer)
+        except TimeoutError:
+            # If the broker still confirms the consume, the I/O thread cancels it.
+            consumer.finish(None)
+            raise
+        return consumer
+
+    def basic_get(
+        self, queue: str, *, no_ack: bool = False, timeout: float | None = None
+    ) -> Message | None:
+        """Fetch one message, or None when the queue is empty."""
+        reply = self._request(BasicGet(queue=queue, no_ack=no_ack), timeout)
+        if isinstance(reply, BasicGetEmpty):
+            return None
+        assert isinstance(reply, MessageReceived)
+        return self._message(reply)
+
+    def _message(self, event: MessageReceived) -> Message:
+        message = Message.from_content(event.channel, event.method, event.properties, event.body)
+        message._owner = self
+        return message
+
+    def basic_ack(self, delivery_tag: int, *, multiple: bool = False) -> None:
+        """Acknowledge a delivery (with *multiple*: every one up to it)."""
+        self._send(BasicAck(delivery_tag=delivery_tag, multiple=multiple))
+
+    def basic_nack(
+        self, delivery_tag: int, *, multiple: bool = False, requeue: bool = True
+    ) -> None:
+        """Refuse a delivery (with *multiple*: every one up to it). Never on a stream queue."""
+        self._send(BasicNack(delivery_tag=delivery_tag, multiple=multiple, requeue=requeue))
+
+    def basic_reject(self, delivery_tag: int, *, requeue: bool = True) -> None:
+        """Refuse one delivery. Never on a stream queue."""
+        self._send(BasicReject(delivery_tag=delivery_tag, requeue=requeue))
+
+    def basic_recover(self, requeue: bool = True, *, timeout: float | None = None) -> None:
+        """Redeliver every unacknowledged delivery of the channel."""
+        self._request(BasicRecover(requeue=requeue), timeout)
+
+    def basic_cancel(self, consumer_tag: str, *, timeout: float | None = None) -> None:
+        """Cancel a consumer by tag (``Consumer.cancel()`` does the same)."""
+        self._request(BasicCancel(consumer_tag=consumer_tag), timeout)
+
+    def tx_select(self, *, timeout: float | None = None) -> None:
+        """Put the channel in transaction mode."""
+        self._request(TxSelect(), timeout)
+
+    def tx_commit(self, *, timeout: float | None = None) -> None:
+        """Commit the current transaction."""
+        self._request(TxCommit(), timeout)
+
+    def tx_rollback(self, *, timeout: float | None = None) -> None:
+        """Roll the current transaction back."""
+        self._request(TxRollback(), timeout)
+
+    def flow(self, active: bool, *, timeout: float | None = None) -> bool:
+        """Ask the broker to stop (False) or resume (True) deliveries; returns its answer."""
+        reply = self._request(ChannelFlow(active=active), timeout)
+        assert isinstance(reply, ChannelFlowOk)
+        return reply.active
+
+
+@final
+class Consumer:
+    """The deliveries of one consumer, in order. Iterate it from one thread at a time;
+    :meth:`cancel` works from any thread.
+
+    Messages wait in a local buffer (bounded by the channel's prefetch) until taken.
+    Cancelling never rejects a buffered delivery: on a classic queue it returns to the queue
+    when the channel closes; a stream queue's offsets stay untouched.
+    """
+
+    def __init__(
+        self, channel: Channel, tag: str, no_ack: bool, inactivity_timeout: float | None
+    ) -> None:
+        self._channel = channel
+        self._no_ack = no_ack
+        #: Deliveries dropped undelivered by :meth:`close` (unacknowledged, never rejected).
+        self.dropped = 0
+        self._inactivity_timeout = inactivity_timeout
+        self._tag = tag
+        self._buffer: deque[MessageReceived] = deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._waiting = False
+        self._ended = False
+        self._fatal = False
+        self._error: AMQPError | None = None
+
+    def __repr__(self) -> str:
+        return f"<amqp_blocking.Consumer {self._tag!r} on channel {self._channel.number}>"
+
+    @property
+    def consumer_tag(self) -> str:
+        """The tag the broker knows this consumer by."""
+        return self._tag
+
+    @property
+    def no_ack(self) -> bool:
+        """Whether the broker considers deliveries acknowledged when sent."""
+        return self._no_ack
+
+    @property
+    def buffered(self) -> int:
+        """Messages received from the broker and not handed out yet."""
+        return len(self._buffer)
+
+    # called by the I/O thread (connection lock held): must not block
+
+    def deliver(self, event: MessageReceived, /) -> None:
+        self._buffer.append(event)
+        if self._waiting:
+            with self._cond:
+                self._cond.notify()
+
+    def finish(self, error: AMQPError | None, /) -> None:
+        with self._cond:
+            if self._ended:
+                return
+            self._ended = True
+            self._error = error
+            # A closed channel or connection ends iteration at once (the buffered deliveries
+            # can no longer be acked); a broker cancel comes after what is buffered.
+            self._fatal = error is not None and not isinstance(error, ConsumerCancelledError)
+            self._cond.notify_all()
+
+    # the consuming side
+
+    def get(self, timeout: float | None = None) -> Message | None:
+        """The next message, or None after *timeout* seconds without one or once the consumer
+        was cancelled and its buffer is empty.
+
+        :raises ConsumerCancelledError: the broker cancelled the consumer (after the buffer
+            was handed out).
+        :raises ChannelClosedError: the channel was closed (at once, dropping the buffer: its
+            deliveries can no longer be acknowledged).
+        :raises ConnectionClosedError: the connection was closed (also at once).
+        :raises ConnectionLostError: the connection was lost (also at once).
+        """
+        buffer = self._buffer
+        if self._fatal and self._error is not None:
+            raise self._error
+        if buffer:
+            return self._channel._message(buffer.popleft())
+        with self._cond:
+            self._waiting = True
+            try:
+                deadline = None if timeout is None else time.monotonic() + timeout
+                while not buffer:
+                    if self._ended:
+                        if self._error is not None:
+                            raise self._error
+                        return None
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        return None
+                    self._cond.wait(remaining)
+            finally:
+                self._waiting = False
+        return self._channel._message(buffer.popleft())
+
+    def __iter__(self) -> Iterator[Message]:
+        return self
+
+    def __next__(self) -> Message:
+        message = self.get(self._inactivity_timeout)
+        if message is None:
+            self.cancel()
+            raise StopIteration
+        return message
+
+    def cancel(self, *, timeout: float | None = None) -> None:
+        """Stop the deliveries (``basic.cancel``); buffered messages can still be taken.
+        Does nothing if the consumer already ended."""
+        if self._ended:
+            return
+        try:
+            self._channel.basic_cancel(self._tag, timeout=timeout)
+        except AMQPError:
+            if not self._ended:
+                raise
+
+    def close(self) -> None:
+        """Cancel the consumer and drop its buffer without rejecting anything: the dropped
+        deliveries stay unacknowledged and return to their queue when the channel closes (a
+        stream queue keeps every message anyway)."""
+        self.cancel()
+        left = len(self._buffer)
+        self._buffer.clear()
+        if left:
+            self.dropped += left
+            logger.info(
+                "consumer %s stopped with %d deliveries not handed out; %s",
+                self._tag,
+                left,
+                "they are lost (no_ack)"
+                if self._no_ack
+                else f"they stay unacknowledged until channel {self._channel.number} closes",
+            )
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+@final
+class PublishTicket:
+    """One publish made through a :class:`Publisher`: its number, and its outcome once the
+    broker settled it. :meth:`wait` waits for this publish alone."""
+
+    __slots__ = ("_done", "_error", "_event", "_lock", "_owner", "number")
+
+    def __init__(self, number: int, owner: Publisher, lock: threading.Lock) -> None:
+        #: The channel's publish sequence number (1 for the first publish after confirm.select).
+        self.number: Final = number
+        self._owner = owner
+        self._lock = lock
+        self._done = False
+        self._error: AMQPError | None = None
+        self._event: threading.Event | None = None
+
+    def __repr__(self) -> str:
+        state = "pending" if not self._done else ("failed" if self._error else "confirmed")
+        return f"<PublishTicket {self.number} {state}>"
+
+    @property
+    def done(self) -> bool:
+        """Whether the broker settled the publish (or the connection ended)."""
+        return self._done
+
+    @property
+    def error(self) -> AMQPError | None:
+        """The failure (:class:`~amqp_sansio.client.PublishNackedError`,
+        :class:`~amqp_sansio.client.MessageReturnedError`, a connection error); None while
+        pending or when confirmed."""
+        return self._error
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait until the broker confirmed this publish.
+
+        :raises PublishNackedError: the broker nacked it.
+        :raises MessageReturnedError: a mandatory publish was returned unroutable.
+        :raises ConnectionClosedError: the connection closed first (also
+            :class:`ChannelClosedError`, :class:`ConnectionLostError`).
+        :raises TimeoutError: *timeout* passed first.
+        """
+        with self._lock:
+            if not self._done and self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        if event is not None and not event.wait(timeout):
+            raise TimeoutError(f"publish {self.number} not confirmed within {timeout} s")
+        if self._error is not None:
+            raise self._error
+
+    def settle(self, publish_number: int, error: AMQPError | None, /) -> None:
+        # The I/O thread, connection lock held.
+        if self._done:
+            return
+        self._done = True
+        self._error = error
+        if self._event is not None:
+            self._event.set()
+        self._owner._settled(error)
+
+
+@final
+class Publisher:
+    """Pipelined publishing with publisher confirms (from :meth:`Channel.publisher`);
+    thread-safe.
+
+    :meth:`publish` returns as soon as the message is written, waiting only while ``window``
+    publishes are unconfirmed. Each outcome is counted (:attr:`confirmed`, :attr:`nacked`,
+    :attr:`returned`, :attr:`failed`) and every failure is kept until taken with
+    :meth:`take_failures` or raised on leaving the ``with`` block as an ``ExceptionGroup``.
+    The tickets :meth:`publish` returns can be waited for one by one. Memory stays bounded:
+    at most ``window`` publishes in flight and at most ``window`` kept failures (when that
+    many pile up, the next :meth:`publish` raises them).
+    """
+
+    def __init__(self, channel: Channel, window: int) -> None:
+        if type(window) is not int or window < 1:
+            raise ValueError(f"window must be a positive int, not {window!r}")
+        self._channel = channel
+        self.window: Final = window
+        #: Publishes written.
+        self.published = 0
+        #: Publishes the broker acked (returned ones excluded).
+        self.confirmed = 0
+        #: Publishes the broker nacked.
+        self.nacked = 0
+        #: Mandatory publishes returned unroutable.
+        self.returned = 0
+        #: Publishes that failed for any reason (nacked, returned, connection or channel gone).
+        self.failed = 0
+        self._in_flight = 0
+        self._failures: list[AMQPError] = []
+        self._cond = threading.Condition(channel._connection._lock)
+        self._waiting = 0
+
+    @property
+    def in_flight(self) -> int:
+        """Publishes written and not settled yet."""
+        return self._in_flight
+
+    def _settled(self, outcome: AMQPError | None) -> None:
+        # The I/O thread, connection lock held.
+        self._in_flight -= 1
+        if outcome is None:
+            self.confirmed += 1
+        else:
+            self.failed += 1
+            if isinstance(outcome, PublishNackedError):
+                self.nacked += 1
+            elif isinstance(outcome, MessageReturnedError):
+                self.returned += 1
+            self._failures.append(outcome)
+        if self._waiting:
+            self._cond.notify_all()
+
+    def publish(
+        self,
+        body: bytes | bytearray | memoryview,
+        *,
+        exchange: str = "",
+        routing_key: str = "",
+        properties: BasicProperties | None = None,
+        mandatory: bool = False,
+        timeout: float | None = None,
+    ) -> PublishTicket:
+        """Publish one message; waits (up to *timeout*) while ``window`` publishes are
+        unconfirmed and while the broker blocks publishers. Returns its ticket.
+
+        :raises ExceptionGroup: ``window`` failures piled up untaken; they are raised here
+            (and forgotten) so a failing stream of publishes stops early.
+        """
+        channel = self._channel
+        conn = channel._connection
+        method = BasicPublish(exchange=exchange, routing_key=routing_key, mandatory=mandatory)
+        with conn._lock:
+            if len(self._failures) >= self.window:
+                self._raise_failures()
+            deadline = None if timeout is None else time.monotonic() + timeout
+            if self._in_flight >= self.window:
+                self._wait_locked(lambda: self._in_flight < self.window, timeout)
+            channel._wait_publishable_locked(_remaining(deadline))
+            number = conn._core.publish(
+                channel._number, method, _NO_PROPERTIES if properties is None else properties, body
+            )
+            if number is None:
+                raise RuntimeError("the channel is not in confirm mode: call confirm_select()")
+            ticket = PublishTicket(number, self, conn._lock)
+            channel._book.confirms[number] = ticket
+            self.published += 1
+            self._in_flight += 1
+            conn._flush_locked()
+        return ticket
+
+    def _wait_locked(self, ready: _Predicate, timeout: float | None) -> None:
+        book = self._channel._book
+        self._waiting += 1
+        try:
+            if not self._cond.wait_for(lambda: ready() or book.error is not None, timeout):
+                raise TimeoutError(f"the broker did not confirm within {timeout} s")
+        finally:
+            self._waiting -= 1
+        self._channel._check_locked()
+
+    def wait_for_confirms(self, timeout: float | None = None) -> None:
+        """Wait until every publish so far is settled (failures are kept, not raised)."""
+        with self._channel._connection._lock:
+            if self._in_flight:
+                self._waiting += 1
+                try:
+                    if not self._cond.wait_for(lambda: not self._in_flight, timeout):
+                        raise TimeoutError(
+                            f"{self._in_flight} publishes not confirmed within {timeout} s"
+                        )
+                finally:
+                    self._waiting -= 1
+
+    def take_failures(self) -> list[AMQPError]:
+        """The failures kept so far, oldest first; they are forgotten here."""
+        with self._channel._connection._lock:
+            failures, self._failures = self._failures, []
+        return failures
+
+    def _raise_failures(self) -> None:
+        failures, self._failures = self._failures, []
+        raise ExceptionGroup(f"{len(failures)} publishes failed", failures)
+
+    def __enter__(self) -> Publisher:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None:
+            return  # the block failed: do not wait for confirms on the way out
+        self.wait_for_confirms()
+        with self._channel._connection._lock:
+            if self._failures:
+                self._raise_failures()
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(deadline - time.monotonic(), 0.0)
+
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    _Predicate = Callable[[], bool]

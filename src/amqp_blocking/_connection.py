@@ -1,0 +1,612 @@
+"""The blocking connection: one background I/O thread owns the socket and the protocol core.
+
+Threading model
+---------------
+* ``_lock`` guards the core, the :class:`ClientBook` and the outbound buffer. Every public call
+  takes it for a few microseconds: it asks the core for the method's bytes, registers a waiter,
+  tries one non-blocking ``send`` and releases the lock; then it sleeps on its waiter (with the
+  call's timeout) while the I/O thread reads the reply.
+* The I/O thread sleeps in ``select`` on the socket (and, while bytes are left over, on its
+  writability), on a wake-up socketpair, and until the core's next heartbeat deadline. It reads
+  with the lock held only long enough to feed the core and route the events: it never runs
+  application code, so heartbeats are answered however long a message handler takes.
+* Socket reads and writes both happen under ``_lock``: an ``ssl.SSLSocket`` must not be used by
+  two threads at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import selectors
+import socket
+import ssl
+import threading
+import time
+from typing import TYPE_CHECKING, Final, final
+
+import attrs
+
+from amqp_sansio import (
+    NEED_DATA,
+    BasicCancel,
+    BasicConsumeOk,
+    ChannelClosed,
+    ChannelFlowChanged,
+    ChannelOpened,
+    ConnectionClosed,
+    ConnectionLost,
+    ConnectionOpened,
+    HeartbeatTimeout,
+    MessageReceived,
+    MethodReceived,
+    RemoteProtocolError,
+    Role,
+    SecureRequested,
+    UnblockedByPeer,
+)
+from amqp_sansio import (
+    Connection as CoreConnection,
+)
+from amqp_sansio._client_shared import ClientBook
+from amqp_sansio.client import (
+    DEFAULT_URL,
+    AMQPError,
+    ConnectionClosedError,
+    ConnectionLostError,
+    ConnectionParameters,
+    ConnectionTimeoutError,
+    error_for_close,
+)
+
+from ._channel import Channel
+from ._waiter import Waiter
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from amqp_sansio import Event, FieldTable
+    from amqp_sansio.client import ConnectionParameters as Params
+
+__all__ = ["Connection", "connect"]
+
+logger = logging.getLogger("amqp_blocking")
+
+_READ_SIZE: Final = 256 * 1024
+#: A publisher waits while more than this many octets are queued for the socket ...
+_HIGH_WATER: Final = 4 * 1024 * 1024
+#: ... until the I/O thread drained the queue below this.
+_LOW_WATER: Final = 1024 * 1024
+_WOULD_BLOCK: Final = (
+    BlockingIOError,
+    InterruptedError,
+    ssl.SSLWantReadError,
+    ssl.SSLWantWriteError,
+)
+
+
+def _parameters(url_or_params: str | Params, connection_name: str | None) -> Params:
+    if isinstance(url_or_params, ConnectionParameters):
+        params = url_or_params
+    elif isinstance(url_or_params, str):
+        params = ConnectionParameters.from_url(url_or_params)
+    else:
+        raise TypeError(
+            "url_or_params must be an AMQP URL or ConnectionParameters, not "
+            f"{type(url_or_params).__name__}"
+        )
+    if connection_name is not None:
+        params = attrs.evolve(params, connection_name=connection_name)
+    return params
+
+
+def connect(
+    url_or_params: str | ConnectionParameters = DEFAULT_URL,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    connection_name: str | None = None,
+) -> Connection:
+    """Open a connection and start its I/O thread; use it as a context manager.
+
+    ``url_or_params`` is an ``amqp://``/``amqps://`` URL or :class:`ConnectionParameters`;
+    ``ssl_context`` replaces the context the parameters would build (``amqps`` only);
+    ``connection_name`` is shown in RabbitMQ's management UI.
+
+    :raises ConnectionTimeoutError: the TCP connect, TLS handshake and AMQP handshake did not
+        finish within ``connection_timeout``.
+    :raises ConnectionClosedError: the broker refused the login (403) or the virtual host (530).
+    :raises OSError: the broker could not be reached.
+    """
+    params = _parameters(url_or_params, connection_name)
+    deadline = time.monotonic() + params.connection_timeout
+    context = ssl_context if ssl_context is not None else params.ssl_context()
+    try:
+        sock = socket.create_connection((params.host, params.port), params.connection_timeout)
+    except TimeoutError:
+        raise ConnectionTimeoutError(
+            f"no TCP connection to {params.address} within {params.connection_timeout} s"
+        ) from None
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if context is not None:
+            sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            try:
+                sock = context.wrap_socket(sock, server_hostname=params.tls_server_hostname)
+            except TimeoutError:
+                raise ConnectionTimeoutError(
+                    f"no TLS handshake with {params.address} within {params.connection_timeout} s"
+                ) from None
+        core = CoreConnection(Role.CLIENT, params.to_config())
+        opened = _handshake(sock, core, params, deadline)
+    except BaseException:
+        sock.close()
+        raise
+    logger.info(
+        "connected to %s vhost %r as %r (heartbeat %d s, frame_max %d)",
+        params.address,
+        params.virtual_host,
+        params.username,
+        opened.heartbeat,
+        opened.frame_max,
+    )
+    return Connection(sock, core, opened, params)
+
+
+def _handshake(
+    sock: socket.socket, core: CoreConnection, params: Params, deadline: float
+) -> ConnectionOpened:
+    """Drive the AMQP handshake on the blocking socket, in the calling thread."""
+    sock.sendall(core.data_to_send())
+    while True:
+        try:
+            event = core.next_event()
+        except RemoteProtocolError as exc:
+            _send_quietly(sock, core.data_to_send())
+            raise error_for_close(
+                exc.reply_code, exc.reply_text, exc.class_id, exc.method_id, connection=True
+            ) from exc
+        if event is NEED_DATA:
+            out = core.data_to_send()  # answers to start and tune are made by next_event()
+            if out:
+                sock.sendall(out)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ConnectionTimeoutError(
+                    f"no AMQP handshake with {params.address} within {params.connection_timeout} s"
+                )
+            sock.settimeout(remaining)
+            try:
+                data = sock.recv(_READ_SIZE)
+            except TimeoutError:
+                continue
+            core.receive_data(data)
+            continue
+        if isinstance(event, ConnectionOpened):
+            return event
+        if isinstance(event, ConnectionClosed):
+            _send_quietly(sock, core.data_to_send())
+            raise error_for_close(
+                event.reply_code, event.reply_text, event.class_id, event.method_id, connection=True
+            )
+        if isinstance(event, ConnectionLost):
+            raise ConnectionLostError(
+                f"{params.address} closed the connection during the handshake (wrong "
+                "credentials or virtual host on a broker that does not say why?)"
+            )
+        if isinstance(event, SecureRequested):
+            raise ConnectionClosedError(
+                f"the broker sent a SASL challenge, which {params.auth_mechanism} does not use",
+                reply_code=530,
+            )
+
+
+def _send_quietly(sock: socket.socket, data: bytes) -> None:
+    with contextlib.suppress(OSError):
+        sock.sendall(data)
+
+
+@final
+class Connection:
+    """An open AMQP connection with its I/O thread. Every method is safe from any thread.
+
+    Made by :func:`connect`; close it with :meth:`close` or a ``with`` block.
+    """
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        core: CoreConnection,
+        opened: ConnectionOpened,
+        params: ConnectionParameters,
+    ) -> None:
+        self._sock = sock
+        self._core = core
+        #: The parameters the connection was made with.
+        self.params: Final = params
+        self._params = params
+        self._opened = opened
+        self._lock = threading.Lock()
+        #: Publishers wait on this while too much is queued for the socket.
+        self._writable = threading.Condition(self._lock)
+        self._book = ClientBook()
+        self._out = bytearray()
+        self._wake_pending = False
+        #: Callers waiting for a channel's request queue to allow their request.
+        self._rpc_waiters = 0
+        self._close_waiter: Waiter | None = None
+        self._finished = False
+        self._send_error: OSError | None = None
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        sock.setblocking(False)
+        self._thread = threading.Thread(
+            target=self._run, name=f"amqp_blocking I/O {params.address}", daemon=True
+        )
+        self._thread.start()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._finished else "open"
+        return f"<amqp_blocking.Connection {self._params.address} {state}>"
+
+    # --- public API ---------------------------------------------------------------------------
+
+    @property
+    def server_properties(self) -> FieldTable:
+        """The broker's ``server-properties`` (product, version, capabilities, ...)."""
+        return self._opened.server_properties
+
+    @property
+    def heartbeat(self) -> int:
+        """The negotiated heartbeat interval in seconds (0: off)."""
+        return self._opened.heartbeat
+
+    @property
+    def frame_max(self) -> int:
+        """The negotiated largest frame."""
+        return self._opened.frame_max
+
+    @property
+    def channel_max(self) -> int:
+        """The negotiated highest channel number."""
+        return self._opened.channel_max
+
+    @property
+    def blocked(self) -> bool:
+        """Whether the broker currently blocks publishers (``connection.blocked``)."""
+        return self._book.blocked is not None
+
+    @property
+    def blocked_reason(self) -> str | None:
+        """The reason the broker gave for blocking, while blocked."""
+        return self._book.blocked
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether the connection is closed, closing or lost."""
+        return self._book.error is not None or self._finished or self._close_waiter is not None
+
+    @property
+    def close_error(self) -> AMQPError | None:
+        """Why the connection ended (:class:`~amqp_sansio.client.ConnectionClosedError` with
+        the broker's reply, :class:`~amqp_sansio.client.ConnectionLostError`); None while
+        open."""
+        return self._book.error
+
+    def open_channel(self, *, timeout: float | None = None) -> Channel:
+        """Open a channel; close it with :meth:`Channel.close` (or use :meth:`channel`)."""
+        return self.channel(timeout=timeout)
+
+    def channel(self, *, timeout: float | None = None) -> Channel:
+        """Open a channel; it is a context manager that closes it (200) on the way out."""
+        waiter = Waiter()
+        with self._lock:
+            self._check_open()
+            number = self._core.open_channel()
+            book = self._book.channel_opening(number, waiter)
+            self._flush_locked()
+        waiter.wait(timeout, self._lock)
+        return Channel(self, book)
+
+    def close(self, *, timeout: float | None = None) -> None:
+        """Close the connection (reply code 200) and stop the I/O thread.
+
+        Waits up to *timeout* (default: the connection timeout) for the broker's ``close-ok``,
+        then closes the socket regardless. Pending calls raise :class:`ConnectionClosedError`;
+        consumers end. Calling it again does nothing.
+        """
+        if timeout is None:
+            timeout = self._params.connection_timeout
+        waiter: Waiter | None = None
+        with self._lock:
+            if not self._finished and self._book.error is None and self._close_waiter is None:
+                waiter = self._close_waiter = Waiter()
+                self._core.close(200, "")
+                self._flush_locked()
+            elif self._close_waiter is not None:
+                waiter = self._close_waiter
+        if waiter is not None:
+            try:
+                waiter.wait(timeout, self._lock)
+            except TimeoutError:
+                logger.warning("no close-ok from %s within %s s", self._params.address, timeout)
+                self._abort()
+            except AMQPError:
+                pass  # the connection went away some other way: closed all the same
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # --- for channels, consumers and publishers (lock held where it says so) -------------------
+
+    def _check_open(self) -> None:
+        error = self._book.error
+        if error is not None:
+            raise error
+        if self._close_waiter is not None or self._finished:
+            raise ConnectionClosedError("the connection was closed", reply_code=200)
+
+    def _flush_locked(self) -> None:
+        """Write what the core produced: at once if the socket takes it, else via the thread."""
+        data = self._core.data_to_send()
+        if not data:
+            return
+        if self._out or self._finished:
+            self._out += data
+            return
+        try:
+            sent = self._sock.send(data)
+        except _WOULD_BLOCK:
+            sent = 0
+        except OSError as exc:
+            self._send_error = exc
+            self._wake_locked()
+            return
+        if sent < len(data):
+            self._out += memoryview(data)[sent:]
+            self._wake_locked()
+
+    def _wait_writable_locked(self, timeout: float | None) -> None:
+        """Backpressure for publishers: wait while the outbound queue is over the high water."""
+        if len(self._out) <= _HIGH_WATER:
+            return
+        if not self._writable.wait_for(
+            lambda: len(self._out) <= _LOW_WATER or self._finished, timeout
+        ):
+            raise TimeoutError(f"the socket did not drain within {timeout} s")
+        self._check_open()
+
+    def _wake_locked(self) -> None:
+        if not self._wake_pending and threading.current_thread() is not self._thread:
+            self._wake_pending = True
+            # OSError: the pipe is full (the thread is awake anyway) or already closed.
+            with contextlib.suppress(OSError):
+                self._wake_w.send(b"\0")
+
+    def _abort(self) -> None:
+        """Drop the transport without a close handshake (the thread finishes the rest)."""
+        with self._lock:
+            if self._send_error is None:
+                self._send_error = OSError("closed by the application")
+            self._wake_locked()
+
+    # --- the I/O thread -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        selector = selectors.DefaultSelector()
+        sock = self._sock
+        selector.register(sock, selectors.EVENT_READ)
+        selector.register(self._wake_r, selectors.EVENT_READ)
+        buffer = bytearray(_READ_SIZE)
+        view = memoryview(buffer)
+        writing = False
+        try:
+            while True:
+                with self._lock:
+                    if self._finished:
+                        break
+                    want_write = bool(self._out)
+                    deadline = self._core.next_deadline()
+                    self._wake_pending = False
+                if want_write != writing:
+                    writing = want_write
+                    mask = selectors.EVENT_READ | (selectors.EVENT_WRITE if writing else 0)
+                    selector.modify(sock, mask)
+                timeout = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+                readable = writable = False
+                for key, mask in selector.select(timeout):
+                    if key.fileobj is self._wake_r:
+                        with contextlib.suppress(*_WOULD_BLOCK):
+                            self._wake_r.recv(4096)
+                    else:
+                        readable = bool(mask & selectors.EVENT_READ)
+                        writable = bool(mask & selectors.EVENT_WRITE)
+                with self._lock:
+                    self._step_locked(readable, writable, view)
+        except BaseException:  # a bug: fail every waiter instead of hanging them
+            logger.exception("the I/O thread of %s failed", self._params.address)
+            with self._lock:
+                self._book.fail(ConnectionLostError("the I/O thread failed; see the log"))
+                self._finish_locked()
+            raise
+        finally:
+            selector.close()
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def _step_locked(self, readable: bool, writable: bool, view: memoryview) -> None:
+        if writable:
+            self._write_out_locked()
+        if readable:
+            self._read_locked(view)
+        if self._send_error is not None and not self._finished:
+            self._lost_locked(self._send_error)
+            return
+        deadline = self._core.next_deadline()
+        if deadline is not None:
+            now = time.monotonic()
+            if now >= deadline:
+                self._core.handle_timer(now)
+        self._process_events_locked()
+        if not self._finished:
+            self._flush_locked()
+
+    def _read_locked(self, view: memoryview) -> None:
+        sock = self._sock
+        while True:
+            try:
+                count = sock.recv_into(view)
+            except _WOULD_BLOCK:
+                return
+            except OSError as exc:
+                self._lost_locked(exc)
+                return
+            if count == 0:
+                self._core.receive_data(b"")
+                return
+            self._core.receive_data(view[:count])
+            # An SSL socket may hold decrypted octets the selector cannot see.
+            if count < len(view) and not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
+                return
+
+    def _write_out_locked(self) -> None:
+        out = self._out
+        try:
+            sent = self._sock.send(out)
+        except _WOULD_BLOCK:
+            return
+        except OSError as exc:
+            self._send_error = exc
+            return
+        del out[:sent]
+        if len(out) <= _LOW_WATER:
+            self._writable.notify_all()
+
+    def _process_events_locked(self) -> None:
+        core = self._core
+        book = self._book
+        while not self._finished:
+            try:
+                event = core.next_event()
+            except RemoteProtocolError as exc:
+                logger.error("protocol error from %s: %s", self._params.address, exc.reply_text)
+                book.fail(
+                    error_for_close(
+                        exc.reply_code, exc.reply_text, exc.class_id, exc.method_id, connection=True
+                    )
+                )
+                self._drain_and_finish_locked()
+                return
+            if event is NEED_DATA:
+                if self._rpc_waiters:
+                    self._writable.notify_all()  # a channel's request queue may have emptied
+                return
+            cls = type(event)
+            if cls is ChannelOpened:
+                assert isinstance(event, ChannelOpened)
+                self._on_channel_opened_locked(event)
+                continue
+            if cls is MethodReceived:
+                assert isinstance(event, MethodReceived)
+                if type(event.method) is BasicConsumeOk:
+                    self._on_consume_ok_locked(event)
+                    continue
+            book.handle(event)
+            if cls is not MessageReceived and cls is not MethodReceived:
+                self._after_event_locked(event)
+
+    def _on_channel_opened_locked(self, event: ChannelOpened) -> None:
+        book = self._book.channels.get(event.channel)
+        abandoned = book is not None and bool(book.rpcs) and book.rpcs[0][0].done()
+        self._book.handle(event)
+        if abandoned:
+            # channel() timed out: nobody will use or close this channel.
+            self._core.close_channel(event.channel, 200, "Normal shutdown")
+            self._book.expect_close(event.channel, Waiter())
+
+    def _on_consume_ok_locked(self, event: MethodReceived) -> None:
+        book = self._book.channels.get(event.channel)
+        abandoned = book is not None and bool(book.rpcs) and book.rpcs[0][0].done()
+        self._book.handle(event)
+        if abandoned:
+            # basic_consume() timed out: nobody iterates this consumer.
+            method = event.method
+            assert isinstance(method, BasicConsumeOk)
+            self._core.send_method(event.channel, BasicCancel(consumer_tag=method.consumer_tag))
+            waiter = Waiter()
+            waiter.abandon()
+            self._book.expect(event.channel, waiter)
+
+    def _after_event_locked(self, event: Event) -> None:
+        cls = type(event)
+        if cls is ConnectionClosed:
+            assert isinstance(event, ConnectionClosed)
+            if event.by_peer:
+                logger.warning(
+                    "%s closed the connection: %d %s",
+                    self._params.address,
+                    event.reply_code,
+                    event.reply_text,
+                )
+            else:
+                logger.debug("connection to %s closed", self._params.address)
+            self._drain_and_finish_locked()
+        elif cls is UnblockedByPeer or cls is ChannelFlowChanged or cls is ChannelClosed:
+            self._writable.notify_all()  # publishers waiting in _wait_publishable_locked
+        elif cls is ConnectionLost:
+            logger.warning("lost the connection to %s", self._params.address)
+            self._finish_locked()
+        elif cls is HeartbeatTimeout:
+            logger.warning(
+                "no heartbeat from %s for two intervals: closing the connection",
+                self._params.address,
+            )
+            self._lost_locked(None)
+
+    def _lost_locked(self, exc: OSError | None) -> None:
+        """The transport is gone: the core reports what is lost, the waiters get the error."""
+        if exc is not None:
+            logger.debug("transport error on %s: %r", self._params.address, exc)
+        # RuntimeError: already at EOF; RemoteProtocolError: the core failed earlier.
+        with contextlib.suppress(RuntimeError, RemoteProtocolError):
+            self._core.receive_data(b"")
+        try:
+            while (event := self._core.next_event()) is not NEED_DATA:
+                self._book.handle(event)
+        except RemoteProtocolError:
+            pass
+        self._book.fail(ConnectionLostError(f"lost the connection to {self._params.address}"))
+        self._finish_locked()
+
+    def _drain_and_finish_locked(self) -> None:
+        """Write what is queued (a close-ok, a close answering an error), then finish."""
+        data = bytes(self._out) + self._core.data_to_send()
+        self._out.clear()
+        if data:
+            try:
+                self._sock.setblocking(True)
+                self._sock.settimeout(1.0)
+                self._sock.sendall(data)
+            except OSError:
+                pass
+        self._finish_locked()
+
+    def _finish_locked(self) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        with contextlib.suppress(OSError):
+            self._sock.close()
+        if self._close_waiter is not None and not self._close_waiter.done():
+            self._close_waiter.set_result(None)
+        self._writable.notify_all()

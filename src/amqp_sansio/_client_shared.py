@@ -1,0 +1,360 @@
+"""Bookkeeping shared by the asyncio and blocking client adapters: no I/O, no clock, no threads.
+
+:class:`ClientBook` routes the core's events to what an adapter registered: a waiter per
+request (in the core's per-channel FIFO order, so a reply always finds the request it answers),
+a sink per consumer, and a sink per unconfirmed publish. The adapters differ only in the waiter
+and sink types (``asyncio.Future`` or a thread-safe waiter, an ``asyncio`` or a thread queue), so
+this module sees them through small protocols. The caller serialises access (the blocking
+adapter holds its connection lock; asyncio runs on one loop).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import TYPE_CHECKING, Final, Protocol, TypeAlias, final
+
+from ._client_errors import (
+    AMQPError,
+    ChannelClosedError,
+    ConnectionClosedError,
+    ConnectionLostError,
+    ConsumerCancelledError,
+    error_for_close,
+)
+from ._client_message import ConfirmTracker
+from ._events import (
+    BlockedByPeer,
+    ChannelClosed,
+    ChannelFlowChanged,
+    ChannelOpened,
+    ConnectionClosed,
+    ConnectionLost,
+    ConsumerCancelled,
+    MessageReceived,
+    MethodReceived,
+    PublishConfirmed,
+    PublishNacked,
+    PublishReturned,
+    UnblockedByPeer,
+)
+from ._generated.spec_0_9_1 import (
+    BasicCancel,
+    BasicCancelOk,
+    BasicConsume,
+    BasicConsumeOk,
+    BasicDeliver,
+    BasicGetOk,
+)
+
+if TYPE_CHECKING:
+    from ._client_errors import MessageReturnedError
+    from ._events import Event
+    from ._method import Method
+
+__all__ = [
+    "ChannelBook",
+    "ClientBook",
+    "ConfirmSink",
+    "ConsumerSink",
+    "Reply",
+    "ReturnSink",
+    "Waiter",
+    "may_send",
+]
+
+logger = logging.getLogger("amqp_sansio.client")
+
+#: What a request's waiter receives: the reply method, a ``basic.get-ok`` message, or None
+#: (``channel.open-ok``).
+Reply: TypeAlias = "Method | MessageReceived | None"
+
+
+class Waiter(Protocol):
+    """One request's outcome; ``asyncio.Future`` fits, and so does the blocking waiter."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: Reply, /) -> None: ...
+
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+
+class ConsumerSink(Protocol):
+    """Where a consumer's deliveries go."""
+
+    def deliver(self, event: MessageReceived, /) -> None: ...
+
+    def finish(self, error: AMQPError | None, /) -> None:
+        """No more deliveries: cancelled by us (None) or ended by *error*."""
+
+
+class ConfirmSink(Protocol):
+    """Told the outcome of each publish it registered: None for acked, else the error."""
+
+    def settle(self, publish_number: int, error: AMQPError | None, /) -> None: ...
+
+
+class ReturnSink(Protocol):
+    """Receives mandatory publishes the broker returned outside confirm mode."""
+
+    def returned(self, error: MessageReturnedError, /) -> None: ...
+
+
+# RabbitMQ answers basic.consume and basic.cancel from the queue's process, so their replies
+# can overtake the replies to requests sent after them on the same channel (RabbitMQ 3.10:
+# basic.consume then a passive queue.declare, pipelined, got declare-ok before consume-ok). The
+# core matches replies in order, so neither may share a channel's queue of requests.
+_REORDERED: Final = (BasicConsume, BasicCancel)
+
+
+def may_send(pending: tuple[Method, ...], method: Method) -> bool:
+    """Whether *method* may be sent on a channel whose unanswered requests are *pending*
+    (``Connection.pending_requests``): consume and cancel only on an idle channel, nothing
+    while one of them is unanswered."""
+    if not pending:
+        return True
+    if isinstance(method, _REORDERED):
+        return False
+    return not any(isinstance(request, _REORDERED) for request in pending)
+
+
+@final
+class ChannelBook:
+    """What one open channel waits for."""
+
+    __slots__ = (
+        "close_waiter",
+        "confirms",
+        "consumers",
+        "error",
+        "flow_active",
+        "number",
+        "return_sink",
+        "rpcs",
+        "tracker",
+    )
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        #: Waiters for our requests, oldest first (the core's request FIFO for the channel),
+        #: each with the consumer sink a ``basic.consume`` registers when its ok arrives.
+        self.rpcs: deque[tuple[Waiter, ConsumerSink | None]] = deque()
+        self.consumers: dict[str, ConsumerSink] = {}
+        self.confirms: dict[int, ConfirmSink] = {}
+        self.tracker = ConfirmTracker()
+        self.close_waiter: Waiter | None = None
+        self.return_sink: ReturnSink | None = None
+        #: Why the channel is unusable, once it is.
+        self.error: AMQPError | None = None
+        self.flow_active = True
+
+
+def _settle_all(book: ChannelBook, error: AMQPError, *, by_us: bool) -> None:
+    book.error = error
+    rpcs, book.rpcs = book.rpcs, deque()
+    for waiter, _ in rpcs:
+        if not waiter.done():
+            waiter.set_exception(error)
+    consumers, book.consumers = book.consumers, {}
+    for sink in consumers.values():
+        sink.finish(None if by_us else error)
+    confirms, book.confirms = book.confirms, {}
+    for number, confirm in sorted(confirms.items()):
+        confirm.settle(number, error)
+    book.tracker = ConfirmTracker()
+
+
+@final
+class ClientBook:
+    """Routes client-role events to waiters and sinks, per channel."""
+
+    __slots__ = ("blocked", "channels", "error")
+
+    def __init__(self) -> None:
+        self.channels: dict[int, ChannelBook] = {0: ChannelBook(0)}
+        #: The reason RabbitMQ gave in ``connection.blocked``, None while not blocked.
+        self.blocked: str | None = None
+        #: Why the connection is unusable, once it is.
+        self.error: AMQPError | None = None
+
+    # --- registration (call right after the matching core call) --------------------------------
+
+    def channel_opening(self, number: int, waiter: Waiter) -> ChannelBook:
+        """``open_channel()`` returned *number*; *waiter* gets None at open-ok."""
+        book = self.channels[number] = ChannelBook(number)
+        book.rpcs.append((waiter, None))
+        return book
+
+    def expect(self, channel: int, waiter: Waiter, consumer: ConsumerSink | None = None) -> None:
+        """A request that expects a reply was sent on *channel*."""
+        self.channels[channel].rpcs.append((waiter, consumer))
+
+    def expect_close(self, channel: int, waiter: Waiter) -> None:
+        """``close_channel()`` was called; *waiter* gets None when the channel is closed."""
+        self.channels[channel].close_waiter = waiter
+
+    def expect_confirm(self, channel: int, publish_number: int, sink: ConfirmSink) -> None:
+        """A publish in confirm mode got *publish_number*."""
+        self.channels[channel].confirms[publish_number] = sink
+
+    # --- events --------------------------------------------------------------------------------
+
+    def handle(self, event: Event) -> None:
+        """Resolve whatever *event* answers; events about the transport are the adapter's."""
+        cls = type(event)
+        if cls is MessageReceived:
+            assert isinstance(event, MessageReceived)
+            self._on_message(event)
+        elif cls is MethodReceived:
+            assert isinstance(event, MethodReceived)
+            self._on_method(event)
+        elif cls is PublishConfirmed:
+            assert isinstance(event, PublishConfirmed)
+            book = self.channels.get(event.channel)
+            if book is not None:
+                self._settle(book, book.tracker.confirmed(event.publish_numbers))
+        elif cls is PublishNacked:
+            assert isinstance(event, PublishNacked)
+            book = self.channels.get(event.channel)
+            if book is not None:
+                self._settle(book, book.tracker.nacked(event.publish_numbers))
+        elif cls is PublishReturned:
+            assert isinstance(event, PublishReturned)
+            self._on_returned(event)
+        elif cls is ChannelOpened:
+            assert isinstance(event, ChannelOpened)
+            waiter, _ = self.channels[event.channel].rpcs.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+        elif cls is ChannelClosed:
+            assert isinstance(event, ChannelClosed)
+            self._on_channel_closed(event)
+        elif cls is ConsumerCancelled:
+            assert isinstance(event, ConsumerCancelled)
+            book = self.channels.get(event.channel)
+            consumer = None if book is None else book.consumers.pop(event.consumer_tag, None)
+            if consumer is not None:
+                consumer.finish(ConsumerCancelledError(event.consumer_tag))
+        elif cls is ChannelFlowChanged:
+            assert isinstance(event, ChannelFlowChanged)
+            book = self.channels.get(event.channel)
+            if book is not None:
+                book.flow_active = event.active
+        elif cls is BlockedByPeer:
+            assert isinstance(event, BlockedByPeer)
+            self.blocked = event.reason
+        elif cls is UnblockedByPeer:
+            self.blocked = None
+        elif cls is ConnectionClosed:
+            assert isinstance(event, ConnectionClosed)
+            if event.by_peer:
+                self.fail(
+                    error_for_close(
+                        event.reply_code,
+                        event.reply_text,
+                        event.class_id,
+                        event.method_id,
+                        connection=True,
+                    )
+                )
+            else:
+                self.closed_by_us()
+        elif cls is ConnectionLost:
+            self.fail(ConnectionLostError("the connection to the broker was lost"))
+
+    def closed_by_us(self) -> None:
+        """Our ``connection.close`` was answered: everything still waiting fails, consumers end."""
+        self._fail(ConnectionClosedError("the connection was closed", reply_code=200), by_us=True)
+
+    def fail(self, error: AMQPError) -> None:
+        """The connection is gone: every waiter, consumer and unconfirmed publish gets *error*."""
+        self._fail(error, by_us=False)
+
+    def _fail(self, error: AMQPError, *, by_us: bool) -> None:
+        if self.error is None:
+            self.error = error
+        channels, self.channels = self.channels, {}
+        for book in channels.values():
+            _settle_all(book, error, by_us=by_us)
+            if book.close_waiter is not None and not book.close_waiter.done():
+                book.close_waiter.set_result(None)
+
+    def _on_message(self, event: MessageReceived) -> None:
+        method = event.method
+        book = self.channels.get(event.channel)
+        if book is None:
+            return
+        if type(method) is BasicDeliver:
+            consumer = book.consumers.get(method.consumer_tag)
+            if consumer is not None:
+                consumer.deliver(event)
+            else:
+                # Between our basic.cancel and its ok; never rejected, so a stream queue's
+                # offsets stay untouched and a classic queue requeues it at channel close.
+                logger.debug(
+                    "delivery %d for a cancelled consumer %r kept unacknowledged",
+                    method.delivery_tag,
+                    method.consumer_tag,
+                )
+            return
+        if type(method) is BasicGetOk:
+            waiter, _ = book.rpcs.popleft()
+            if not waiter.done():
+                waiter.set_result(event)
+
+    def _on_method(self, event: MethodReceived) -> None:
+        book = self.channels.get(event.channel)
+        if book is None or event.request is None:
+            logger.debug("unsolicited %s on channel %d", event.method.NAME, event.channel)
+            return
+        waiter, consumer = book.rpcs.popleft()
+        method = event.method
+        if consumer is not None and type(method) is BasicConsumeOk:
+            book.consumers[method.consumer_tag] = consumer
+        elif type(method) is BasicCancelOk:
+            cancelled = book.consumers.pop(method.consumer_tag, None)
+            if cancelled is not None:
+                cancelled.finish(None)
+        if not waiter.done():
+            waiter.set_result(method)
+
+    @staticmethod
+    def _settle(book: ChannelBook, outcomes: list[tuple[int, AMQPError | None]]) -> None:
+        confirms = book.confirms
+        for number, outcome in outcomes:
+            sink = confirms.pop(number, None)
+            if sink is not None:
+                sink.settle(number, outcome)
+
+    def _on_returned(self, event: PublishReturned) -> None:
+        book = self.channels.get(event.channel)
+        if book is None:
+            return
+        error = book.tracker.returned(
+            event.channel, event.publish_number, event.method, event.properties, event.body
+        )
+        if event.publish_number is not None:
+            return  # reported with the confirm that follows
+        if book.return_sink is not None:
+            book.return_sink.returned(error)
+        else:
+            logger.warning("%s", error)
+
+    def _on_channel_closed(self, event: ChannelClosed) -> None:
+        book = self.channels.pop(event.channel, None)
+        if book is None:
+            return
+        if event.by_peer:
+            error: AMQPError = error_for_close(
+                event.reply_code,
+                event.reply_text,
+                event.class_id,
+                event.method_id,
+                connection=False,
+            )
+        else:
+            error = ChannelClosedError("the channel was closed", reply_code=200)
+        _settle_all(book, error, by_us=not event.by_peer)
+        if book.close_waiter is not None and not book.close_waiter.done():
+            book.close_waiter.set_result(None)
