@@ -1,5 +1,50 @@
-"""Placeholder: filled in by its issue."""
+"""amqp_broker: a small in-memory AMQP 0-9-1 broker on ``amqp_sansio``'s server role.
+
+Built for tests and demos that must run without RabbitMQ: ``python -m amqp_broker`` serves it
+on a port; :func:`running` (Trio) and :func:`run_in_thread` (synchronous code) start one on a
+free port and yield its URL. :class:`Broker` is the sans-IO model and :class:`Session` turns one
+server-role core's events into model calls, so both are testable without sockets.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from ._model import (
+    Broker,
+    BrokerError,
+    DeliverySink,
+    GetResult,
+    Message,
+    ModelChannel,
+    ModelConnection,
+    PublishOutcome,
+    QueueInfo,
+    topic_matches,
+)
+from ._server import make_broker, run_in_thread, running, serve
+from ._session import Session, parse_credentials
+
+__all__ = [
+    "Broker",
+    "BrokerError",
+    "DeliverySink",
+    "GetResult",
+    "Message",
+    "ModelChannel",
+    "ModelConnection",
+    "PublishOutcome",
+    "QueueInfo",
+    "Session",
+    "make_broker",
+    "parse_credentials",
+    "run_in_thread",
+    "running",
+    "serve",
+    "topic_matches",
+]
+
+# Public objects say where users import them from (repr, pickling, autodoc).
+for _name in __all__:
+    _obj = globals()[_name]
+    if getattr(_obj, "__module__", "").startswith("amqp_broker._"):
+        _obj.__module__ = __name__
+del _name, _obj

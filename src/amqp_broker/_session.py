@@ -1,0 +1,530 @@
+"""One client connection: server-role core events in, model calls, core sends out.
+
+A :class:`Session` owns no socket and no clock. The transport feeds it every event from its
+core (:meth:`Session.handle`) and reports protocol errors and transport loss; the session
+answers through the core's outbound buffer and calls ``wake`` whenever it wrote into the core
+from outside its own event handling (a delivery caused by another connection's publish).
+
+Refusals follow RabbitMQ: soft errors (403, 404, 405, 406) close the channel, hard errors
+(503, 530, 540) close the connection; the broker keeps serving every other connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Final, final
+
+from amqp_sansio import (
+    AccessRequest,
+    AccessRequestOk,
+    AuthenticationRequested,
+    BasicAck,
+    BasicCancel,
+    BasicCancelOk,
+    BasicConsume,
+    BasicConsumeOk,
+    BasicDeliver,
+    BasicGet,
+    BasicGetEmpty,
+    BasicGetOk,
+    BasicNack,
+    BasicProperties,
+    BasicPublish,
+    BasicQos,
+    BasicQosOk,
+    BasicRecover,
+    BasicRecoverAsync,
+    BasicRecoverOk,
+    BasicReject,
+    BasicReturn,
+    ChannelClose,
+    ChannelClosed,
+    ChannelFlowChanged,
+    ChannelOpened,
+    ConfirmSelect,
+    ConfirmSelectOk,
+    ConnectionClose,
+    ConnectionClosed,
+    ConnectionLost,
+    ConnectionState,
+    ConnectionUpdateSecret,
+    ConnectionUpdateSecretOk,
+    ExchangeBind,
+    ExchangeBindOk,
+    ExchangeDeclare,
+    ExchangeDeclareOk,
+    ExchangeDelete,
+    ExchangeDeleteOk,
+    ExchangeUnbind,
+    ExchangeUnbindOk,
+    LocalProtocolError,
+    MessageReceived,
+    MethodReceived,
+    QueueBind,
+    QueueBindOk,
+    QueueDeclare,
+    QueueDeclareOk,
+    QueueDelete,
+    QueueDeleteOk,
+    QueuePurge,
+    QueuePurgeOk,
+    QueueUnbind,
+    QueueUnbindOk,
+    RemoteProtocolError,
+    TxCommit,
+    TxCommitOk,
+    TxRollback,
+    TxRollbackOk,
+    TxSelect,
+    TxSelectOk,
+    VirtualHostRequested,
+)
+from amqp_sansio.framing import decode_table_entries
+
+from ._model import BrokerError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from amqp_sansio import Connection, Event, Method
+
+    from ._model import Broker, Message, ModelChannel, ModelConnection
+
+__all__ = ["Session", "parse_credentials"]
+
+logger: Final = logging.getLogger("amqp_broker")
+
+_LOGIN_REFUSED: Final = (
+    "Login was refused using authentication mechanism {}. For details see the broker logfile."
+)
+
+
+def parse_credentials(mechanism: str, response: bytes) -> tuple[str, str] | None:
+    """``(username, password)`` from a PLAIN (``authzid\\0user\\0pass``) or AMQPLAIN (a
+    field table without its length prefix) SASL response; None when it does not parse."""
+    try:
+        if mechanism == "PLAIN":
+            parts = response.split(b"\0")
+            if len(parts) != 3:
+                return None
+            return parts[1].decode(), parts[2].decode()
+        if mechanism == "AMQPLAIN":
+            table = decode_table_entries(response, 0, len(response))
+            login, password = table.get("LOGIN"), table.get("PASSWORD")
+            if isinstance(login, bytes):
+                login = login.decode()
+            if isinstance(password, bytes):
+                password = password.decode()
+            if isinstance(login, str) and isinstance(password, str):
+                return login, password
+    except (UnicodeDecodeError, RemoteProtocolError):
+        return None
+    return None
+
+
+def _nothing() -> None:
+    return None
+
+
+@final
+class Session:
+    """The broker's side of one client connection, driven by its server-role core.
+
+    :param broker: the shared model.
+    :param core: an ``amqp_sansio.Connection`` in the server role.
+    :param users: username -> password, for PLAIN and AMQPLAIN.
+    :param wake: called after the session wrote into *core* on behalf of another connection
+        (``ServerConnection.schedule_flush``).
+    :param peer: the client's address, for log lines.
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        core: Connection,
+        *,
+        users: Mapping[str, str],
+        wake: Callable[[], None] = _nothing,
+        peer: str = "",
+    ) -> None:
+        self.broker = broker
+        self.core = core
+        self.users = users
+        self.wake = wake
+        self.peer = peer
+        self.username: str | None = None
+        self.connection: ModelConnection | None = None
+        self._cancel_notify = False
+        #: True once the connection ended (closed or lost): the transport may close.
+        self.finished = False
+
+    def __repr__(self) -> str:
+        return f"<amqp_broker.Session {self.peer} user={self.username!r}>"
+
+    @property
+    def closing(self) -> bool:
+        """Whether the broker sent ``connection.close`` and waits for ``close-ok``."""
+        return self.core.state is ConnectionState.SERVER_CLOSING
+
+    # --- events -------------------------------------------------------------------------------
+
+    def handle(self, event: Event) -> None:
+        """Act on one event from the core."""
+        kind = type(event)
+        if kind is MethodReceived:
+            assert isinstance(event, MethodReceived)
+            self._on_method(event.channel, event.method)
+        elif kind is MessageReceived:
+            assert isinstance(event, MessageReceived)
+            self._on_publish(event)
+        elif kind is ChannelOpened:
+            assert isinstance(event, ChannelOpened)
+            if self.connection is not None:
+                self.connection.open_channel(event.channel)
+        elif kind is ChannelClosed:
+            assert isinstance(event, ChannelClosed)
+            if self.connection is not None:
+                self.connection.close_channel(event.channel)
+        elif kind is ChannelFlowChanged:
+            assert isinstance(event, ChannelFlowChanged)
+            channel = self._channel(event.channel)
+            if channel is not None:
+                channel.flow(event.active)
+        elif kind is AuthenticationRequested:
+            assert isinstance(event, AuthenticationRequested)
+            self._authenticate(event)
+        elif kind is VirtualHostRequested:
+            assert isinstance(event, VirtualHostRequested)
+            self._open_vhost(event.virtual_host)
+        elif kind is ConnectionClosed or kind is ConnectionLost:
+            self.end()
+        # ConnectionOpened and the rest need nothing from the broker.
+
+    def protocol_error(self, error: RemoteProtocolError) -> None:
+        """The client broke the protocol: the core already queued the close; forget the
+        connection's state (requeue its unacked messages) at once."""
+        logger.info("client %s broke the protocol: %s", self.peer, error.reply_text)
+        self.end()
+
+    def end(self) -> None:
+        """The connection is over (closed, lost or failed): release everything it held."""
+        self.finished = True
+        self._release()
+
+    def _release(self) -> None:
+        # Requeue unacked messages and delete exclusive queues as soon as the broker decides
+        # the connection is over, not when the client gets round to close-ok.
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            connection.close()
+
+    # --- handshake ----------------------------------------------------------------------------
+
+    def _authenticate(self, event: AuthenticationRequested) -> None:
+        credentials = parse_credentials(event.mechanism, event.response)
+        if credentials is None or self.users.get(credentials[0]) != credentials[1]:
+            logger.info("client %s: login refused (%s)", self.peer, event.mechanism)
+            self.core.refuse_authentication(_LOGIN_REFUSED.format(event.mechanism))
+            return
+        self.username = credentials[0]
+        capabilities = event.client_properties.get("capabilities")
+        self._cancel_notify = isinstance(capabilities, dict) and bool(
+            capabilities.get("consumer_cancel_notify")
+        )
+        self.core.accept_authentication()
+
+    def _open_vhost(self, name: str) -> None:
+        if name not in self.broker.vhosts:
+            self.core.refuse_virtual_host(f"vhost {name} not found")
+            return
+        self.connection = self.broker.connect(name, self, cancel_notify=self._cancel_notify)
+        self.core.accept_virtual_host()
+
+    # --- the delivery sink (called by the model, maybe for another connection) ---------------
+
+    def deliver(
+        self,
+        channel: int,
+        consumer_tag: str,
+        delivery_tag: int,
+        redelivered: bool,
+        message: Message,
+    ) -> None:
+        """Send ``basic.deliver`` (the model's :class:`DeliverySink`)."""
+        try:
+            self.core.send_content(
+                channel,
+                BasicDeliver(
+                    consumer_tag=consumer_tag,
+                    delivery_tag=delivery_tag,
+                    redelivered=redelivered,
+                    exchange=message.exchange,
+                    routing_key=message.routing_key,
+                ),
+                message.properties,
+                message.body,
+            )
+        except LocalProtocolError as exc:
+            # The core failed under us (its transport is going away); the unacked record
+            # stays in the model and is requeued when this connection ends.
+            logger.debug("delivery to %s dropped: %s", self.peer, exc)
+            return
+        self.wake()
+
+    def consumer_cancelled(self, channel: int, consumer_tag: str) -> None:
+        """Send a server-side ``basic.cancel`` (the consumer's queue was deleted)."""
+        try:
+            self.core.send_method(channel, BasicCancel(consumer_tag=consumer_tag, nowait=True))
+        except LocalProtocolError as exc:
+            logger.debug("cancel to %s dropped: %s", self.peer, exc)
+            return
+        self.wake()
+
+    # --- methods ------------------------------------------------------------------------------
+
+    def _channel(self, number: int) -> ModelChannel | None:
+        connection = self.connection
+        return None if connection is None else connection.channels.get(number)
+
+    def _on_method(self, number: int, method: Method) -> None:
+        if number == 0:
+            self._on_connection_method(method)
+            return
+        channel = self._channel(number)
+        if channel is None:
+            return  # the channel is closing: the core lets late methods through
+        try:
+            self._dispatch(channel, number, method)
+        except BrokerError as exc:
+            self._refuse(number, exc, method)
+
+    def _on_connection_method(self, method: Method) -> None:
+        if isinstance(method, ConnectionUpdateSecret):
+            self.core.send_method(0, ConnectionUpdateSecretOk())
+
+    def _refuse(self, number: int, error: BrokerError, method: Method) -> None:
+        if error.is_hard:
+            self.core.send_method(
+                0,
+                ConnectionClose(
+                    reply_code=error.reply_code,
+                    reply_text=error.reply_text[:255],
+                    class_id=method.CLASS_ID,
+                    method_id=method.METHOD_ID,
+                ),
+            )
+            self._release()
+            return
+        self.core.send_method(
+            number,
+            ChannelClose(
+                reply_code=error.reply_code,
+                reply_text=error.reply_text[:255],
+                class_id=method.CLASS_ID,
+                method_id=method.METHOD_ID,
+            ),
+        )
+        if self.connection is not None:
+            self.connection.close_channel(number)
+
+    def _dispatch(self, channel: ModelChannel, number: int, method: Method) -> None:
+        send = self.core.send_method
+        match method:
+            case BasicAck():
+                channel.ack(method.delivery_tag, multiple=method.multiple)
+            case BasicNack():
+                channel.nack(method.delivery_tag, multiple=method.multiple, requeue=method.requeue)
+            case BasicReject():
+                channel.nack(method.delivery_tag, requeue=method.requeue)
+            case BasicGet():
+                self._get(channel, number, method)
+            case BasicConsume():
+                if method.queue == "amq.rabbitmq.reply-to" and not method.no_ack:
+                    raise BrokerError(406, "reply consumer cannot acknowledge")
+                tag = channel.consume(
+                    method.queue,
+                    method.consumer_tag,
+                    no_ack=method.no_ack,
+                    exclusive=method.exclusive,
+                    arguments=method.arguments,
+                )
+                if not method.nowait:
+                    send(number, BasicConsumeOk(consumer_tag=tag))
+                channel.start_consumer(tag)
+            case BasicCancel():
+                channel.cancel(method.consumer_tag)
+                if not method.nowait:
+                    send(number, BasicCancelOk(consumer_tag=method.consumer_tag))
+            case BasicQos():
+                if method.prefetch_size:
+                    raise BrokerError(540, f"prefetch_size!=0 ({method.prefetch_size})")
+                channel.qos(method.prefetch_count, global_=method.global_)
+                send(number, BasicQosOk())
+            case QueueDeclare():
+                info = channel.queue_declare(
+                    method.queue,
+                    passive=method.passive,
+                    durable=method.durable,
+                    exclusive=method.exclusive,
+                    auto_delete=method.auto_delete,
+                    arguments=method.arguments,
+                )
+                if not method.nowait:
+                    send(
+                        number,
+                        QueueDeclareOk(
+                            queue=info.name,
+                            message_count=info.message_count,
+                            consumer_count=info.consumer_count,
+                        ),
+                    )
+            case QueueBind():
+                channel.queue_bind(
+                    method.queue, method.exchange, method.routing_key, method.arguments
+                )
+                if not method.nowait:
+                    send(number, QueueBindOk())
+            case QueueUnbind():
+                channel.queue_unbind(
+                    method.queue, method.exchange, method.routing_key, method.arguments
+                )
+                send(number, QueueUnbindOk())
+            case QueuePurge():
+                count = channel.queue_purge(method.queue)
+                if not method.nowait:
+                    send(number, QueuePurgeOk(message_count=count))
+            case QueueDelete():
+                count = channel.queue_delete(
+                    method.queue, if_unused=method.if_unused, if_empty=method.if_empty
+                )
+                if not method.nowait:
+                    send(number, QueueDeleteOk(message_count=count))
+            case ExchangeDeclare():
+                channel.exchange_declare(
+                    method.exchange,
+                    method.type,
+                    passive=method.passive,
+                    durable=method.durable,
+                    auto_delete=method.auto_delete,
+                    internal=method.internal,
+                    arguments=method.arguments,
+                )
+                if not method.nowait:
+                    send(number, ExchangeDeclareOk())
+            case ExchangeDelete():
+                channel.exchange_delete(method.exchange, if_unused=method.if_unused)
+                if not method.nowait:
+                    send(number, ExchangeDeleteOk())
+            case ExchangeBind():
+                channel.exchange_bind(
+                    method.destination, method.source, method.routing_key, method.arguments
+                )
+                if not method.nowait:
+                    send(number, ExchangeBindOk())
+            case ExchangeUnbind():
+                channel.exchange_unbind(
+                    method.destination, method.source, method.routing_key, method.arguments
+                )
+                if not method.nowait:
+                    send(number, ExchangeUnbindOk())
+            case BasicRecover() | BasicRecoverAsync():
+                if not method.requeue:
+                    raise BrokerError(540, "requeue=false")
+                channel.recover()
+                if isinstance(method, BasicRecover):
+                    send(number, BasicRecoverOk())
+            case ConfirmSelect():
+                channel.confirm_select()
+                if not method.nowait:
+                    send(number, ConfirmSelectOk())
+            case TxSelect():
+                channel.tx_select()
+                send(number, TxSelectOk())
+            case TxCommit():
+                for exchange, routing_key, properties, body in channel.tx_commit():
+                    self._return(number, exchange, routing_key, properties, body)
+                send(number, TxCommitOk())
+            case TxRollback():
+                channel.tx_rollback()
+                send(number, TxRollbackOk())
+            case AccessRequest():
+                send(number, AccessRequestOk(ticket=1))
+            case _:
+                raise BrokerError(503, f"unimplemented method {method.NAME}")
+
+    def _get(self, channel: ModelChannel, number: int, method: BasicGet) -> None:
+        result = channel.get(method.queue, no_ack=method.no_ack)
+        if result is None:
+            self.core.send_method(number, BasicGetEmpty())
+            return
+        message = result.message
+        self.core.send_content(
+            number,
+            BasicGetOk(
+                delivery_tag=result.delivery_tag,
+                redelivered=result.redelivered,
+                exchange=message.exchange,
+                routing_key=message.routing_key,
+                message_count=result.message_count,
+            ),
+            message.properties,
+            message.body,
+        )
+
+    def _return(
+        self,
+        number: int,
+        exchange: str,
+        routing_key: str,
+        properties: BasicProperties,
+        body: bytes | bytearray,
+    ) -> None:
+        self.core.send_content(
+            number,
+            BasicReturn(
+                reply_code=312, reply_text="NO_ROUTE", exchange=exchange, routing_key=routing_key
+            ),
+            properties,
+            body,
+        )
+
+    def _on_publish(self, event: MessageReceived) -> None:
+        number = event.channel
+        channel = self._channel(number)
+        method = event.method
+        properties = event.properties
+        if (
+            channel is None
+            or not isinstance(method, BasicPublish)
+            or not isinstance(properties, BasicProperties)
+        ):
+            return
+        try:
+            if method.immediate:
+                raise BrokerError(540, "immediate=true")
+            sequence = channel.next_publish_number() if channel.confirm else 0
+            outcome = channel.publish(
+                method.exchange,
+                method.routing_key,
+                properties,
+                event.body,
+                mandatory=method.mandatory,
+            )
+        except BrokerError as exc:
+            self._refuse(number, exc, method)
+            return
+        if outcome is None:
+            return
+        if method.mandatory and not outcome.routed:
+            self._return(
+                number,
+                method.exchange,
+                method.routing_key,
+                properties,
+                event.body,
+            )
+        if sequence:
+            if outcome.rejected:
+                self.core.send_method(number, BasicNack(delivery_tag=sequence))
+            else:
+                self.core.send_method(number, BasicAck(delivery_tag=sequence))
