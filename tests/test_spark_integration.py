@@ -1,0 +1,415 @@
+"""amqp_spark end to end: a local[2] Spark session (shared by this module) against RabbitMQ.
+
+The session never calls ``register``: ``format("amqp")`` is found through the top-level
+``pyspark_amqp`` module, as users get it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+import uuid
+from typing import TYPE_CHECKING
+
+import pytest
+from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+import amqp_blocking
+import amqp_spark
+from amqp_sansio import BasicProperties
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+    from pathlib import Path
+
+    from pyspark.sql import DataFrame, DataFrameReader
+    from pyspark.sql.streaming.query import StreamingQuery
+
+URL = os.environ.get("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+# A generous upper bound so a broken query fails the test instead of hanging it.
+QUERY_LIMIT_S = 180
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    previous = os.environ.get("PYSPARK_PYTHON")
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers need the venv's pyarrow
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("amqp_spark tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.streaming.pollingDelay", "50ms")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+    if previous is None:
+        os.environ.pop("PYSPARK_PYTHON", None)
+    else:
+        os.environ["PYSPARK_PYTHON"] = previous
+
+
+@pytest.fixture
+def broker() -> Iterator[amqp_blocking.Channel]:
+    with amqp_blocking.connect(URL) as connection, connection.channel() as channel:
+        yield channel
+
+
+def _queue(channel: amqp_blocking.Channel, kind: str) -> Iterator[str]:
+    name = f"amqp-spark-{kind}-{uuid.uuid4().hex[:10]}"
+    channel.queue_declare(name, durable=True, arguments={"x-queue-type": kind})
+    yield name
+    channel.queue_delete(name)
+
+
+@pytest.fixture
+def stream_queue(broker: amqp_blocking.Channel) -> Iterator[str]:
+    yield from _queue(broker, "stream")
+
+
+@pytest.fixture
+def classic_queue(broker: amqp_blocking.Channel) -> Iterator[str]:
+    yield from _queue(broker, "classic")
+
+
+def publish(channel: amqp_blocking.Channel, queue: str, bodies: Sequence[str]) -> None:
+    channel.confirm_select()
+    with channel.publisher(window=500) as publisher:
+        for body in bodies:
+            publisher.publish(body.encode(), routing_key=queue, properties=BasicProperties())
+
+
+def read_stream(spark: SparkSession, queue: str, kind: str, **options: str) -> DataFrame:
+    reader = spark.readStream.format("amqp").option("url", URL)
+    reader = reader.option("queue", queue).option("queueType", kind)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def run_to_parquet(df: DataFrame, out: Path, checkpoint: Path) -> tuple[list[int], StreamingQuery]:
+    """Run an AvailableNow query into a parquet sink; the sizes of its non-empty batches."""
+    query = (
+        df.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(QUERY_LIMIT_S)
+    sizes = [p.numInputRows for p in query.recentProgress if p.numInputRows > 0]
+    return sizes, query
+
+
+def wait_until_unconsumed(channel: amqp_blocking.Channel, queue: str) -> int:
+    """Wait until no consumer holds the queue (a stopped query's connection is gone, so its
+    unacked messages are back); the ready count then."""
+    deadline = time.monotonic() + QUERY_LIMIT_S
+    while True:
+        ok = channel.queue_declare(queue, passive=True)
+        if ok.consumer_count == 0 or time.monotonic() > deadline:
+            assert ok.consumer_count == 0
+            return ok.message_count
+        time.sleep(0.1)
+
+
+# --- stream queues: exactly once -------------------------------------------------------------
+
+
+@pytest.mark.rabbitmq
+def test_stream_queue_exactly_once_across_restart(
+    spark: SparkSession, broker: amqp_blocking.Channel, stream_queue: str, tmp_path: Path
+) -> None:
+    publish(broker, stream_queue, [f"m{i}" for i in range(1000)])
+    df = read_stream(
+        spark,
+        stream_queue,
+        "stream",
+        startingOffsets="first",
+        maxMessagesPerTrigger="300",
+        numPartitions="2",
+    ).select("stream_offset", "body", "queue")
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    sizes, _ = run_to_parquet(df, out, checkpoint)
+    assert sizes == [300, 300, 300, 100]
+
+    publish(broker, stream_queue, [f"m{i}" for i in range(1000, 1500)])
+    sizes, _ = run_to_parquet(df, out, checkpoint)
+    assert sizes == [300, 200]
+
+    rows = spark.read.parquet(str(out)).collect()
+    assert sorted(row.stream_offset for row in rows) == list(range(1500))
+    assert {row.body.decode() for row in rows} == {f"m{i}" for i in range(1500)}
+    assert {row.queue for row in rows} == {stream_queue}
+
+
+@pytest.mark.rabbitmq
+def test_stream_queue_killed_mid_batch_is_still_exactly_once(
+    spark: SparkSession, broker: amqp_blocking.Channel, stream_queue: str, tmp_path: Path
+) -> None:
+    publish(broker, stream_queue, [f"m{i}" for i in range(400)])
+    source = read_stream(
+        spark,
+        stream_queue,
+        "stream",
+        startingOffsets="first",
+        maxMessagesPerTrigger="250",
+        numPartitions="2",
+    )
+    # The first run dies inside batch 1 (offsets 250..399), in the task holding offset 350,
+    # after the other task of the batch may have written its file.
+    dying = source.select(
+        "stream_offset",
+        F.when(F.col("stream_offset") == 350, F.raise_error(F.lit("killed mid-batch")))
+        .otherwise(F.lit("ok"))
+        .alias("check"),
+    )
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    query = (
+        dying.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(PySparkException, match="killed mid-batch"):
+        query.awaitTermination(QUERY_LIMIT_S)
+    first_run = [p.numInputRows for p in query.recentProgress]
+    assert first_run == [250]  # only batch 0 completed
+
+    healthy = source.select("stream_offset", F.lit("ok").alias("check"))
+    sizes, _ = run_to_parquet(healthy, out, checkpoint)
+    assert sizes == [150]  # batch 1 replayed from the offset log, the same offsets
+    offsets = [row.stream_offset for row in spark.read.parquet(str(out)).collect()]
+    assert sorted(offsets) == list(range(400))
+
+
+# --- classic queues: at least once, acked after Spark's commit -----------------------------------
+
+
+@pytest.mark.rabbitmq
+def test_classic_queue_batches_ack_after_commit(
+    spark: SparkSession, broker: amqp_blocking.Channel, classic_queue: str, tmp_path: Path
+) -> None:
+    publish(broker, classic_queue, [f"m{i}" for i in range(50)])
+    df = read_stream(spark, classic_queue, "classic", maxMessagesPerTrigger="20").select(
+        "body", "redelivered", "stream_offset"
+    )
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    sizes, _ = run_to_parquet(df, out, checkpoint)
+    assert sizes == [20, 20, 10]
+    assert wait_until_unconsumed(broker, classic_queue) == 0  # every batch was acked
+
+    publish(broker, classic_queue, [f"n{i}" for i in range(5)])
+    sizes, _ = run_to_parquet(df, out, checkpoint)
+    assert sizes == [5]  # the restart duplicated nothing
+    rows = spark.read.parquet(str(out)).collect()
+    bodies = sorted(row.body.decode() for row in rows)
+    assert bodies == sorted([f"m{i}" for i in range(50)] + [f"n{i}" for i in range(5)])
+    assert not any(row.redelivered for row in rows)
+    assert all(row.stream_offset is None for row in rows)
+    assert wait_until_unconsumed(broker, classic_queue) == 0
+
+
+@pytest.mark.rabbitmq
+def test_classic_queue_crash_redelivers_only_that_batch(
+    spark: SparkSession, broker: amqp_blocking.Channel, classic_queue: str, tmp_path: Path
+) -> None:
+    publish(broker, classic_queue, [f"m{i:02d}" for i in range(50)])
+    source = read_stream(spark, classic_queue, "classic", maxMessagesPerTrigger="20")
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    dying = source.select(
+        "body",
+        "redelivered",
+        F.when(F.col("body") == F.lit(b"m25"), F.raise_error(F.lit("crash in batch 1")))
+        .otherwise(F.lit("ok"))
+        .alias("check"),
+    )
+    query = (
+        dying.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(PySparkException, match="crash in batch 1"):
+        query.awaitTermination(QUERY_LIMIT_S)
+    # the dead query's connection is gone: its unacked batch is back, nothing else
+    assert wait_until_unconsumed(broker, classic_queue) == 30
+
+    healthy = source.select("body", "redelivered", F.lit("ok").alias("check"))
+    sizes, _ = run_to_parquet(healthy, out, checkpoint)
+    assert sum(sizes) == 30
+    rows = spark.read.parquet(str(out)).collect()
+    bodies = [row.body.decode() for row in rows]
+    assert sorted(bodies) == [f"m{i:02d}" for i in range(50)]
+    redelivered = sorted(row.body.decode() for row in rows if row.redelivered)
+    assert redelivered == [f"m{i:02d}" for i in range(20, 40)]
+    assert wait_until_unconsumed(broker, classic_queue) == 0
+
+
+# --- batch reads of a stream ----------------------------------------------------------------------
+
+
+@pytest.mark.rabbitmq
+def test_batch_read_of_an_offset_range(
+    spark: SparkSession, broker: amqp_blocking.Channel, stream_queue: str
+) -> None:
+    publish(broker, stream_queue, [f"m{i}" for i in range(300)])
+
+    def reader() -> DataFrameReader:
+        # a DataFrameReader's option() changes it in place: a fresh one per read
+        return (
+            spark.read.format("amqp")
+            .option("url", URL)
+            .option("queueType", "stream")
+            .option("numPartitions", "3")
+        )
+
+    df = reader().option("startingOffsets", "100").option("endingOffsets", "250").load(stream_queue)
+    assert df.rdd.getNumPartitions() == 3
+    rows = df.select("stream_offset", "body", "timestamp", "headers").collect()
+    assert sorted(row.stream_offset for row in rows) == list(range(100, 250))
+    assert all(row.body == f"m{row.stream_offset}".encode() for row in rows)
+    assert all(row.headers["x-stream-offset"] == str(row.stream_offset) for row in rows)
+
+    everything = reader().option("queue", stream_queue).load()
+    assert everything.count() == 300  # first .. the tail when planned
+    assert everything.schema == amqp_spark.source_schema(False)
+    picked = (
+        reader()
+        .schema("stream_offset bigint, body binary")
+        .option("queue", stream_queue)
+        .option("startingOffsets", "last")
+        .load()
+        .collect()
+    )
+    assert [(row.stream_offset, row.body) for row in picked] == [(299, b"m299")]
+
+
+# --- the sink ----------------------------------------------------------------------------------
+
+
+def drain(channel: amqp_blocking.Channel, queue: str) -> list[amqp_blocking.Message]:
+    channel.basic_qos(1000)
+    messages: list[amqp_blocking.Message] = []
+    with channel.consume(queue, timeout=1.0) as consumer:
+        for message in consumer:
+            messages.append(message)
+            message.ack()
+    return messages
+
+
+@pytest.mark.rabbitmq
+def test_batch_write_publishes_every_row_once(
+    spark: SparkSession, broker: amqp_blocking.Channel, classic_queue: str
+) -> None:
+    rows = spark.range(10_000, numPartitions=4).select(
+        F.col("id").cast("string").alias("body"),
+        F.lit("application/x-id").alias("content_type"),
+    )
+    (
+        rows.write.format("amqp")
+        .option("url", URL)
+        .option("routingKey", classic_queue)
+        .option("messageIdMode", "deterministic")
+        .option("maxInFlight", "500")
+        .mode("append")
+        .save()
+    )
+    messages = drain(broker, classic_queue)
+    assert sorted(int(m.body) for m in messages) == list(range(10_000))
+    assert all(m.properties.content_type == "application/x-id" for m in messages)
+    assert all(m.properties.delivery_mode == 2 for m in messages)
+    ids = [m.properties.message_id for m in messages]
+    assert len(set(ids)) == 10_000
+    assert all(re.fullmatch(r"[0-9a-f]{32}-0-[0-3]-\d+", i or "") for i in ids)
+
+
+@pytest.mark.rabbitmq
+def test_unroutable_mandatory_row_fails_the_job(spark: SparkSession) -> None:
+    key = f"nowhere-{uuid.uuid4().hex[:8]}"
+    rows = spark.createDataFrame(
+        [(b"lost",)], StructType([StructField("body", BinaryType(), False)])
+    )
+    with pytest.raises(PySparkException) as caught:
+        rows.write.format("amqp").option("url", URL).option("exchange", "amq.direct").option(
+            "routingKey", key
+        ).mode("append").save()
+    assert key in str(caught.value)
+    assert "unroutable" in str(caught.value)
+
+
+@pytest.mark.rabbitmq
+def test_streaming_pipeline_stream_to_queue(
+    spark: SparkSession,
+    broker: amqp_blocking.Channel,
+    stream_queue: str,
+    classic_queue: str,
+    tmp_path: Path,
+) -> None:
+    publish(broker, stream_queue, [f"m{i}" for i in range(30)])
+    forwarded = read_stream(
+        spark, stream_queue, "stream", startingOffsets="first", maxMessagesPerTrigger="20"
+    ).select(
+        F.upper(F.col("body").cast("string")).alias("body"),
+        F.lit(classic_queue).alias("routing_key"),
+        F.col("stream_offset").cast("string").alias("correlation_id"),
+    )
+    query = (
+        forwarded.writeStream.format("amqp")
+        .option("url", URL)
+        .option("messageIdMode", "deterministic")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(QUERY_LIMIT_S)
+    assert [p.numInputRows for p in query.recentProgress if p.numInputRows] == [20, 10]
+    messages = drain(broker, classic_queue)
+    assert sorted(m.body for m in messages) == sorted(f"M{i}".encode() for i in range(30))
+    for m in messages:
+        assert m.properties.message_id is not None
+        query_id, batch, _partition, _row = m.properties.message_id.rsplit("-", 3)
+        assert query_id == query.id
+        assert batch == ("0" if int(m.properties.correlation_id or "") < 20 else "1")
+
+
+# --- options through Spark ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "fragment"),
+    [
+        ("queueType", "fifo", "queueType"),
+        ("prefetch", "lots", "prefetch"),
+        ("url", "amqp://guest:guest@host:port/", "url"),
+    ],
+)
+def test_bad_option_fails_at_load(
+    spark: SparkSession, option: str, value: str, fragment: str
+) -> None:
+    reader = spark.readStream.format("amqp").option("queue", "q").option("queueType", "stream")
+    with pytest.raises(PySparkException) as caught:
+        reader.option(option, value).load()
+    assert fragment in str(caught.value)
+    assert "amqp data source option" in str(caught.value)
+
+
+def test_register_is_explicit_too(spark: SparkSession) -> None:
+    amqp_spark.register(spark)
+    schema = (
+        spark.read.format("amqp").option("queue", "q").option("queueType", "stream").load().schema
+    )
+    assert schema == amqp_spark.source_schema(False)
+    assert schema["body"].dataType == BinaryType()
+    assert schema["routing_key"].dataType == StringType()
