@@ -42,6 +42,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="a virtual host besides / (repeatable)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log connections")
+    # for bench/broker.py: write a cProfile of the whole run to FILE on exit
+    parser.add_argument("--profile", metavar="FILE", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -72,6 +74,15 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
+    if args.profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        try:
+            profiler.runcall(trio.run, _main, args)
+        finally:
+            profiler.dump_stats(args.profile)
+        return 0
     trio.run(_main, args)
     return 0
 

@@ -1,0 +1,348 @@
+"""The I/O under one core, shared by the client and the server role: one flush path under a
+lock, a writer task that also runs the core's timers, and the reader's receive step.
+
+Bytes are produced by the core before the lock is taken and stay in the core's outbound buffer
+until whoever holds the lock writes them, so a task cancelled while waiting for the lock loses
+nothing (trio-websocket's ``_send`` bug is impossible here). Writes are shielded: a half-written
+frame would corrupt the stream for every channel.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from typing import TYPE_CHECKING, Final, final
+
+import trio
+
+from amqp_sansio import NEED_DATA, ConnectionCloseOk, HeartbeatTimeout
+from amqp_sansio.client import ConnectionLostError
+from amqp_sansio.framing import HEARTBEAT_FRAME, encode_method_frame
+
+if TYPE_CHECKING:
+    from amqp_sansio import Connection, Event, Sentinel
+    from amqp_sansio._method import Buffer
+
+__all__ = ["RECEIVE_SIZE", "Wire"]
+
+logger: Final = logging.getLogger("amqp_trio")
+
+#: Bytes asked of the transport per read.
+RECEIVE_SIZE: Final = 256 * 1024
+
+#: Queued output above which a publisher waits for the transport itself (see queue_output).
+HIGH_WATER: Final = 1024 * 1024
+
+#: A publisher that never waits yields to the scheduler once per this many publishes.
+YIELD_EVERY: Final = 128
+
+#: Scheduling rounds the writer lets pass while publishers keep adding output.
+GATHER_ROUNDS: Final = 16
+
+#: Seconds a failed connection keeps reading (and discarding) after its last words, waiting for
+#: the peer's close-ok or end of stream before the transport is closed.
+CLOSE_LINGER: Final = 1.0
+
+
+def _close_ok_frame() -> bytes:
+    frame = bytearray()
+    encode_method_frame(frame, 0, ConnectionCloseOk())
+    return bytes(frame)
+
+
+_CLOSE_OK_FRAME: Final = _close_ok_frame()
+
+# At most this many buffers per sendmsg (Linux's IOV_MAX).
+_IOV_MAX: Final = 1024
+# Buffers are joined into writes of about this size when the stream has no socket (TLS).
+_JOIN_LIMIT: Final = 64 * 1024
+
+_TRANSPORT_ERRORS: Final = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+
+@final
+class Wire:
+    """One core and its transport."""
+
+    def __init__(self, core: Connection, stream: trio.abc.Stream) -> None:
+        self.core: Final = core
+        self.stream: Final = stream
+        self._send_lock = trio.Lock()
+        self._wake = trio.Event()
+        # Events the writer pulled from the core while the reader was parked in receive_some
+        # (a heartbeat timeout); the reader takes them before asking the core again.
+        self._stash: deque[Event] = deque()
+        self._reader_parked = False
+        # While the reader waits for room in a consumer's buffer it reads nothing, so silence
+        # from the peer proves nothing: the core's timer (which would call that a dead peer)
+        # is suspended until the reader read again, and bare heartbeats keep the peer happy.
+        self._keepalive_only = False
+        self._last_keepalive = 0.0
+        self._keepalive_due = False
+        self._eof = False
+        #: Set once the transport failed or was closed; writes stop.
+        self.broken = False
+        # Octets handed to the core since the last write (publishes and acks only).
+        self._queued = 0
+        # Queued output that should not wait for more (an ack).
+        self._urgent = False
+        # queue_output() calls since the last real yield.
+        self._unyielded = 0
+        # A plain TCP stream is written with sendmsg (several buffers per system call).
+        self._socket: trio.socket.SocketType | None = None
+        if isinstance(stream, trio.SocketStream) and hasattr(stream.socket, "sendmsg"):
+            self._socket = stream.socket
+
+    # --- Writing ------------------------------------------------------------------------------
+
+    def schedule_flush(self) -> None:
+        """Wake the writer task (non-blocking); it writes whatever the core has queued."""
+        self._wake.set()
+
+    async def queue_output(self, size: int, *, urgent: bool = False) -> None:
+        """After a publish or an ack of about *size* octets was queued in the core: let the
+        writer task write it, batched with whatever else is queued, and write it here only
+        when more than :data:`HIGH_WATER` octets are waiting (backpressure for a fast
+        publisher). *urgent* output (an ack: the broker's prefetch window waits for it) is
+        written at the writer's next turn; publishes may be gathered for a few more rounds.
+
+        Never raises ``Cancelled``: the output is queued already, so callers check for
+        cancellation before queueing. It yields to the scheduler only every
+        :data:`YIELD_EVERY` calls (or when it writes): a scheduling round per publish (an
+        epoll poll, then a wake-up of the writer that sends one message) would cost more
+        than the publish itself.
+
+        :raises ConnectionLostError: the transport is gone.
+        """
+        self._queued += size
+        if urgent:
+            self._urgent = True
+        if self._queued >= HIGH_WATER or self.broken:
+            self._unyielded = 0
+            with trio.CancelScope(shield=True):
+                await self.flush()
+            return
+        self._wake.set()
+        self._unyielded += 1
+        if self._unyielded >= YIELD_EVERY:
+            self._unyielded = 0
+            await trio.lowlevel.cancel_shielded_checkpoint()
+
+    async def flush(self) -> None:
+        """Write everything the core has queued.
+
+        :raises ConnectionLostError: the transport failed (it is then closed, so the reader
+            sees the end of the stream and fails everything pending).
+        """
+        lock = self._send_lock
+        try:
+            # A free lock is taken without a scheduling round (the write itself is one).
+            await trio.lowlevel.checkpoint_if_cancelled()
+            try:
+                lock.acquire_nowait()
+            except trio.WouldBlock:
+                await lock.acquire()
+        except trio.Cancelled:
+            # Cancelled before writing: what we queued is still in the core.
+            self._wake.set()
+            raise
+        try:
+            await self._write_queued()
+        finally:
+            lock.release()
+
+    async def _write_queued(self) -> None:
+        if self.broken:
+            raise ConnectionLostError("the connection's transport is closed")
+        core = self.core
+        with trio.CancelScope(shield=True):
+            while True:
+                buffers = core.buffers_to_send()
+                self._queued = 0
+                self._urgent = False
+                if self._keepalive_due:
+                    self._keepalive_due = False
+                    buffers.append(HEARTBEAT_FRAME)
+                if not buffers:
+                    return
+                try:
+                    if len(buffers) == 1:
+                        await self.stream.send_all(buffers[0])
+                    elif self._socket is not None:
+                        await self._send_vectored(self._socket, buffers)
+                    else:
+                        await self._send_joined(buffers)
+                except _TRANSPORT_ERRORS as exc:
+                    logger.debug("write failed: %r", exc)
+                    await self.close_transport()
+                    raise ConnectionLostError(f"writing to the transport failed: {exc}") from exc
+
+    @staticmethod
+    async def _send_vectored(sock: trio.socket.SocketType, buffers: list[Buffer]) -> None:
+        """Write *buffers* with ``sendmsg``: one system call (and one scheduling round) for
+        many frames, and large bodies are not copied."""
+        views = [memoryview(buffer).cast("B") for buffer in buffers]
+        start = 0
+        while start < len(views):
+            sent = await sock.sendmsg(views[start : start + _IOV_MAX])
+            # Skip what was written; a partly written buffer continues from its rest.
+            while sent:
+                view = views[start]
+                if sent >= len(view):
+                    sent -= len(view)
+                    start += 1
+                else:
+                    views[start] = view[sent:]
+                    sent = 0
+            while start < len(views) and not views[start]:
+                start += 1
+
+    async def _send_joined(self, buffers: list[Buffer]) -> None:
+        """Write *buffers* as few large writes (TLS and other streams): small buffers are
+        joined up to :data:`_JOIN_LIMIT` octets, a buffer at least that large goes alone."""
+        pending: list[Buffer] = []
+        size = 0
+        for buffer in buffers:
+            length = len(buffer)
+            if length >= _JOIN_LIMIT:
+                if pending:
+                    await self.stream.send_all(b"".join(pending))
+                    pending, size = [], 0
+                await self.stream.send_all(buffer)
+                continue
+            pending.append(buffer)
+            size += length
+            if size >= _JOIN_LIMIT:
+                await self.stream.send_all(b"".join(pending))
+                pending, size = [], 0
+        if pending:
+            await self.stream.send_all(b"".join(pending) if len(pending) > 1 else pending[0])
+
+    async def run_writer(self) -> None:
+        """The writer task: flush when woken, run the core's timers at their deadlines."""
+        core = self.core
+        while not self.broken:
+            keepalive = self._keepalive_only and core.heartbeat > 0
+            if keepalive:
+                deadline: float | None = self._last_keepalive + core.heartbeat / 2
+            else:
+                deadline = core.next_deadline()
+            if not self._wake.is_set():
+                with trio.move_on_at(math.inf if deadline is None else deadline):
+                    await self._wake.wait()
+            if self._wake.is_set():
+                self._wake = trio.Event()
+                await self._gather_output()
+            now = trio.current_time()
+            if deadline is not None and now >= deadline:
+                if keepalive:
+                    self._last_keepalive = now
+                    self._keepalive_due = True
+                else:
+                    core.handle_timer(now)
+                    if self._reader_parked:
+                        await self._poll_parked_reader()
+            try:
+                await self.flush()
+            except ConnectionLostError:
+                return
+
+    async def _gather_output(self) -> None:
+        # Woken by a publish or an ack: while the producers keep adding to the queued output
+        # between two of our turns, let them (bounded), then write it all in one go.
+        seen = self._queued
+        rounds = 0
+        while seen and not self._urgent and rounds < GATHER_ROUNDS:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            if self._queued <= seen:
+                return
+            seen = self._queued
+            rounds += 1
+
+    def pause_reading(self) -> None:
+        """The reader is about to wait for something other than the transport."""
+        if not self._keepalive_only:
+            self._keepalive_only = True
+            self._last_keepalive = trio.current_time()
+            self._wake.set()
+
+    async def _poll_parked_reader(self) -> None:
+        # The reader drained the core before parking, so anything next_event() returns now
+        # was produced by handle_timer: a heartbeat timeout. Close the transport so the
+        # parked receive_some returns and the reader handles it.
+        event = self.core.next_event()
+        if event is NEED_DATA:
+            return
+        self._stash.append(event)
+        if type(event) is HeartbeatTimeout:
+            await self.close_transport()
+
+    # --- Reading ------------------------------------------------------------------------------
+
+    def next_event(self) -> Event | Sentinel:
+        """The core's next event (or one the writer pulled out while the reader was parked)."""
+        if self._stash:
+            return self._stash.popleft()
+        return self.core.next_event()
+
+    async def receive(self) -> None:
+        """Read once and give the bytes to the core; a failed or closed transport is the end
+        of the stream (``receive_data(b"")``)."""
+        if self._eof:
+            raise AssertionError("receive() after the end of the stream")
+        self._reader_parked = True
+        try:
+            data = await self.stream.receive_some(RECEIVE_SIZE)
+        except _TRANSPORT_ERRORS as exc:
+            logger.debug("read failed: %r", exc)
+            data = b""
+        finally:
+            self._reader_parked = False
+        if self._keepalive_only:
+            self._keepalive_only = False  # reading again: the core's timer takes over
+            self._wake.set()
+        if not data:
+            self._eof = True
+            self.broken = True
+            self._wake.set()  # the writer task ends
+        self.core.receive_data(data)
+
+    def end_of_stream(self) -> None:
+        """Tell the core the transport is gone (after a heartbeat timeout closed it)."""
+        if not self._eof:
+            self._eof = True
+            self.broken = True
+            self._wake.set()
+            self.core.receive_data(b"")
+
+    async def linger(self, timeout: float = CLOSE_LINGER) -> None:
+        """After the core failed (it no longer takes bytes) and its close was written: read
+        and discard until the peer's close-ok, the end of the stream, or *timeout* seconds.
+
+        Closing a socket with unread input resets the connection, and a reset can destroy
+        the close before the peer read it; this gives the peer the time to read it, without
+        a fixed sleep. The peer's close-ok is recognised by its exact frame octets.
+        """
+        if self.broken or self._eof:
+            return
+        keep = len(_CLOSE_OK_FRAME) - 1
+        tail = b""
+        with trio.move_on_after(timeout):
+            while True:
+                try:
+                    data = await self.stream.receive_some(RECEIVE_SIZE)
+                except _TRANSPORT_ERRORS:
+                    return
+                if not data:
+                    return
+                window = tail + bytes(data)
+                if _CLOSE_OK_FRAME in window:
+                    return
+                tail = window[-keep:]
+
+    async def close_transport(self) -> None:
+        """Close the transport at once (no graceful TLS close-notify)."""
+        self.broken = True
+        self._wake.set()
+        await trio.aclose_forcefully(self.stream)

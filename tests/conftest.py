@@ -1,0 +1,78 @@
+"""Shared fixtures: where the integration tests find a broker.
+
+``amqp_url`` is parametrized over :data:`BROKERS`. Each entry names a fixture that yields a
+URL (or skips/fails when that broker is unavailable); tests using ``amqp_url`` run once per
+broker, and the ones running against RabbitMQ get the ``rabbitmq`` marker automatically. An
+embedded broker joins by adding its name here and a fixture ``<name>_url``.
+
+RabbitMQ comes from ``AMQP_URL`` (default ``amqp://guest:guest@127.0.0.1:5672/``). When it is
+unreachable the tests skip with a message saying how to start it, except under ``CI=true``,
+where they fail: CI must never pass by skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import TYPE_CHECKING, Final
+
+import pytest
+
+import amqp_broker
+from amqp_sansio.client import ConnectionParameters
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+#: Brokers ``amqp_url`` runs the integration tests against, by fixture name prefix.
+BROKERS: Final[list[str]] = ["rabbitmq", "embedded"]
+
+DEFAULT_AMQP_URL: Final = "amqp://guest:guest@127.0.0.1:5672/"
+
+_HOW_TO_START = (
+    "start one with `apt-get install rabbitmq-server && service rabbitmq-server start` "
+    "(or `docker run -d -p 5672:5672 rabbitmq:3.10`), or point AMQP_URL at a broker"
+)
+
+
+def _unreachable_reason(url: str) -> str | None:
+    params = ConnectionParameters.from_url(url)
+    try:
+        with socket.create_connection((params.host, params.port), timeout=2.0):
+            return None
+    except OSError as exc:
+        return f"no RabbitMQ at {params.address} ({exc.strerror or exc})"
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_url() -> str:
+    """The RabbitMQ URL, after checking something listens there."""
+    url = os.environ.get("AMQP_URL", DEFAULT_AMQP_URL)
+    reason = _unreachable_reason(url)
+    if reason is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason}: CI needs a broker", pytrace=False)
+        pytest.skip(f"{reason}; {_HOW_TO_START}")
+    return url
+
+
+@pytest.fixture(scope="session")
+def embedded_url() -> Iterator[str]:
+    """The embedded broker (``amqp_broker``) in a thread of its own, for the whole session."""
+    with amqp_broker.run_in_thread() as url:
+        yield url
+
+
+@pytest.fixture(params=BROKERS)
+def amqp_url(request: pytest.FixtureRequest) -> str:
+    """A broker URL, once per entry of :data:`BROKERS`."""
+    url = request.getfixturevalue(f"{request.param}_url")
+    assert isinstance(url, str)
+    return url
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("amqp_url") == "rabbitmq":
+            item.add_marker(pytest.mark.rabbitmq)

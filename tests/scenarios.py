@@ -1,0 +1,470 @@
+"""Integration scenarios written once against the client API every adapter shares.
+
+Each ``scenario_*(connect, url)`` takes the adapter's ``connect`` (``amqp_trio.connect``, later
+``amqp_asyncio.connect``, or a sync-to-async facade over ``amqp_blocking``) and a broker URL.
+Scenarios use only that API and the standard library: no Trio, no asyncio, so they run under
+any adapter. The caller bounds each one with its framework's timeout. Every queue has a unique
+name and is deleted at the end.
+
+The protocols below state the part of the API the scenarios use; mypy checks each adapter
+against them, which keeps the adapters' surfaces from drifting apart.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING, Final, Protocol
+
+import pytest
+
+from amqp_sansio import BasicProperties, Int64, QueueDeclareOk
+from amqp_sansio.client import (
+    ConnectionClosedError,
+    ConnectionForced,
+    ConsumerCancelledError,
+    MessageReturnedError,
+    NotFound,
+    PublishNackedError,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable
+    from contextlib import AbstractAsyncContextManager
+
+    from amqp_sansio import FieldTable
+
+
+class MessageLike(Protocol):
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def properties(self) -> BasicProperties: ...
+    @property
+    def routing_key(self) -> str: ...
+    @property
+    def delivery_tag(self) -> int: ...
+    @property
+    def redelivered(self) -> bool: ...
+    @property
+    def consumer_tag(self) -> str | None: ...
+    @property
+    def message_count(self) -> int | None: ...
+
+    async def ack(self, *, multiple: bool = False) -> None: ...
+
+
+class ConsumerLike(Protocol):
+    @property
+    def consumer_tag(self) -> str: ...
+
+    def __aiter__(self) -> AsyncIterator[MessageLike]: ...
+
+
+class PublisherLike(Protocol):
+    @property
+    def confirmed(self) -> int: ...
+    @property
+    def nacked(self) -> int: ...
+    @property
+    def failed(self) -> int: ...
+
+    async def wait_for_confirms(self) -> None: ...
+
+    async def publish(
+        self,
+        body: bytes,
+        *,
+        exchange: str = "",
+        routing_key: str = "",
+        properties: BasicProperties | None = None,
+        mandatory: bool = False,
+    ) -> object: ...
+
+
+class ChannelLike(Protocol):
+    @property
+    def is_closed(self) -> bool: ...
+
+    async def queue_declare(
+        self,
+        queue: str = "",
+        *,
+        passive: bool = False,
+        durable: bool = False,
+        exclusive: bool = False,
+        auto_delete: bool = False,
+        arguments: FieldTable | None = None,
+    ) -> QueueDeclareOk: ...
+
+    async def queue_delete(
+        self, queue: str, *, if_unused: bool = False, if_empty: bool = False
+    ) -> int: ...
+
+    async def basic_qos(
+        self, prefetch_count: int = 0, *, prefetch_size: int = 0, global_: bool = False
+    ) -> None: ...
+
+    async def confirm_select(self) -> None: ...
+
+    async def basic_publish(
+        self,
+        body: bytes,
+        *,
+        exchange: str = "",
+        routing_key: str = "",
+        properties: BasicProperties | None = None,
+        mandatory: bool = False,
+    ) -> None: ...
+
+    def publisher(self, window: int = 1000) -> AbstractAsyncContextManager[PublisherLike]: ...
+
+    def basic_consume(
+        self,
+        queue: str,
+        *,
+        no_ack: bool = False,
+        exclusive: bool = False,
+        consumer_tag: str = "",
+        arguments: FieldTable | None = None,
+        buffer_size: int | None = None,
+    ) -> AbstractAsyncContextManager[ConsumerLike]: ...
+
+    async def basic_get(self, queue: str, *, no_ack: bool = False) -> MessageLike | None: ...
+
+
+class ConnectionLike(Protocol):
+    @property
+    def blocked(self) -> bool: ...
+    @property
+    def is_closed(self) -> bool: ...
+
+    def channel(self) -> AbstractAsyncContextManager[ChannelLike]: ...
+
+
+class Connect(Protocol):
+    def __call__(
+        self, url_or_params: str = ..., *, connection_name: str | None = None
+    ) -> AbstractAsyncContextManager[ConnectionLike]: ...
+
+
+def unique(prefix: str) -> str:
+    """A queue or exchange name no other test uses."""
+    return f"test-{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+# --- rabbitmqctl ------------------------------------------------------------------------------
+
+_CTL_TIMEOUT: Final = 60.0
+
+
+def rabbitmqctl(*args: str) -> str:
+    """Run ``rabbitmqctl`` (about a second per call: it starts an Erlang VM)."""
+    done = subprocess.run(
+        ["rabbitmqctl", *args], capture_output=True, text=True, timeout=_CTL_TIMEOUT, check=True
+    )
+    return done.stdout
+
+
+def connection_pid(connection_name: str) -> str:
+    """The broker's pid for the connection whose client properties carry this name."""
+    for line in rabbitmqctl("list_connections", "pid", "client_properties").splitlines():
+        if f'"{connection_name}"' in line:
+            return line.split("\t", 1)[0]
+    raise AssertionError(f"no connection named {connection_name!r} on the broker")
+
+
+# --- Scenarios --------------------------------------------------------------------------------
+
+
+async def scenario_publish_consume(connect: Connect, url: str) -> None:
+    """Publish with confirms, consume with acks; bodies, properties and order survive."""
+    queue = unique("pubcon")
+    count = 20
+    async with connect(url) as conn, conn.channel() as ch:
+        await ch.queue_declare(queue)
+        try:
+            await ch.confirm_select()
+            for n in range(count):
+                props = BasicProperties(
+                    content_type="text/plain", headers={"n": n}, message_id=f"m{n}"
+                )
+                await ch.basic_publish(f"body {n}".encode(), routing_key=queue, properties=props)
+            await ch.basic_qos(5)
+            seen: list[int] = []
+            async with ch.basic_consume(queue) as consumer:
+                async for msg in consumer:
+                    n = len(seen)
+                    assert msg.body == f"body {n}".encode()
+                    assert msg.properties.content_type == "text/plain"
+                    assert msg.properties.headers == {"n": n}
+                    assert msg.properties.message_id == f"m{n}"
+                    assert msg.routing_key == queue
+                    assert msg.consumer_tag == consumer.consumer_tag
+                    await msg.ack()
+                    seen.append(n)
+                    if len(seen) == count:
+                        break
+            assert seen == list(range(count))
+            assert await ch.basic_get(queue) is None
+        finally:
+            await ch.queue_delete(queue)
+
+
+async def scenario_basic_get(connect: Connect, url: str) -> None:
+    """basic_get returns a message with the queue's remaining count, then None."""
+    queue = unique("get")
+    async with connect(url) as conn, conn.channel() as ch:
+        await ch.queue_declare(queue)
+        try:
+            await ch.confirm_select()
+            await ch.basic_publish(b"one", routing_key=queue)
+            await ch.basic_publish(b"two", routing_key=queue)
+            first = await ch.basic_get(queue)
+            assert first is not None
+            assert first.body == b"one"
+            assert first.message_count == 1
+            assert first.consumer_tag is None
+            await first.ack()
+            second = await ch.basic_get(queue, no_ack=True)
+            assert second is not None
+            assert second.body == b"two"
+            assert await ch.basic_get(queue) is None
+        finally:
+            await ch.queue_delete(queue)
+
+
+async def scenario_pipelined_confirms(connect: Connect, url: str) -> None:
+    """The windowed publisher gets every publish confirmed."""
+    queue = unique("window")
+    count = 200
+    async with connect(url) as conn, conn.channel() as ch:
+        await ch.queue_declare(queue)
+        try:
+            async with ch.publisher(window=16) as pub:
+                for n in range(count):
+                    await pub.publish(b"%d" % n, routing_key=queue)
+            assert pub.confirmed == count
+            assert pub.failed == 0
+            ok = await ch.queue_declare(queue, passive=True)
+            assert ok.message_count == count
+        finally:
+            await ch.queue_delete(queue)
+
+
+async def scenario_stream_offset(connect: Connect, url: str) -> None:
+    """Read a stream queue from an offset: prefetch set, x-stream-offset as a consume
+    argument; leaving the consumer must not reject the rest (a 540 would kill the
+    connection)."""
+    queue = unique("stream")
+    total = 10
+    start = 4
+    async with connect(url) as conn, conn.channel() as ch:
+        await ch.queue_declare(queue, durable=True, arguments={"x-queue-type": "stream"})
+        try:
+            await ch.confirm_select()
+            for n in range(total):
+                await ch.basic_publish(b"%d" % n, routing_key=queue)
+            await ch.basic_qos(total)
+            offsets: list[int] = []
+            async with ch.basic_consume(
+                queue, arguments={"x-stream-offset": Int64(start)}
+            ) as consumer:
+                async for msg in consumer:
+                    headers = msg.properties.headers or {}
+                    offset = headers["x-stream-offset"]
+                    assert isinstance(offset, int)
+                    assert msg.body == b"%d" % offset
+                    await msg.ack()
+                    offsets.append(offset)
+                    if offset >= total - 1 - 2:  # stop early: buffered messages stay
+                        break
+            assert offsets == list(range(start, total - 2))
+            # The connection survived leaving the consumer with deliveries buffered.
+            assert not conn.is_closed
+            ok = await ch.queue_declare(queue, passive=True)
+            assert ok.queue == queue
+        finally:
+            await ch.queue_delete(queue)
+
+
+async def scenario_nack(connect: Connect, url: str) -> None:
+    """x-max-length 1 with x-overflow reject-publish: the second publish is nacked, both with
+    basic_publish and with the pipelined publisher."""
+    queue = unique("nack")
+    args: FieldTable = {"x-max-length": 1, "x-overflow": "reject-publish"}
+    async with connect(url) as conn, conn.channel() as ch:
+        await ch.queue_declare(queue, arguments=args)
+        try:
+            await ch.confirm_select()
+            await ch.basic_publish(b"fits", routing_key=queue)
+            with pytest.raises(PublishNackedError) as nacked:
+                await ch.basic_publish(b"overflows", routing_key=queue)
+            assert nacked.value.publish_number == 2
+            counts: list[int] = []
+
+            async def publish_two() -> None:
+                async with ch.publisher(window=4) as pub:
+                    await pub.publish(b"a", routing_key=queue)
+                    await pub.publish(b"b", routing_key=queue)
+                    await pub.wait_for_confirms()
+                    counts.append(pub.nacked)
+
+            with pytest.raises(ExceptionGroup) as group:
+                await publish_two()
+            assert counts == [2]
+            numbers = [
+                e.publish_number
+                for e in group.value.exceptions
+                if isinstance(e, PublishNackedError)
+            ]
+            assert numbers == [3, 4]
+        finally:
+            await ch.queue_delete(queue)
+
+
+async def scenario_mandatory_return(connect: Connect, url: str) -> None:
+    """A mandatory publish nobody can route comes back as MessageReturnedError (312)."""
+    nowhere = unique("noroute")
+    async with connect(url) as conn, conn.channel() as ch:
+        await ch.confirm_select()
+        props = BasicProperties(message_id="lost")
+        with pytest.raises(MessageReturnedError) as returned:
+            await ch.basic_publish(
+                b"undeliverable", routing_key=nowhere, mandatory=True, properties=props
+            )
+        error = returned.value
+        assert error.reply_code == 312
+        assert error.reply_text == "NO_ROUTE"
+        assert error.publish_number == 1
+        assert error.message.body == b"undeliverable"
+        assert error.message.routing_key == nowhere
+        assert error.message.properties.message_id == "lost"
+        # The channel stays usable.
+        await ch.basic_publish(b"", routing_key=nowhere)
+
+
+async def scenario_server_cancel(connect: Connect, url: str) -> None:
+    """Deleting the queue under a consumer ends its iterator with ConsumerCancelledError,
+    after the messages already delivered."""
+    queue = unique("cancel")
+    async with connect(url) as conn, conn.channel() as ch, conn.channel() as other:
+        await ch.queue_declare(queue)
+        await ch.confirm_select()
+        await ch.basic_publish(b"before", routing_key=queue)
+        await ch.basic_qos(10)
+        received: list[bytes] = []
+        tags: list[str] = []
+
+        async def consume() -> None:
+            async with ch.basic_consume(queue) as consumer:
+                tags.append(consumer.consumer_tag)
+                async for msg in consumer:
+                    received.append(msg.body)
+                    await other.queue_delete(queue)
+
+        with pytest.raises(ConsumerCancelledError) as cancelled:
+            await consume()
+        assert received == [b"before"]
+        assert [cancelled.value.consumer_tag] == tags
+        assert not ch.is_closed
+
+
+async def scenario_channel_error(connect: Connect, url: str) -> None:
+    """A passive declare of a missing queue raises NotFound and closes only that channel."""
+    missing = unique("missing")
+    async with connect(url) as conn:
+        async with conn.channel() as ch:
+            with pytest.raises(NotFound) as not_found:
+                await ch.queue_declare(missing, passive=True)
+            assert not_found.value.reply_code == 404
+            assert missing in not_found.value.reply_text
+            assert ch.is_closed
+            with pytest.raises(NotFound):
+                await ch.queue_declare(missing)
+        assert not conn.is_closed
+        async with conn.channel() as ch2:
+            queue = unique("after-error")
+            ok = await ch2.queue_declare(queue)
+            assert ok.queue == queue
+            await ch2.queue_delete(queue)
+
+
+async def scenario_blocked(connect: Connect, url: str) -> None:
+    """connection.blocked: with the memory alarm on, the broker blocks the connection after a
+    publish and stops reading it; calls wait until the alarm is lifted, then go through.
+
+    A thread lifts the alarm as soon as the connection reports being blocked (the window is
+    about a second); it always restores the watermark, since other tests share the broker.
+    """
+    queue = unique("blocked")
+    async with connect(url) as conn, conn.channel() as ch:
+        await ch.queue_declare(queue)
+        saw_blocked = threading.Event()
+
+        def lift_alarm_once_blocked() -> None:
+            try:
+                deadline = time.monotonic() + 20.0
+                while time.monotonic() < deadline and not conn.blocked:
+                    time.sleep(0.02)
+                if conn.blocked:
+                    saw_blocked.set()
+            finally:
+                rabbitmqctl("set_vm_memory_high_watermark", "0.4")
+
+        try:
+            rabbitmqctl("set_vm_memory_high_watermark", "0.0000001")
+        except BaseException:
+            rabbitmqctl("set_vm_memory_high_watermark", "0.4")
+            raise
+        lifter = threading.Thread(target=lift_alarm_once_blocked, daemon=True)
+        lifter.start()
+        try:
+            await ch.basic_publish(b"triggers the block", routing_key=queue)
+            await ch.basic_publish(b"waits for unblock", routing_key=queue)
+        finally:
+            # Round trips until the lifter is done (never block the event loop on join()):
+            # while blocked the broker reads nothing, so these wait for the alarm to lift.
+            while lifter.is_alive():
+                await ch.queue_declare(queue, passive=True)
+        assert saw_blocked.is_set()
+        ok = await ch.queue_declare(queue, passive=True)
+        assert ok.message_count == 2
+        assert not conn.blocked
+        await ch.queue_delete(queue)
+
+
+async def scenario_forced_close(connect: Connect, url: str) -> None:
+    """rabbitmqctl close_connection: the next call raises ConnectionForced with the reply
+    text, and leaving the blocks is quiet."""
+    name = unique("forced")
+    reason = f"closed by test {name}"
+    async with connect(url, connection_name=name) as conn, conn.channel() as ch:
+        rabbitmqctl("close_connection", connection_pid(name), reason)
+        with pytest.raises(ConnectionForced) as forced:
+            await ch.queue_declare(unique("never"))
+        assert forced.value.reply_code == 320
+        assert forced.value.reply_text == f"CONNECTION_FORCED - {reason}"
+        assert isinstance(forced.value, ConnectionClosedError)
+        assert conn.is_closed
+
+
+#: Scenarios any AMQP 0-9-1 broker should pass, by name.
+SCENARIOS: Final[dict[str, Callable[[Connect, str], Awaitable[None]]]] = {
+    "publish_consume": scenario_publish_consume,
+    "basic_get": scenario_basic_get,
+    "pipelined_confirms": scenario_pipelined_confirms,
+    "nack": scenario_nack,
+    "mandatory_return": scenario_mandatory_return,
+    "server_cancel": scenario_server_cancel,
+    "channel_error": scenario_channel_error,
+}
+
+#: Scenarios that need RabbitMQ itself: stream queues, or ``rabbitmqctl`` on this host.
+RABBITMQ_SCENARIOS: Final[dict[str, Callable[[Connect, str], Awaitable[None]]]] = {
+    "stream_offset": scenario_stream_offset,
+    "blocked": scenario_blocked,
+    "forced_close": scenario_forced_close,
+}
