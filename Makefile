@@ -18,8 +18,8 @@ $(STAMP): pyproject.toml | $(BIN)/python
 test: $(STAMP) lint typecheck gencheck pytest docs
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests tools bench
-	$(BIN)/ruff format --check src tests tools bench
+	$(BIN)/ruff check src tests tools bench examples fuzz
+	$(BIN)/ruff format --check src tests tools bench examples fuzz
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -27,21 +27,42 @@ typecheck: $(STAMP)
 gencheck: $(STAMP)
 	$(BIN)/python tools/gen_spec.py --check
 
-pytest: $(STAMP)
+# Node's amqplib drives the embedded broker in tests/test_broker_clients.py.
+NODE_PEER := tests/node/node_modules/.installed
+
+$(NODE_PEER): tests/node/package.json tests/node/package-lock.json
+	npm ci --prefix tests/node --no-audit --no-fund
+	touch $(NODE_PEER)
+
+pytest: $(STAMP) $(NODE_PEER)
 	$(BIN)/python -bb -m coverage run -m pytest $(PYTEST_ARGS)
-	$(BIN)/python -m coverage report --include='src/amqp_sansio/*'
+	$(BIN)/python -m coverage report --include='src/*'
 
 docs: $(STAMP)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 
-# Until the Trio client lands (issue 4), the demo decodes a real RabbitMQ conversation with our
-# codec and runs the codec benchmark against pamqp, pika and py-amqp.
+# A publish/consume round trip through the Trio client with confirms, a progress bar and the
+# throughput: against AMQP_URL (default local RabbitMQ), else the embedded broker.
 demo: $(STAMP)
-	$(BIN)/python examples/wire_trace.py
-	$(BIN)/python bench/codec.py --quick
+	$(BIN)/python examples/demo.py
 
-bench: $(STAMP)
+# async_amqp (a peer in bench/e2e.py) needs pamqp < 4, so it gets a virtualenv of its own. If
+# that cannot be built, say why and benchmark the others.
+ASYNC_AMQP_VENV := bench/.venv-async-amqp
+
+$(ASYNC_AMQP_VENV)/.installed:
+	@($(PYTHON) -m venv $(ASYNC_AMQP_VENV) \
+	  && $(ASYNC_AMQP_VENV)/bin/python -m pip install --quiet async-amqp==0.5.5 trio==0.35.0 \
+	  && touch $@) \
+	  || echo "bench: could not set up $(ASYNC_AMQP_VENV) (see above); running without async_amqp"
+
+bench: $(STAMP) $(ASYNC_AMQP_VENV)/.installed
 	$(BIN)/python bench/codec.py
+	$(BIN)/python bench/core.py
+	$(BIN)/python bench/memory.py
+	$(BIN)/python bench/e2e.py
+	$(BIN)/python bench/broker.py
+	$(BIN)/python bench/spark.py
 
 clean:
 	rm -rf $(VENV) docs/_build .mypy_cache .pytest_cache .ruff_cache .coverage .hypothesis

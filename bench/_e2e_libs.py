@@ -1,0 +1,478 @@
+"""The timed part of each end-to-end benchmark case, one function per library.
+
+Each runner connects, opens a channel and prepares (confirm mode, QoS) before it starts the
+clock, and returns the seconds the operation took:
+
+* ``publish``: N publishes to the default exchange without confirms, each awaited (or called)
+  one after the other as an application would, then one synchronous round trip on the channel
+  (a passive ``queue.declare``) so that the clock stops after the broker has handled them all;
+* ``confirm``: N publishes in confirm mode, ending when every one is confirmed. Libraries with a
+  way to keep many publishes in flight use a window of ``window`` unconfirmed publishes
+  (the ``publisher`` of amqp_trio, amqp_asyncio and amqp_blocking, concurrent tasks bounded
+  by a semaphore for aio-pika and aiormq);
+  pika's BlockingConnection and py-amqp can only wait for each confirm in turn, and async_amqp
+  must (see its runner);
+* ``consume``: N messages from a queue filled beforehand, with ``basic.qos`` prefetch
+  ``prefetch`` and a ``multiple`` ack every ``ack_every`` deliveries; the clock runs from the
+  ``basic.consume`` call to the last ack.
+
+Library imports happen inside the runners: a worker process imports only the library it runs
+(the async_amqp worker runs from its own virtualenv, where the others are not installed).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["RUNNERS", "Case", "Stopwatch", "Timing"]
+
+#: (wall-clock seconds, CPU seconds of this process) of one timed operation
+Timing = tuple[float, float]
+
+
+class Stopwatch:
+    """Wall-clock and process CPU time from construction to :meth:`stop`."""
+
+    def __init__(self) -> None:
+        self.wall = time.perf_counter()
+        self.cpu = time.process_time()
+
+    def stop(self) -> Timing:
+        return time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+
+@dataclass(frozen=True)
+class Case:
+    url: str
+    op: str  # "publish" | "confirm" | "consume"
+    queue: str
+    count: int
+    body_size: int
+    window: int
+    prefetch: int
+    ack_every: int
+
+    @property
+    def body(self) -> bytes:
+        return b"x" * self.body_size
+
+    def check_consumed(self, messages: int, octets: int) -> None:
+        if messages != self.count or octets != self.count * self.body_size:
+            raise RuntimeError(
+                f"consumed {messages} messages with {octets} body octets, expected "
+                f"{self.count} with {self.count * self.body_size}"
+            )
+
+    def should_ack(self, received: int) -> bool:
+        return received % self.ack_every == 0 or received == self.count
+
+
+def run_raw(case: Case) -> Timing:
+    from _raw import RawClient
+
+    client = RawClient(case.url)
+    try:
+        if case.op == "publish":
+            watch = Stopwatch()
+            client.publish(case.queue, case.count, case.body)
+        elif case.op == "confirm":
+            client.confirm_select()
+            watch = Stopwatch()
+            client.publish_confirmed(case.queue, case.count, case.body, window=case.window)
+        else:
+            watch = Stopwatch()
+            client.consume(
+                case.queue,
+                case.count,
+                case.body_size,
+                prefetch=case.prefetch,
+                ack_every=case.ack_every,
+            )
+        elapsed = watch.stop()
+        if case.op == "consume":
+            client.cancel()
+        return elapsed
+    finally:
+        client.close()
+
+
+def run_amqp_trio(case: Case) -> Timing:
+    import trio
+
+    import amqp_trio
+
+    async def main() -> Timing:
+        async with amqp_trio.connect(case.url) as conn, conn.channel() as ch:
+            body = case.body
+            queue = case.queue
+            if case.op == "publish":
+                watch = Stopwatch()
+                for _ in range(case.count):
+                    await ch.basic_publish(body, routing_key=queue)
+                await ch.queue_declare(queue, passive=True)
+                return watch.stop()
+            if case.op == "confirm":
+                await ch.confirm_select()
+                watch = Stopwatch()
+                async with ch.publisher(window=case.window) as publisher:
+                    for _ in range(case.count):
+                        await publisher.publish(body, routing_key=queue)
+                return watch.stop()
+            await ch.basic_qos(prefetch_count=case.prefetch)
+            received = octets = 0
+            watch = Stopwatch()
+            async with ch.basic_consume(queue) as consumer:
+                async for message in consumer:
+                    received += 1
+                    octets += len(message.body)
+                    if case.should_ack(received):
+                        await ch.basic_ack(message.delivery_tag, multiple=True)
+                        if received == case.count:
+                            break
+                elapsed = watch.stop()
+            case.check_consumed(received, octets)
+            return elapsed
+
+    return trio.run(main)
+
+
+def run_amqp_asyncio(case: Case) -> Timing:
+    import asyncio
+
+    import amqp_asyncio
+
+    async def main() -> Timing:
+        async with amqp_asyncio.connect(case.url) as conn, conn.channel() as ch:
+            body = case.body
+            queue = case.queue
+            if case.op == "publish":
+                watch = Stopwatch()
+                for _ in range(case.count):
+                    await ch.basic_publish(body, routing_key=queue)
+                await ch.queue_declare(queue, passive=True)
+                return watch.stop()
+            if case.op == "confirm":
+                await ch.confirm_select()
+                watch = Stopwatch()
+                async with ch.publisher(window=case.window) as publisher:
+                    for _ in range(case.count):
+                        await publisher.publish(body, routing_key=queue)
+                return watch.stop()
+            await ch.basic_qos(prefetch_count=case.prefetch)
+            received = octets = 0
+            watch = Stopwatch()
+            async with ch.basic_consume(queue) as consumer:
+                async for message in consumer:
+                    received += 1
+                    octets += len(message.body)
+                    if case.should_ack(received):
+                        await ch.basic_ack(message.delivery_tag, multiple=True)
+                        if received == case.count:
+                            break
+                elapsed = watch.stop()
+            case.check_consumed(received, octets)
+            return elapsed
+
+    return asyncio.run(main())
+
+
+def run_amqp_blocking(case: Case) -> Timing:
+    import amqp_blocking
+
+    with amqp_blocking.connect(case.url) as conn, conn.channel() as ch:
+        body = case.body
+        queue = case.queue
+        if case.op == "publish":
+            watch = Stopwatch()
+            for _ in range(case.count):
+                ch.basic_publish(body, routing_key=queue)
+            ch.queue_declare(queue, passive=True)
+            return watch.stop()
+        if case.op == "confirm":
+            ch.confirm_select()
+            watch = Stopwatch()
+            with ch.publisher(window=case.window) as publisher:
+                for _ in range(case.count):
+                    publisher.publish(body, routing_key=queue)
+            return watch.stop()
+        ch.basic_qos(prefetch_count=case.prefetch)
+        received = octets = 0
+        watch = Stopwatch()
+        with ch.basic_consume(queue) as consumer:
+            for message in consumer:
+                received += 1
+                octets += len(message.body)
+                if case.should_ack(received):
+                    ch.basic_ack(message.delivery_tag, multiple=True)
+                    if received == case.count:
+                        break
+            elapsed = watch.stop()
+        case.check_consumed(received, octets)
+        return elapsed
+
+
+def run_aio_pika(case: Case) -> Timing:
+    import asyncio
+
+    import aio_pika
+
+    async def main() -> Timing:
+        connection = await aio_pika.connect(case.url)
+        async with connection:
+            channel = await connection.channel(publisher_confirms=case.op == "confirm")
+            exchange = channel.default_exchange
+            body = case.body
+            queue_name = case.queue
+            if case.op == "publish":
+                watch = Stopwatch()
+                for _ in range(case.count):
+                    await exchange.publish(aio_pika.Message(body), routing_key=queue_name)
+                await channel.declare_queue(queue_name, passive=True)
+                return watch.stop()
+            if case.op == "confirm":
+                window = asyncio.Semaphore(case.window)
+
+                async def publish_one() -> None:
+                    try:
+                        await exchange.publish(aio_pika.Message(body), routing_key=queue_name)
+                    finally:
+                        window.release()
+
+                watch = Stopwatch()
+                async with asyncio.TaskGroup() as tasks:
+                    for _ in range(case.count):
+                        await window.acquire()
+                        tasks.create_task(publish_one())
+                return watch.stop()
+            await channel.set_qos(prefetch_count=case.prefetch)
+            queue = await channel.declare_queue(queue_name, passive=True)
+            received = octets = 0
+            watch = Stopwatch()
+            async with queue.iterator() as messages:
+                async for message in messages:
+                    received += 1
+                    octets += len(message.body)
+                    if case.should_ack(received):
+                        await message.ack(multiple=True)
+                        if received == case.count:
+                            break
+                elapsed = watch.stop()
+            case.check_consumed(received, octets)
+            return elapsed
+
+    return asyncio.run(main())
+
+
+def run_aiormq(case: Case) -> Timing:
+    import asyncio
+
+    import aiormq
+
+    async def main() -> Timing:
+        connection = await aiormq.connect(case.url)
+        try:
+            channel = await connection.channel(publisher_confirms=case.op == "confirm")
+            body = case.body
+            queue = case.queue
+            if case.op == "publish":
+                watch = Stopwatch()
+                for _ in range(case.count):
+                    await channel.basic_publish(body, routing_key=queue)
+                await channel.queue_declare(queue, passive=True)
+                return watch.stop()
+            if case.op == "confirm":
+                window = asyncio.Semaphore(case.window)
+
+                async def publish_one() -> None:
+                    try:
+                        await channel.basic_publish(body, routing_key=queue)
+                    finally:
+                        window.release()
+
+                watch = Stopwatch()
+                async with asyncio.TaskGroup() as tasks:
+                    for _ in range(case.count):
+                        await window.acquire()
+                        tasks.create_task(publish_one())
+                return watch.stop()
+            await channel.basic_qos(prefetch_count=case.prefetch)
+            done = asyncio.Event()
+            counts = [0, 0]  # received, octets
+            finished_at = [(0.0, 0.0)]
+
+            async def on_message(message: aiormq.abc.DeliveredMessage) -> None:
+                counts[0] += 1
+                counts[1] += len(message.body)
+                if case.should_ack(counts[0]):
+                    await channel.basic_ack(int(message.delivery_tag or 0), multiple=True)
+                    if counts[0] == case.count:
+                        finished_at[0] = watch.stop()
+                        done.set()
+
+            watch = Stopwatch()
+            await channel.basic_consume(queue, on_message)
+            await done.wait()
+            case.check_consumed(counts[0], counts[1])
+            return finished_at[0]
+        finally:
+            await connection.close()
+
+    return asyncio.run(main())
+
+
+def run_pika(case: Case) -> Timing:
+    import pika
+
+    connection = pika.BlockingConnection(pika.URLParameters(case.url))
+    try:
+        channel = connection.channel()
+        body = case.body
+        queue = case.queue
+        if case.op in ("publish", "confirm"):
+            if case.op == "confirm":
+                channel.confirm_delivery()
+            watch = Stopwatch()
+            for _ in range(case.count):
+                channel.basic_publish(exchange="", routing_key=queue, body=body)
+            if case.op == "publish":
+                channel.queue_declare(queue, passive=True)
+            return watch.stop()
+        channel.basic_qos(prefetch_count=case.prefetch)
+        counts = [0, 0]
+        finished_at = [(0.0, 0.0)]
+
+        def on_message(
+            ch: pika.adapters.blocking_connection.BlockingChannel,
+            method: pika.spec.Basic.Deliver,
+            _properties: pika.spec.BasicProperties,
+            message_body: bytes,
+        ) -> None:
+            counts[0] += 1
+            counts[1] += len(message_body)
+            if case.should_ack(counts[0]):
+                ch.basic_ack(method.delivery_tag, multiple=True)
+                if counts[0] == case.count:
+                    finished_at[0] = watch.stop()
+                    ch.stop_consuming()
+
+        watch = Stopwatch()
+        channel.basic_consume(queue, on_message)
+        channel.start_consuming()
+        case.check_consumed(counts[0], counts[1])
+        return finished_at[0]
+    finally:
+        connection.close()
+
+
+def run_py_amqp(case: Case) -> Timing:
+    import amqp
+
+    parts = urlsplit(case.url)
+    connection = amqp.Connection(
+        host=f"{parts.hostname or '127.0.0.1'}:{parts.port or 5672}",
+        userid=unquote(parts.username or "guest"),
+        password=unquote(parts.password or "guest"),
+        virtual_host=unquote(parts.path[1:]) if len(parts.path) > 1 else "/",
+        confirm_publish=case.op == "confirm",
+    )
+    connection.connect()
+    try:
+        channel = connection.channel()
+        body = case.body
+        queue = case.queue
+        if case.op in ("publish", "confirm"):
+            watch = Stopwatch()
+            for _ in range(case.count):
+                channel.basic_publish(amqp.Message(body), exchange="", routing_key=queue)
+            if case.op == "publish":
+                channel.queue_declare(queue, passive=True)
+            return watch.stop()
+        channel.basic_qos(0, case.prefetch, False)
+        counts = [0, 0]
+        finished_at = [(0.0, 0.0)]
+
+        def on_message(message: amqp.Message) -> None:
+            counts[0] += 1
+            counts[1] += len(message.body)
+            if case.should_ack(counts[0]):
+                channel.basic_ack(message.delivery_tag, multiple=True)
+                if counts[0] == case.count:
+                    finished_at[0] = watch.stop()
+
+        watch = Stopwatch()
+        channel.basic_consume(queue, callback=on_message)
+        while counts[0] < case.count:
+            connection.drain_events(timeout=30)
+        case.check_consumed(counts[0], counts[1])
+        return finished_at[0]
+    finally:
+        connection.close()
+
+
+def run_async_amqp(case: Case) -> Timing:
+    import async_amqp
+    import trio
+
+    parts = urlsplit(case.url)
+
+    async def main() -> Timing:
+        async with async_amqp.connect_amqp(
+            host=parts.hostname or "127.0.0.1",
+            port=parts.port or 5672,
+            login=unquote(parts.username or "guest"),
+            password=unquote(parts.password or "guest"),
+            virtualhost=unquote(parts.path[1:]) if len(parts.path) > 1 else "/",
+        ) as protocol:
+            channel = await protocol.channel()
+            body = case.body
+            queue = case.queue
+            if case.op == "publish":
+                watch = Stopwatch()
+                for _ in range(case.count):
+                    await channel.publish(body, "", queue)
+                await channel.queue_declare(queue, passive=True)
+                return watch.stop()
+            if case.op == "confirm":
+                # One publish in flight: async_amqp ignores `multiple` on acks, so with more
+                # than one unconfirmed publish its confirm futures never resolve (the same bug
+                # as aioamqp's Polyconseil/aioamqp#233).
+                await channel.confirm_select()
+                watch = Stopwatch()
+                for _ in range(case.count):
+                    await channel.publish(body, "", queue)
+                return watch.stop()
+            await channel.basic_qos(prefetch_count=case.prefetch)
+            received = octets = 0
+            watch = Stopwatch()
+            async with channel.new_consumer(queue_name=queue) as listener:
+                async for message_body, envelope, _properties in listener:
+                    received += 1
+                    octets += len(message_body)
+                    if case.should_ack(received):
+                        await channel.basic_client_ack(envelope.delivery_tag, multiple=True)
+                        if received == case.count:
+                            break
+                elapsed = watch.stop()
+            case.check_consumed(received, octets)
+            return elapsed
+
+    return trio.run(main)
+
+
+RUNNERS: dict[str, Callable[[Case], Timing]] = {
+    "raw": run_raw,
+    "amqp_trio": run_amqp_trio,
+    "amqp_asyncio": run_amqp_asyncio,
+    "amqp_blocking": run_amqp_blocking,
+    "aio-pika": run_aio_pika,
+    "aiormq": run_aiormq,
+    "pika": run_pika,
+    "py-amqp": run_py_amqp,
+    "async_amqp": run_async_amqp,
+}
