@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from collections import deque
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final, final
@@ -14,43 +13,21 @@ import attrs
 
 from amqp_sansio import (
     BasicAck,
-    BasicCancel,
-    BasicConsume,
-    BasicGet,
-    BasicGetEmpty,
-    BasicNack,
     BasicProperties,
     BasicPublish,
-    BasicQos,
-    BasicRecover,
-    BasicReject,
-    ChannelFlow,
-    ChannelFlowOk,
     ConfirmSelect,
-    ExchangeBind,
-    ExchangeDeclare,
-    ExchangeDelete,
-    ExchangeUnbind,
     MessageReceived,
-    QueueBind,
-    QueueDeclare,
     QueueDeclareOk,
-    QueueDelete,
-    QueueDeleteOk,
-    QueuePurge,
-    QueuePurgeOk,
-    QueueUnbind,
     TxCommit,
     TxRollback,
     TxSelect,
 )
-from amqp_sansio._client_shared import may_send
+from amqp_sansio import _client_requests as request
+from amqp_sansio._client_shared import count_failure, may_send
 from amqp_sansio.client import (
     AMQPError,
     ChannelClosedError,
     ConsumerCancelledError,
-    MessageReturnedError,
-    PublishNackedError,
 )
 from amqp_sansio.client import Message as _BaseMessage
 
@@ -66,9 +43,6 @@ if TYPE_CHECKING:
 __all__ = ["Channel", "Consumer", "Message", "PublishTicket", "Publisher"]
 
 logger: Final = logging.getLogger("amqp_asyncio")
-
-#: A consumer's buffer when the channel has no prefetch count.
-DEFAULT_CONSUMER_BUFFER: Final = 1000
 
 _NO_PROPERTIES: Final = BasicProperties()
 #: Octets an ack or a publish's frames add beyond the body, for write batching.
@@ -194,10 +168,8 @@ class Publisher:
     """
 
     def __init__(self, channel: Channel, window: int) -> None:
-        if type(window) is not int or window < 1:
-            raise ValueError(f"window must be a positive int, not {window!r}")
         self._channel = channel
-        self.window: Final = window
+        self.window: Final = request.check_window(window)
         #: Publishes written.
         self.published = 0
         #: Publishes the broker acked (returned ones excluded).
@@ -276,12 +248,7 @@ class Publisher:
         if outcome is None:
             self.confirmed += 1
         else:
-            self.failed += 1
-            if isinstance(outcome, PublishNackedError):
-                self.nacked += 1
-            elif isinstance(outcome, MessageReturnedError):
-                self.returned += 1
-            self._failures.append(outcome)
+            count_failure(self, outcome)
         room = self._room
         if room is not None:
             self._room = None
@@ -528,20 +495,20 @@ class Channel:
     ) -> None:
         """Declare an exchange (``passive``: only check that it exists)."""
         await self._call(
-            ExchangeDeclare(
-                exchange=exchange,
-                type=exchange_type,
+            request.exchange_declare(
+                exchange,
+                exchange_type,
                 passive=passive,
                 durable=durable,
                 auto_delete=auto_delete,
                 internal=internal,
-                arguments=arguments or {},
+                arguments=arguments,
             )
         )
 
     async def exchange_delete(self, exchange: str, *, if_unused: bool = False) -> None:
         """Delete an exchange."""
-        await self._call(ExchangeDelete(exchange=exchange, if_unused=if_unused))
+        await self._call(request.exchange_delete(exchange, if_unused=if_unused))
 
     async def exchange_bind(
         self,
@@ -553,12 +520,7 @@ class Channel:
     ) -> None:
         """Bind exchange *destination* to exchange *source* (RabbitMQ extension)."""
         await self._call(
-            ExchangeBind(
-                destination=destination,
-                source=source,
-                routing_key=routing_key,
-                arguments=arguments or {},
-            )
+            request.exchange_bind(destination, source, routing_key, arguments=arguments)
         )
 
     async def exchange_unbind(
@@ -571,12 +533,7 @@ class Channel:
     ) -> None:
         """Remove an exchange-to-exchange binding."""
         await self._call(
-            ExchangeUnbind(
-                destination=destination,
-                source=source,
-                routing_key=routing_key,
-                arguments=arguments or {},
-            )
+            request.exchange_unbind(destination, source, routing_key, arguments=arguments)
         )
 
     # --- queue --------------------------------------------------------------------------------
@@ -593,17 +550,16 @@ class Channel:
     ) -> QueueDeclareOk:
         """Declare a queue (``""``: the broker names it); returns its name and counts."""
         reply = await self._call(
-            QueueDeclare(
-                queue=queue,
+            request.queue_declare(
+                queue,
                 passive=passive,
                 durable=durable,
                 exclusive=exclusive,
                 auto_delete=auto_delete,
-                arguments=arguments or {},
+                arguments=arguments,
             )
         )
-        assert isinstance(reply, QueueDeclareOk)
-        return reply
+        return request.declared_queue(reply)
 
     async def queue_bind(
         self,
@@ -614,11 +570,7 @@ class Channel:
         arguments: FieldTable | None = None,
     ) -> None:
         """Bind a queue to an exchange."""
-        await self._call(
-            QueueBind(
-                queue=queue, exchange=exchange, routing_key=routing_key, arguments=arguments or {}
-            )
-        )
+        await self._call(request.queue_bind(queue, exchange, routing_key, arguments=arguments))
 
     async def queue_unbind(
         self,
@@ -629,25 +581,20 @@ class Channel:
         arguments: FieldTable | None = None,
     ) -> None:
         """Remove a queue binding."""
-        await self._call(
-            QueueUnbind(
-                queue=queue, exchange=exchange, routing_key=routing_key, arguments=arguments or {}
-            )
-        )
+        await self._call(request.queue_unbind(queue, exchange, routing_key, arguments=arguments))
 
     async def queue_purge(self, queue: str) -> int:
         """Remove a queue's ready messages; returns how many."""
-        reply = await self._call(QueuePurge(queue=queue))
-        assert isinstance(reply, QueuePurgeOk)
-        return reply.message_count
+        return request.message_count(await self._call(request.queue_purge(queue)))
 
     async def queue_delete(
         self, queue: str, *, if_unused: bool = False, if_empty: bool = False
     ) -> int:
         """Delete a queue; returns how many messages it held."""
-        reply = await self._call(QueueDelete(queue=queue, if_unused=if_unused, if_empty=if_empty))
-        assert isinstance(reply, QueueDeleteOk)
-        return reply.message_count
+        reply = await self._call(
+            request.queue_delete(queue, if_unused=if_unused, if_empty=if_empty)
+        )
+        return request.message_count(reply)
 
     # --- basic: settings ----------------------------------------------------------------------
 
@@ -657,7 +604,7 @@ class Channel:
         """Limit unacknowledged deliveries (per consumer; ``global_``: per channel). Consumers
         started afterwards get a buffer of ``prefetch_count`` messages."""
         await self._call(
-            BasicQos(prefetch_count=prefetch_count, prefetch_size=prefetch_size, global_=global_)
+            request.basic_qos(prefetch_count, prefetch_size=prefetch_size, global_=global_)
         )
         self._prefetch_count = prefetch_count
 
@@ -765,19 +712,11 @@ class Channel:
         unacknowledged and are redelivered when the channel closes (or after
         :meth:`basic_recover`).
         """
-        size = buffer_size if buffer_size is not None else self._prefetch_count
-        if size <= 0:
-            size = DEFAULT_CONSUMER_BUFFER
-        tag = consumer_tag or f"amqp-asyncio.{uuid.uuid4().hex}"
-        if tag in self._book.consumers:
-            raise ValueError(f"consumer tag {tag!r} is already in use on this channel")
+        size = request.consumer_buffer_size(buffer_size, self._prefetch_count)
+        tag = request.consumer_tag(consumer_tag, "amqp-asyncio", self._book.consumers)
         consumer = Consumer(self, tag, no_ack=no_ack, buffer_size=size)
-        method = BasicConsume(
-            queue=queue,
-            consumer_tag=tag,
-            no_ack=no_ack,
-            exclusive=exclusive,
-            arguments=arguments or {},
+        method = request.basic_consume(
+            queue, tag, no_ack=no_ack, exclusive=exclusive, arguments=arguments
         )
         await self._wait_may_send(method)
         future = self._send(method, consumer)
@@ -798,40 +737,30 @@ class Channel:
         if self._book.consumers.get(tag) is consumer and not self.is_closed:
             with contextlib.suppress(AMQPError, TimeoutError):
                 async with asyncio.timeout(self._conn.params.connection_timeout):
-                    await asyncio.shield(self._call(BasicCancel(consumer_tag=tag)))
+                    await asyncio.shield(self._call(request.basic_cancel(tag)))
         consumer._end(None, fatal=True)
         consumer._drop_buffer()
         self._report_dropped(consumer)
 
     def _report_dropped(self, consumer: Consumer) -> None:
-        if not consumer.dropped:
-            return
-        if consumer.no_ack:
-            logger.warning(
-                "consumer %s stopped with %d no-ack deliveries not handed out; they are lost",
-                consumer.consumer_tag,
-                consumer.dropped,
-            )
-        else:
-            logger.info(
-                "consumer %s stopped with %d deliveries not handed out; they stay "
-                "unacknowledged and are redelivered when channel %d closes",
-                consumer.consumer_tag,
-                consumer.dropped,
-                self.number,
-            )
+        request.report_dropped(
+            logger,
+            consumer.consumer_tag,
+            consumer.dropped,
+            no_ack=consumer.no_ack,
+            channel=self.number,
+        )
 
     async def basic_cancel(self, consumer_tag: str) -> None:
         """Cancel a consumer: its iterator hands out what is buffered, then stops."""
-        await self._call(BasicCancel(consumer_tag=consumer_tag))
+        await self._call(request.basic_cancel(consumer_tag))
 
     async def basic_get(self, queue: str, *, no_ack: bool = False) -> Message | None:
         """Fetch one message (None when the queue is empty)."""
-        reply = await self._call(BasicGet(queue=queue, no_ack=no_ack))
-        if isinstance(reply, MessageReceived):
-            return self._message(reply)
-        assert isinstance(reply, BasicGetEmpty)
-        return None
+        event = request.got_message(
+            await self._call(request.basic_get(queue, no_ack=no_ack)), MessageReceived
+        )
+        return None if event is None else self._message(event)
 
     # --- basic: settling ----------------------------------------------------------------------
 
@@ -844,17 +773,17 @@ class Channel:
     ) -> None:
         """Negatively acknowledge deliveries (RabbitMQ extension)."""
         await self._send_no_reply(
-            BasicNack(delivery_tag=delivery_tag, multiple=multiple, requeue=requeue)
+            request.basic_nack(delivery_tag, multiple=multiple, requeue=requeue)
         )
 
     async def basic_reject(self, delivery_tag: int, *, requeue: bool = True) -> None:
         """Reject one delivery."""
-        await self._send_no_reply(BasicReject(delivery_tag=delivery_tag, requeue=requeue))
+        await self._send_no_reply(request.basic_reject(delivery_tag, requeue=requeue))
 
     async def basic_recover(self, requeue: bool = True) -> None:
         """Redeliver every unacknowledged message of the channel (RabbitMQ supports only
         ``requeue=True``)."""
-        await self._call(BasicRecover(requeue=requeue))
+        await self._call(request.basic_recover(requeue))
 
     # --- tx and flow --------------------------------------------------------------------------
 
@@ -873,6 +802,4 @@ class Channel:
     async def flow(self, active: bool) -> bool:
         """Ask the broker to pause (False) or resume (True) deliveries; returns the state the
         broker confirmed. RabbitMQ refuses ``flow(False)`` with 540, closing the connection."""
-        reply = await self._call(ChannelFlow(active=active))
-        assert isinstance(reply, ChannelFlowOk)
-        return reply.active
+        return request.flow_state(await self._call(request.flow(active)))

@@ -19,8 +19,6 @@ import socket
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final, final
 
-import attrs
-
 from amqp_sansio import (
     NEED_DATA,
     BasicCancel,
@@ -41,6 +39,7 @@ from amqp_sansio import (
     UnblockedByPeer,
 )
 from amqp_sansio import Connection as CoreConnection
+from amqp_sansio._client_requests import connection_parameters
 from amqp_sansio._client_shared import ClientBook
 from amqp_sansio.client import (
     DEFAULT_URL,
@@ -68,23 +67,6 @@ logger: Final = logging.getLogger("amqp_asyncio")
 _READ_SIZE: Final = 256 * 1024
 #: Publishes and acks accumulate up to this many octets before a write is forced.
 _BATCH: Final = 64 * 1024
-
-
-def _parameters(
-    url_or_params: str | ConnectionParameters, connection_name: str | None
-) -> ConnectionParameters:
-    if isinstance(url_or_params, ConnectionParameters):
-        params = url_or_params
-    elif isinstance(url_or_params, str):
-        params = ConnectionParameters.from_url(url_or_params)
-    else:
-        raise TypeError(
-            "url_or_params must be an AMQP URL or ConnectionParameters, not "
-            f"{type(url_or_params).__name__}"
-        )
-    if connection_name is not None:
-        params = attrs.evolve(params, connection_name=connection_name)
-    return params
 
 
 @final
@@ -521,7 +503,7 @@ async def connect(
         (:class:`~amqp_sansio.client.NotAllowed`).
     :raises OSError: the TCP connection failed.
     """
-    params = _parameters(url_or_params, connection_name)
+    params = connection_parameters(url_or_params, connection_name)
     loop = asyncio.get_running_loop()
     conn = Connection(params, loop)
     context = ssl_context

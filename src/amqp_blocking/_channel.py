@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections import deque
 from typing import TYPE_CHECKING, Final, final
 
@@ -13,43 +12,21 @@ import attrs
 
 from amqp_sansio import (
     BasicAck,
-    BasicCancel,
-    BasicConsume,
-    BasicGet,
-    BasicGetEmpty,
-    BasicNack,
     BasicProperties,
     BasicPublish,
-    BasicQos,
-    BasicRecover,
-    BasicReject,
-    ChannelFlow,
-    ChannelFlowOk,
     ConfirmSelect,
-    ExchangeBind,
-    ExchangeDeclare,
-    ExchangeDelete,
-    ExchangeUnbind,
     MessageReceived,
-    QueueBind,
-    QueueDeclare,
     QueueDeclareOk,
-    QueueDelete,
-    QueueDeleteOk,
-    QueuePurge,
-    QueuePurgeOk,
-    QueueUnbind,
     TxCommit,
     TxRollback,
     TxSelect,
 )
-from amqp_sansio._client_shared import may_send
+from amqp_sansio import _client_requests as request
+from amqp_sansio._client_shared import count_failure, may_send
 from amqp_sansio.client import (
     AMQPError,
     ChannelClosedError,
     ConsumerCancelledError,
-    MessageReturnedError,
-    PublishNackedError,
 )
 from amqp_sansio.client import Message as _BaseMessage
 
@@ -243,14 +220,14 @@ class Channel:
     ) -> None:
         """Declare an exchange (``passive``: only check that it exists)."""
         self._request(
-            ExchangeDeclare(
-                exchange=exchange,
-                type=exchange_type,
+            request.exchange_declare(
+                exchange,
+                exchange_type,
                 passive=passive,
                 durable=durable,
                 auto_delete=auto_delete,
                 internal=internal,
-                arguments=arguments or {},
+                arguments=arguments,
             ),
             timeout,
         )
@@ -259,7 +236,7 @@ class Channel:
         self, exchange: str, *, if_unused: bool = False, timeout: float | None = None
     ) -> None:
         """Delete an exchange."""
-        self._request(ExchangeDelete(exchange=exchange, if_unused=if_unused), timeout)
+        self._request(request.exchange_delete(exchange, if_unused=if_unused), timeout)
 
     def exchange_bind(
         self,
@@ -272,13 +249,7 @@ class Channel:
     ) -> None:
         """Bind exchange *destination* to exchange *source* (a RabbitMQ extension)."""
         self._request(
-            ExchangeBind(
-                destination=destination,
-                source=source,
-                routing_key=routing_key,
-                arguments=arguments or {},
-            ),
-            timeout,
+            request.exchange_bind(destination, source, routing_key, arguments=arguments), timeout
         )
 
     def exchange_unbind(
@@ -292,13 +263,7 @@ class Channel:
     ) -> None:
         """Remove an exchange-to-exchange binding."""
         self._request(
-            ExchangeUnbind(
-                destination=destination,
-                source=source,
-                routing_key=routing_key,
-                arguments=arguments or {},
-            ),
-            timeout,
+            request.exchange_unbind(destination, source, routing_key, arguments=arguments), timeout
         )
 
     # --- queues -------------------------------------------------------------------------------
@@ -316,18 +281,17 @@ class Channel:
     ) -> QueueDeclareOk:
         """Declare a queue (``""``: the broker names it); returns its name and counts."""
         reply = self._request(
-            QueueDeclare(
-                queue=queue,
+            request.queue_declare(
+                queue,
                 passive=passive,
                 durable=durable,
                 exclusive=exclusive,
                 auto_delete=auto_delete,
-                arguments=arguments or {},
+                arguments=arguments,
             ),
             timeout,
         )
-        assert isinstance(reply, QueueDeclareOk)
-        return reply
+        return request.declared_queue(reply)
 
     def queue_bind(
         self,
@@ -340,10 +304,7 @@ class Channel:
     ) -> None:
         """Bind a queue to an exchange."""
         self._request(
-            QueueBind(
-                queue=queue, exchange=exchange, routing_key=routing_key, arguments=arguments or {}
-            ),
-            timeout,
+            request.queue_bind(queue, exchange, routing_key, arguments=arguments), timeout
         )
 
     def queue_unbind(
@@ -357,17 +318,12 @@ class Channel:
     ) -> None:
         """Remove a queue binding."""
         self._request(
-            QueueUnbind(
-                queue=queue, exchange=exchange, routing_key=routing_key, arguments=arguments or {}
-            ),
-            timeout,
+            request.queue_unbind(queue, exchange, routing_key, arguments=arguments), timeout
         )
 
     def queue_purge(self, queue: str, *, timeout: float | None = None) -> int:
         """Remove a queue's ready messages; returns how many."""
-        reply = self._request(QueuePurge(queue=queue), timeout)
-        assert isinstance(reply, QueuePurgeOk)
-        return reply.message_count
+        return request.message_count(self._request(request.queue_purge(queue), timeout))
 
     def queue_delete(
         self,
@@ -379,10 +335,9 @@ class Channel:
     ) -> int:
         """Delete a queue; returns how many messages it held."""
         reply = self._request(
-            QueueDelete(queue=queue, if_unused=if_unused, if_empty=if_empty), timeout
+            request.queue_delete(queue, if_unused=if_unused, if_empty=if_empty), timeout
         )
-        assert isinstance(reply, QueueDeleteOk)
-        return reply.message_count
+        return request.message_count(reply)
 
     # --- basic --------------------------------------------------------------------------------
 
@@ -396,8 +351,7 @@ class Channel:
     ) -> None:
         """Limit unacknowledged deliveries (per consumer; ``global_``: per channel)."""
         self._request(
-            BasicQos(prefetch_size=prefetch_size, prefetch_count=prefetch_count, global_=global_),
-            timeout,
+            request.basic_qos(prefetch_count, prefetch_size=prefetch_size, global_=global_), timeout
         )
 
     def confirm_select(self, *, timeout: float | None = None) -> None:
@@ -495,14 +449,10 @@ class Channel:
         timeout: float | None,
         inactivity_timeout: float | None,
     ) -> Consumer:
-        tag = consumer_tag or f"amqp-blocking.{uuid.uuid4().hex}"
+        tag = request.consumer_tag(consumer_tag, "amqp-blocking", ())
         consumer = Consumer(self, tag, no_ack, inactivity_timeout)
-        method = BasicConsume(
-            queue=queue,
-            consumer_tag=tag,
-            no_ack=no_ack,
-            exclusive=exclusive,
-            arguments=arguments or {},
+        method = request.basic_consume(
+            queue, tag, no_ack=no_ack, exclusive=exclusive, arguments=arguments
         )
         try:
             self._request(method, timeout, consumer)
@@ -516,11 +466,9 @@ class Channel:
         self, queue: str, *, no_ack: bool = False, timeout: float | None = None
     ) -> Message | None:
         """Fetch one message, or None when the queue is empty."""
-        reply = self._request(BasicGet(queue=queue, no_ack=no_ack), timeout)
-        if isinstance(reply, BasicGetEmpty):
-            return None
-        assert isinstance(reply, MessageReceived)
-        return self._message(reply)
+        reply = self._request(request.basic_get(queue, no_ack=no_ack), timeout)
+        event = request.got_message(reply, MessageReceived)
+        return None if event is None else self._message(event)
 
     def _message(self, event: MessageReceived) -> Message:
         message = Message.from_content(event.channel, event.method, event.properties, event.body)
@@ -535,19 +483,19 @@ class Channel:
         self, delivery_tag: int, *, multiple: bool = False, requeue: bool = True
     ) -> None:
         """Refuse a delivery (with *multiple*: every one up to it). Never on a stream queue."""
-        self._send(BasicNack(delivery_tag=delivery_tag, multiple=multiple, requeue=requeue))
+        self._send(request.basic_nack(delivery_tag, multiple=multiple, requeue=requeue))
 
     def basic_reject(self, delivery_tag: int, *, requeue: bool = True) -> None:
         """Refuse one delivery. Never on a stream queue."""
-        self._send(BasicReject(delivery_tag=delivery_tag, requeue=requeue))
+        self._send(request.basic_reject(delivery_tag, requeue=requeue))
 
     def basic_recover(self, requeue: bool = True, *, timeout: float | None = None) -> None:
         """Redeliver every unacknowledged delivery of the channel."""
-        self._request(BasicRecover(requeue=requeue), timeout)
+        self._request(request.basic_recover(requeue), timeout)
 
     def basic_cancel(self, consumer_tag: str, *, timeout: float | None = None) -> None:
         """Cancel a consumer by tag (``Consumer.cancel()`` does the same)."""
-        self._request(BasicCancel(consumer_tag=consumer_tag), timeout)
+        self._request(request.basic_cancel(consumer_tag), timeout)
 
     def tx_select(self, *, timeout: float | None = None) -> None:
         """Put the channel in transaction mode."""
@@ -563,9 +511,7 @@ class Channel:
 
     def flow(self, active: bool, *, timeout: float | None = None) -> bool:
         """Ask the broker to stop (False) or resume (True) deliveries; returns its answer."""
-        reply = self._request(ChannelFlow(active=active), timeout)
-        assert isinstance(reply, ChannelFlowOk)
-        return reply.active
+        return request.flow_state(self._request(request.flow(active), timeout))
 
 
 @final
@@ -793,10 +739,8 @@ class Publisher:
     """
 
     def __init__(self, channel: Channel, window: int) -> None:
-        if type(window) is not int or window < 1:
-            raise ValueError(f"window must be a positive int, not {window!r}")
         self._channel = channel
-        self.window: Final = window
+        self.window: Final = request.check_window(window)
         #: Publishes written.
         self.published = 0
         #: Publishes the broker acked (returned ones excluded).
@@ -823,12 +767,7 @@ class Publisher:
         if outcome is None:
             self.confirmed += 1
         else:
-            self.failed += 1
-            if isinstance(outcome, PublishNackedError):
-                self.nacked += 1
-            elif isinstance(outcome, MessageReturnedError):
-                self.returned += 1
-            self._failures.append(outcome)
+            count_failure(self, outcome)
         if self._waiting:
             self._cond.notify_all()
 

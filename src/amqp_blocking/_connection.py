@@ -25,8 +25,6 @@ import threading
 import time
 from typing import TYPE_CHECKING, Final, final
 
-import attrs
-
 from amqp_sansio import (
     NEED_DATA,
     BasicCancel,
@@ -48,6 +46,7 @@ from amqp_sansio import (
 from amqp_sansio import (
     Connection as CoreConnection,
 )
+from amqp_sansio._client_requests import connection_parameters
 from amqp_sansio._client_shared import ClientBook
 from amqp_sansio.client import (
     DEFAULT_URL,
@@ -85,21 +84,6 @@ _WOULD_BLOCK: Final = (
 )
 
 
-def _parameters(url_or_params: str | Params, connection_name: str | None) -> Params:
-    if isinstance(url_or_params, ConnectionParameters):
-        params = url_or_params
-    elif isinstance(url_or_params, str):
-        params = ConnectionParameters.from_url(url_or_params)
-    else:
-        raise TypeError(
-            "url_or_params must be an AMQP URL or ConnectionParameters, not "
-            f"{type(url_or_params).__name__}"
-        )
-    if connection_name is not None:
-        params = attrs.evolve(params, connection_name=connection_name)
-    return params
-
-
 def connect(
     url_or_params: str | ConnectionParameters = DEFAULT_URL,
     *,
@@ -117,7 +101,7 @@ def connect(
     :raises ConnectionClosedError: the broker refused the login (403) or the virtual host (530).
     :raises OSError: the broker could not be reached.
     """
-    params = _parameters(url_or_params, connection_name)
+    params = connection_parameters(url_or_params, connection_name)
     deadline = time.monotonic() + params.connection_timeout
     context = ssl_context if ssl_context is not None else params.ssl_context()
     try:

@@ -20,6 +20,8 @@ from ._client_errors import (
     ConnectionClosedError,
     ConnectionLostError,
     ConsumerCancelledError,
+    MessageReturnedError,
+    PublishNackedError,
     error_for_close,
 )
 from ._client_message import ConfirmTracker
@@ -48,7 +50,6 @@ from ._generated.spec_0_9_1 import (
 )
 
 if TYPE_CHECKING:
-    from ._client_errors import MessageReturnedError
     from ._events import Event
     from ._method import Method
 
@@ -57,9 +58,11 @@ __all__ = [
     "ClientBook",
     "ConfirmSink",
     "ConsumerSink",
+    "PublisherCounts",
     "Reply",
     "ReturnSink",
     "Waiter",
+    "count_failure",
     "may_send",
 ]
 
@@ -99,6 +102,26 @@ class ReturnSink(Protocol):
     """Receives mandatory publishes the broker returned outside confirm mode."""
 
     def returned(self, error: MessageReturnedError, /) -> None: ...
+
+
+class PublisherCounts(Protocol):
+    """The outcome counters every adapter's pipelined ``Publisher`` keeps."""
+
+    failed: int
+    nacked: int
+    returned: int
+    _failures: list[AMQPError]
+
+
+def count_failure(publisher: PublisherCounts, outcome: AMQPError) -> None:
+    """Count a failed publish and keep its error until the publisher's owner takes it.
+    (A confirmed one is counted inline by the adapter: that is the per-publish path.)"""
+    publisher.failed += 1
+    if isinstance(outcome, PublishNackedError):
+        publisher.nacked += 1
+    elif isinstance(outcome, MessageReturnedError):
+        publisher.returned += 1
+    publisher._failures.append(outcome)
 
 
 # RabbitMQ answers basic.consume and basic.cancel from the queue's process, so their replies

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import uuid
 from collections import deque
 from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Final, NoReturn, final
@@ -12,43 +11,22 @@ import trio
 
 from amqp_sansio import (
     BasicAck,
-    BasicCancel,
-    BasicConsume,
-    BasicGet,
-    BasicGetEmpty,
-    BasicNack,
     BasicProperties,
     BasicPublish,
-    BasicQos,
-    BasicRecover,
-    BasicReject,
-    ChannelFlow,
-    ChannelFlowOk,
     ChannelState,
     ConfirmSelect,
-    ExchangeBind,
-    ExchangeDeclare,
-    ExchangeDelete,
-    ExchangeUnbind,
     LocalProtocolError,
-    QueueBind,
-    QueueDeclare,
     QueueDeclareOk,
-    QueueDelete,
-    QueueDeleteOk,
-    QueuePurge,
-    QueuePurgeOk,
-    QueueUnbind,
     TxCommit,
     TxRollback,
     TxSelect,
 )
+from amqp_sansio import _client_requests as request
+from amqp_sansio._client_shared import count_failure
 from amqp_sansio.client import (
     AMQPError,
     ChannelClosedError,
     ConfirmTracker,
-    MessageReturnedError,
-    PublishNackedError,
     PublishOutcome,
 )
 
@@ -67,9 +45,6 @@ if TYPE_CHECKING:
 __all__ = ["Channel", "Consumer", "PublishTicket", "Publisher"]
 
 logger: Final = logging.getLogger("amqp_trio")
-
-#: A consumer's buffer when the channel has no prefetch limit and none was given.
-DEFAULT_CONSUMER_BUFFER: Final = 1000
 
 
 @final
@@ -308,10 +283,8 @@ class Publisher:
     """
 
     def __init__(self, channel: Channel, window: int) -> None:
-        if type(window) is not int or window < 1:
-            raise ValueError(f"window must be a positive int, not {window!r}")
         self._channel = channel
-        self.window: Final = window
+        self.window: Final = request.check_window(window)
         #: Publishes written.
         self.published = 0
         #: Publishes the broker acked (returned ones excluded).
@@ -385,12 +358,7 @@ class Publisher:
         if outcome is None:
             self.confirmed += 1
         else:
-            self.failed += 1
-            if isinstance(outcome, PublishNackedError):
-                self.nacked += 1
-            elif isinstance(outcome, MessageReturnedError):
-                self.returned += 1
-            self._failures.append(outcome)
+            count_failure(self, outcome)
         self._room.unpark()
         if not self._in_flight:
             self._idle.unpark_all()
@@ -584,20 +552,20 @@ class Channel:
     ) -> None:
         """Declare an exchange (``passive``: only check that it exists, else NotFound)."""
         await self._call(
-            ExchangeDeclare(
-                exchange=exchange,
-                type=exchange_type,
+            request.exchange_declare(
+                exchange,
+                exchange_type,
                 passive=passive,
                 durable=durable,
                 auto_delete=auto_delete,
                 internal=internal,
-                arguments=arguments or {},
+                arguments=arguments,
             )
         )
 
     async def exchange_delete(self, exchange: str, *, if_unused: bool = False) -> None:
         """Delete an exchange."""
-        await self._call(ExchangeDelete(exchange=exchange, if_unused=if_unused))
+        await self._call(request.exchange_delete(exchange, if_unused=if_unused))
 
     async def exchange_bind(
         self,
@@ -609,12 +577,7 @@ class Channel:
     ) -> None:
         """Bind exchange *destination* to exchange *source* (RabbitMQ extension)."""
         await self._call(
-            ExchangeBind(
-                destination=destination,
-                source=source,
-                routing_key=routing_key,
-                arguments=arguments or {},
-            )
+            request.exchange_bind(destination, source, routing_key, arguments=arguments)
         )
 
     async def exchange_unbind(
@@ -627,12 +590,7 @@ class Channel:
     ) -> None:
         """Remove an exchange-to-exchange binding."""
         await self._call(
-            ExchangeUnbind(
-                destination=destination,
-                source=source,
-                routing_key=routing_key,
-                arguments=arguments or {},
-            )
+            request.exchange_unbind(destination, source, routing_key, arguments=arguments)
         )
 
     # --- queue --------------------------------------------------------------------------------
@@ -650,17 +608,16 @@ class Channel:
         """Declare a queue (``""``: the broker names it); returns ``queue.declare-ok`` with
         ``queue``, ``message_count`` and ``consumer_count``."""
         reply = await self._call(
-            QueueDeclare(
-                queue=queue,
+            request.queue_declare(
+                queue,
                 passive=passive,
                 durable=durable,
                 exclusive=exclusive,
                 auto_delete=auto_delete,
-                arguments=arguments or {},
+                arguments=arguments,
             )
         )
-        assert isinstance(reply, QueueDeclareOk)
-        return reply
+        return request.declared_queue(reply)
 
     async def queue_bind(
         self,
@@ -671,11 +628,7 @@ class Channel:
         arguments: FieldTable | None = None,
     ) -> None:
         """Bind a queue to an exchange."""
-        await self._call(
-            QueueBind(
-                queue=queue, exchange=exchange, routing_key=routing_key, arguments=arguments or {}
-            )
-        )
+        await self._call(request.queue_bind(queue, exchange, routing_key, arguments=arguments))
 
     async def queue_unbind(
         self,
@@ -686,25 +639,20 @@ class Channel:
         arguments: FieldTable | None = None,
     ) -> None:
         """Remove a queue binding."""
-        await self._call(
-            QueueUnbind(
-                queue=queue, exchange=exchange, routing_key=routing_key, arguments=arguments or {}
-            )
-        )
+        await self._call(request.queue_unbind(queue, exchange, routing_key, arguments=arguments))
 
     async def queue_purge(self, queue: str) -> int:
         """Remove every ready message from a queue; returns how many."""
-        reply = await self._call(QueuePurge(queue=queue))
-        assert isinstance(reply, QueuePurgeOk)
-        return reply.message_count
+        return request.message_count(await self._call(request.queue_purge(queue)))
 
     async def queue_delete(
         self, queue: str, *, if_unused: bool = False, if_empty: bool = False
     ) -> int:
         """Delete a queue; returns how many messages it held."""
-        reply = await self._call(QueueDelete(queue=queue, if_unused=if_unused, if_empty=if_empty))
-        assert isinstance(reply, QueueDeleteOk)
-        return reply.message_count
+        reply = await self._call(
+            request.queue_delete(queue, if_unused=if_unused, if_empty=if_empty)
+        )
+        return request.message_count(reply)
 
     # --- basic: settings ----------------------------------------------------------------------
 
@@ -714,7 +662,7 @@ class Channel:
         """Limit unacknowledged deliveries (per consumer; ``global_``: per channel). Consumers
         started afterwards get a buffer of ``prefetch_count`` messages."""
         await self._call(
-            BasicQos(prefetch_count=prefetch_count, prefetch_size=prefetch_size, global_=global_)
+            request.basic_qos(prefetch_count, prefetch_size=prefetch_size, global_=global_)
         )
         self._prefetch_count = prefetch_count
 
@@ -847,20 +795,12 @@ class Channel:
         unacknowledged and are redelivered when the channel closes (or after
         :meth:`basic_recover`).
         """
-        size = buffer_size if buffer_size is not None else self._prefetch_count
-        if size <= 0:
-            size = DEFAULT_CONSUMER_BUFFER
-        tag = consumer_tag or f"amqp-trio.{uuid.uuid4().hex}"
-        if tag in self._consumers:
-            raise ValueError(f"consumer tag {tag!r} is already in use on this channel")
+        size = request.consumer_buffer_size(buffer_size, self._prefetch_count)
+        tag = request.consumer_tag(consumer_tag, "amqp-trio", self._consumers)
         consumer = Consumer(self, tag, no_ack=no_ack, buffer_size=size)
         reply = self._send(
-            BasicConsume(
-                queue=queue,
-                consumer_tag=tag,
-                no_ack=no_ack,
-                exclusive=exclusive,
-                arguments=arguments or {},
+            request.basic_consume(
+                queue, tag, no_ack=no_ack, exclusive=exclusive, arguments=arguments
             )
         )
         # Registered before consume-ok: deliveries may follow it in the same read.
@@ -870,7 +810,7 @@ class Channel:
         except BaseException:
             if self._consumers.pop(tag, None) is not None:
                 consumer._end(None, fatal=True)
-                self._send_detached(BasicCancel(consumer_tag=tag))
+                self._send_detached(request.basic_cancel(tag))
             raise
         try:
             yield consumer
@@ -885,36 +825,27 @@ class Channel:
             with trio.CancelScope(shield=True):
                 with trio.move_on_after(self._conn.params.connection_timeout):
                     with suppress(AMQPError):
-                        await self._call(BasicCancel(consumer_tag=tag))
+                        await self._call(request.basic_cancel(tag))
         if self._consumers.get(tag) is consumer:
             del self._consumers[tag]
         consumer._end(None, fatal=True)
         self._report_dropped(consumer)
 
     def _report_dropped(self, consumer: Consumer) -> None:
-        if not consumer.dropped:
-            return
-        if consumer.no_ack:
-            logger.warning(
-                "consumer %s stopped with %d no-ack deliveries not handed out; they are lost",
-                consumer.consumer_tag,
-                consumer.dropped,
-            )
-        else:
-            logger.info(
-                "consumer %s stopped with %d deliveries not handed out; they stay "
-                "unacknowledged and are redelivered when channel %d closes",
-                consumer.consumer_tag,
-                consumer.dropped,
-                self.number,
-            )
+        request.report_dropped(
+            logger,
+            consumer.consumer_tag,
+            consumer.dropped,
+            no_ack=consumer.no_ack,
+            channel=self.number,
+        )
 
     async def basic_cancel(self, consumer_tag: str) -> None:
         """Cancel a consumer: its iterator hands out what is buffered, then stops."""
         consumer = self._consumers.get(consumer_tag)
         if consumer is not None:
             consumer._stop_buffering()
-        await self._call(BasicCancel(consumer_tag=consumer_tag))
+        await self._call(request.basic_cancel(consumer_tag))
         if consumer is not None and self._consumers.get(consumer_tag) is consumer:
             del self._consumers[consumer_tag]
             consumer._end(None, fatal=False)
@@ -922,11 +853,8 @@ class Channel:
 
     async def basic_get(self, queue: str, *, no_ack: bool = False) -> Message | None:
         """Fetch one message (None when the queue is empty)."""
-        reply = await self._call(BasicGet(queue=queue, no_ack=no_ack))
-        if isinstance(reply, Message):
-            return reply
-        assert isinstance(reply, BasicGetEmpty)
-        return None
+        reply = await self._call(request.basic_get(queue, no_ack=no_ack))
+        return request.got_message(reply, Message)
 
     # --- basic: settling ----------------------------------------------------------------------
 
@@ -939,17 +867,17 @@ class Channel:
     ) -> None:
         """Negatively acknowledge deliveries (RabbitMQ extension)."""
         await self._send_no_reply(
-            BasicNack(delivery_tag=delivery_tag, multiple=multiple, requeue=requeue)
+            request.basic_nack(delivery_tag, multiple=multiple, requeue=requeue)
         )
 
     async def basic_reject(self, delivery_tag: int, *, requeue: bool = True) -> None:
         """Reject one delivery."""
-        await self._send_no_reply(BasicReject(delivery_tag=delivery_tag, requeue=requeue))
+        await self._send_no_reply(request.basic_reject(delivery_tag, requeue=requeue))
 
     async def basic_recover(self, requeue: bool = True) -> None:
         """Redeliver every unacknowledged message of the channel (RabbitMQ supports only
         ``requeue=True``)."""
-        await self._call(BasicRecover(requeue=requeue))
+        await self._call(request.basic_recover(requeue))
 
     # --- tx and flow --------------------------------------------------------------------------
 
@@ -968,9 +896,7 @@ class Channel:
     async def flow(self, active: bool) -> bool:
         """Ask the broker to pause (False) or resume (True) deliveries; returns the state the
         broker confirmed. RabbitMQ refuses ``flow(False)`` with 540, closing the connection."""
-        reply = await self._call(ChannelFlow(active=active))
-        assert isinstance(reply, ChannelFlowOk)
-        return reply.active
+        return request.flow_state(await self._call(request.flow(active)))
 
 
 _NO_PROPERTIES: Final = BasicProperties()

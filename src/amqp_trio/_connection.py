@@ -6,7 +6,6 @@ import logging
 from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Final, final
 
-import attrs
 import trio
 
 import amqp_sansio
@@ -36,6 +35,7 @@ from amqp_sansio import (
     SecureRequested,
     UnblockedByPeer,
 )
+from amqp_sansio._client_requests import connection_parameters
 from amqp_sansio.client import (
     DEFAULT_URL,
     AMQPError,
@@ -62,27 +62,6 @@ if TYPE_CHECKING:
 __all__ = ["Connection", "connect", "connect_stream"]
 
 logger: Final = logging.getLogger("amqp_trio")
-
-
-def _parameters(
-    url_or_params: str | ConnectionParameters, connection_name: str | None
-) -> ConnectionParameters:
-    if isinstance(url_or_params, str):
-        params = ConnectionParameters.from_url(url_or_params)
-    elif isinstance(url_or_params, ConnectionParameters):
-        params = url_or_params
-    else:
-        raise TypeError(
-            "url_or_params must be a URL or ConnectionParameters, not "
-            f"{type(url_or_params).__name__}"
-        )
-    if connection_name is not None:
-        params = _with_name(params, connection_name)
-    return params
-
-
-def _with_name(params: ConnectionParameters, name: str) -> ConnectionParameters:
-    return attrs.evolve(params, connection_name=name)
 
 
 @final
@@ -527,7 +506,7 @@ async def connect(
         (:class:`~amqp_sansio.client.NotAllowed`).
     :raises OSError: the TCP connection failed.
     """
-    params = _parameters(url_or_params, connection_name)
+    params = connection_parameters(url_or_params, connection_name)
     deadline = trio.current_time() + params.connection_timeout
     stream: trio.abc.Stream
     try:
@@ -562,7 +541,7 @@ async def connect_stream(
     """Like :func:`connect`, over a stream you opened yourself (a Unix socket, an SSH
     tunnel, a ``trio.testing`` memory stream). Host, port and TLS settings of
     *url_or_params* are not used; the stream is closed on the way out."""
-    params = _parameters(url_or_params, connection_name)
+    params = connection_parameters(url_or_params, connection_name)
     deadline = trio.current_time() + params.connection_timeout
     async with _session(stream, params, deadline) as conn:
         yield conn
