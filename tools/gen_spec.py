@@ -752,39 +752,55 @@ def emit_properties(e: Emitter, cls: ClassDef) -> str:
     e(f'raise ValueError(f"{cls.name} properties: unknown property flags {{word:#06x}}")', 4)
     e(f"if flags & {(1 << (16 - len(props))) - 2:#06x}:", 2)
     e(f'raise ValueError(f"{cls.name} properties: unknown property flags {{flags:#06x}}")', 3)
-    for i, p in enumerate(props):
-        bit = 1 << (15 - i)
-        if p.type == "table":
-            # Only the size is read now; the octets are checked when first decoded.
-            e(f"self._{p.name} = None", 2)
-            e(f"if flags & {bit:#06x}:", 2)
-            e("(n,) = _S_I.unpack_from(buf, offset)", 3)
-            e("n += offset + 4", 3)
-            e("if n > len(buf):", 3)
-            e(
-                f'raise ValueError(f"{cls.name} properties: the {p.name} table runs '
-                f'{{n - len(buf)}} octets past the end")',
-                4,
-            )
-            e("raw = buf[offset:n]", 3)
-            e(f"self._{p.name}_raw = raw if type(raw) is bytes else bytes(raw)", 3)
-            e("offset = n", 3)
+    # Properties in groups of four flag bits: a group that is all absent (most of them, in
+    # most messages) costs one test, not four.
+    for first in range(0, len(props), 4):
+        group = props[first : first + 4]
+        mask = sum(1 << (15 - i) for i in range(first, first + len(group)))
+        plain = len(group) > 1 and all(p.type not in ("table", "bit") for p in group)
+        if plain:
+            e(f"if flags & {mask:#06x}:", 2)
+        for i, p in enumerate(group, start=first):
+            emit_decode_property(e, cls, p, 1 << (15 - i), 3 if plain else 2)
+        if plain:
             e("else:", 2)
-            e(f"self._{p.name}_raw = None", 3)
-            continue
-        e(f"if flags & {bit:#06x}:", 2)
-        if p.type == "octet":
-            e(f"self.{p.name} = buf[offset]", 3)
-            e("offset += 1", 3)
-        elif p.type in STRUCT_CODES:
-            e(f"(self.{p.name},) = {e.struct(STRUCT_CODES[p.type])}.unpack_from(buf, offset)", 3)
-            e(f"offset += {struct.calcsize('>' + STRUCT_CODES[p.type])}", 3)
-        else:
-            emit_decode_field(e, p, 3)
-        e("else:", 2)
-        e(f"self.{p.name} = None", 3)
+            e(" = ".join(f"self.{p.name}" for p in group) + " = None", 3)
     e("return self, offset", 2)
     return name
+
+
+def emit_decode_property(e: Emitter, cls: ClassDef, p: Field, bit: int, indent: int) -> None:
+    """Decode one property whose flag is *bit*, or store None when it is absent."""
+    if p.type == "table":
+        # Only the size is read now; the octets are checked when first decoded.
+        e(f"self._{p.name} = None", indent)
+        e(f"if flags & {bit:#06x}:", indent)
+        e("(n,) = _S_I.unpack_from(buf, offset)", indent + 1)
+        e("n += offset + 4", indent + 1)
+        e("if n > len(buf):", indent + 1)
+        e(
+            f'raise ValueError(f"{cls.name} properties: the {p.name} table runs '
+            f'{{n - len(buf)}} octets past the end")',
+            indent + 2,
+        )
+        e("raw = buf[offset:n]", indent + 1)
+        e(f"self._{p.name}_raw = raw if type(raw) is bytes else bytes(raw)", indent + 1)
+        e("offset = n", indent + 1)
+        e("else:", indent)
+        e(f"self._{p.name}_raw = None", indent + 1)
+        return
+    e(f"if flags & {bit:#06x}:", indent)
+    if p.type == "octet":
+        e(f"self.{p.name} = buf[offset]", indent + 1)
+        e("offset += 1", indent + 1)
+    elif p.type in STRUCT_CODES:
+        code = STRUCT_CODES[p.type]
+        e(f"(self.{p.name},) = {e.struct(code)}.unpack_from(buf, offset)", indent + 1)
+        e(f"offset += {struct.calcsize('>' + code)}", indent + 1)
+    else:
+        emit_decode_field(e, p, indent + 1)
+    e("else:", indent)
+    e(f"self.{p.name} = None", indent + 1)
 
 
 def generate(target: Target) -> str:

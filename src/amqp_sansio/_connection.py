@@ -15,6 +15,7 @@ applies them to our sends (``LocalProtocolError``, nothing written) and to the p
 from __future__ import annotations
 
 import platform
+import struct
 from collections import deque
 from importlib import metadata
 from typing import Final, final
@@ -71,6 +72,7 @@ from ._generated.spec_0_9_1 import (
     BasicDeliver,
     BasicNack,
     BasicPublish,
+    BasicReject,
     BasicReturn,
     ChannelClose,
     ChannelCloseOk,
@@ -166,6 +168,63 @@ _WATCHED_RECEIPTS: Final[dict[Role, frozenset[type[Method]]]] = {
 }
 
 
+def _fast_sends_of(role: Role) -> frozenset[type[Method]]:
+    """The consumer's settlements this role may send on an open channel with no check but
+    the channel's state: they leave it open, answer nothing, expect nothing and are neither
+    checked nor watched (send_method's fast path)."""
+    table = CHANNEL_TRANSITIONS[role][_H.OPEN]
+    return frozenset(
+        cls
+        for cls in (BasicAck, BasicNack, BasicReject)
+        if table.get(cls) is _H.OPEN
+        and cls not in REPLY_TYPES
+        and not cls.RESPONSES
+        and cls not in _CHECKED_SENDS[role]
+        and cls not in _WATCHED_SENDS[role]
+    )
+
+
+_FAST_SENDS: Final[dict[Role, frozenset[type[Method]]]] = {
+    role: _fast_sends_of(role) for role in (Role.CLIENT, Role.SERVER)
+}
+#: Deliveries, where the peer may send them on an open channel and they leave it open (the
+#: fast path of _on_channel_method).
+_FAST_RECEIPTS: Final[dict[Role, frozenset[type[Method]]]] = {
+    role: frozenset(
+        cls
+        for cls in (BasicDeliver,)
+        if CHANNEL_TRANSITIONS[role.peer][_H.OPEN].get(cls) is _H.OPEN
+        and cls not in _WATCHED_RECEIPTS[role]
+    )
+    for role in (Role.CLIENT, Role.SERVER)
+}
+#: A whole basic.ack/nack/reject frame: header (type 1, channel, size 13), class and method id,
+#: delivery tag, bits, frame end.
+_pack_settle_frame: Final = struct.Struct(">BHIIQBB").pack
+_C_OPEN: Final = ConnectionState.OPEN
+_H_OPEN: Final = ChannelState.OPEN
+_ACK_ID: Final = BasicAck.CLASS_ID << 16 | BasicAck.METHOD_ID
+_NACK_ID: Final = BasicNack.CLASS_ID << 16 | BasicNack.METHOD_ID
+_REJECT_ID: Final = BasicReject.CLASS_ID << 16 | BasicReject.METHOD_ID
+
+
+def _settle_frame(channel: int, method: Method) -> bytes | None:
+    """The frame of a basic.ack, nack or reject, or None if a field can't be encoded."""
+    try:
+        if isinstance(method, BasicAck):
+            bits = 1 if method.multiple else 0
+            return _pack_settle_frame(1, channel, 13, _ACK_ID, method.delivery_tag, bits, 0xCE)
+        if isinstance(method, BasicNack):
+            bits = (1 if method.multiple else 0) | (2 if method.requeue else 0)
+            return _pack_settle_frame(1, channel, 13, _NACK_ID, method.delivery_tag, bits, 0xCE)
+        if isinstance(method, BasicReject):
+            bits = 1 if method.requeue else 0
+            return _pack_settle_frame(1, channel, 13, _REJECT_ID, method.delivery_tag, bits, 0xCE)
+    except Exception:
+        return None
+    return None
+
+
 def _check(name: str, value: int | None, low: int, high: int, *, zero: bool = False) -> None:
     if value is None or (zero and value == 0):
         return
@@ -234,6 +293,18 @@ class _Assembly:
         self.received = 0
         self.body: bytearray | None = None
         self.chunked = False
+
+
+def _new_assembly(method: Method) -> _Assembly:
+    # Once per delivery: object.__new__ and slot stores take less time than __init__.
+    assembly = _new_event(_Assembly)
+    assembly.method = method
+    assembly.properties = None
+    assembly.body_size = 0
+    assembly.received = 0
+    assembly.body = None
+    assembly.chunked = False
+    return assembly
 
 
 @final
@@ -374,6 +445,7 @@ class Connection:
         "_channel_max",
         "_channels",
         "_checked_sends",
+        "_chunk_threshold",
         "_chunks",
         "_client_properties",
         "_close_sent",
@@ -383,18 +455,23 @@ class Connection:
         "_eof",
         "_error",
         "_events",
+        "_fast_receipts",
+        "_fast_sends",
         "_frame_max",
         "_heartbeat",
         "_heartbeat_octets",
         "_inbox",
         "_last_seen",
+        "_max_message_size",
         "_mechanism",
         "_next_channel",
         "_out",
         "_peer",
         "_reader",
+        "_receive_table",
         "_received",
         "_send_check",
+        "_send_table",
         "_sent",
         "_server_properties",
         "_state",
@@ -410,6 +487,9 @@ class Connection:
     def __init__(self, role: Role, config: ConnectionConfig | None = None) -> None:
         self.role: Final = role
         self.config: Final = ConnectionConfig() if config is None else config
+        # Read per message; the config is frozen.
+        self._max_message_size: Final = self.config.max_message_size
+        self._chunk_threshold: Final = self.config.chunk_threshold
         self._peer: Final = role.peer
         self._closing_conn, self._closing_chan = closing_state(role)
         self._state = _C.AWAIT_HEADER
@@ -438,6 +518,12 @@ class Connection:
         self._checked_sends: Final = _CHECKED_SENDS[role]
         self._watched_sends: Final = _WATCHED_SENDS[role]
         self._watched_receipts: Final = _WATCHED_RECEIPTS[role]
+        self._fast_sends: Final = _FAST_SENDS[role]
+        self._fast_receipts: Final = _FAST_RECEIPTS[role]
+        # This role's and the peer's channel tables, resolved once: a lookup keyed by a Role
+        # costs a Python-level enum __hash__.
+        self._send_table: Final = CHANNEL_TRANSITIONS[role]
+        self._receive_table: Final = CHANNEL_TRANSITIONS[self._peer]
         self._topology: Final = TopologyRecorder() if role is Role.CLIENT else None
         # Heartbeats (see handle_timer): activity flags since the last timer tick.
         self._timer_started = False
@@ -526,38 +612,48 @@ class Connection:
         """
         if self._error is not None:
             raise self._error
-        if self._events:
-            return self._events.popleft()
+        events = self._events
+        if events:
+            return events.popleft()
+        # The delivery hot path, inline (not a call per event): three frames per message, so
+        # lookups are hoisted out of the loop.
+        next_frame = self._reader.next_frame
+        on_body = self._on_body
+        on_header = self._on_header
+        on_channel_method = self._on_channel_method
         try:
-            return self._next_event()
+            while True:
+                if self._decision is not None:
+                    return self._end_of_input()  # NEED_DATA until the transport closes
+                if self._inbox is not None and not self._read_header():
+                    return self._end_of_input()
+                # Only a channel-0 method changes what the two checks above read: after one,
+                # they run again; other frames loop here.
+                while True:
+                    frame = next_frame()
+                    if frame is None:
+                        return self._end_of_input()
+                    if type(frame) is ContentBodyFrame:
+                        event = on_body(frame)
+                    elif type(frame) is MethodFrame:
+                        channel = frame.channel
+                        if not channel:
+                            event = self._on_method(0, frame.method)
+                            if event is None and not events:
+                                break
+                        else:
+                            event = on_channel_method(channel, frame.method)
+                    elif type(frame) is ContentHeaderFrame:
+                        event = on_header(frame)
+                    else:
+                        continue  # a heartbeat: liveness only
+                    if event is not None:
+                        return event
+                    if events:
+                        return events.popleft()
         except RemoteProtocolError as exc:
             self._fail(exc)
             raise
-
-    def _next_event(self) -> Event | Sentinel:
-        # The delivery hot path: three frames per message, so lookups are hoisted out of it.
-        next_frame = self._reader.next_frame
-        events = self._events
-        while True:
-            if self._decision is not None:
-                return self._end_of_input()  # NEED_DATA until the transport closes
-            if self._inbox is not None and not self._read_header():
-                return self._end_of_input()
-            frame = next_frame()
-            if frame is None:
-                return self._end_of_input()
-            if type(frame) is ContentBodyFrame:
-                event = self._on_body(frame)
-            elif type(frame) is MethodFrame:
-                event = self._on_method(frame.channel, frame.method)
-            elif type(frame) is ContentHeaderFrame:
-                event = self._on_header(frame)
-            else:
-                continue  # a heartbeat: liveness only
-            if event is not None:
-                return event
-            if events:
-                return events.popleft()
 
     def _end_of_input(self) -> Event | Sentinel:
         if not self._eof or self._state is _C.CLOSED:
@@ -1022,8 +1118,28 @@ class Connection:
         :raises LocalProtocolError: the method is illegal here (wrong role, state, channel,
             or order); nothing was written.
         """
-        self._check_usable()
         cls = type(method)
+        if cls in self._fast_sends and self._state is _C_OPEN and self._error is None:
+            # A consumer's ack on an open channel: everything the generic path would check
+            # holds, so the frame is encoded in one pack. A field that can't be encoded (the
+            # pack raises) takes the generic path, which raises the usual error.
+            ch = self._channels.get(channel)
+            if ch is not None and ch.state is _H_OPEN and type(channel) is int:
+                if isinstance(method, BasicAck):  # the common one, inline
+                    try:
+                        frame: bytes | None = _pack_settle_frame(
+                            1, channel, 13, _ACK_ID, method.delivery_tag,
+                            1 if method.multiple else 0, 0xCE,
+                        )  # fmt: skip
+                    except Exception:
+                        frame = None
+                else:
+                    frame = _settle_frame(channel, method)
+                if frame is not None:
+                    out = self._out
+                    out += frame
+                    return
+        self._check_usable()
         if cls.HAS_CONTENT:
             raise _local(f"{cls.NAME} carries content: use publish() or send_content()", 503, cls)
         if channel == 0:
@@ -1044,7 +1160,7 @@ class Connection:
         encode_method_frame(self._out, channel, method, frame_max=self._frame_max)
         if ch is None:
             ch = self._channels[channel] = _Channel(_H.CLOSED)
-        ch.state = CHANNEL_TRANSITIONS[self.role][ch.state][cls]
+        ch.state = self._send_table[ch.state][cls]
         if cls is ChannelClose:
             assert isinstance(method, ChannelClose)
             ch.close = method
@@ -1090,7 +1206,7 @@ class Connection:
             raise _local(f"channel {channel!r} is outside 1..{self._channel_max}", 504, cls)
         ch = self._channels.get(channel)
         state = _H.CLOSED if ch is None else ch.state
-        if CHANNEL_TRANSITIONS[self.role][state].get(cls) is None:
+        if self._send_table[state].get(cls) is None:
             raise _local(
                 f"cannot send {cls.NAME} as the {self.role.value} on channel {channel} in state "
                 f"{state.value}",
@@ -1124,6 +1240,13 @@ class Connection:
 
     def _on_channel_method(self, channel: int, method: Method) -> Event | None:
         cls = type(method)
+        if cls in self._fast_receipts and self._state is _C_OPEN:
+            # A delivery on an open channel with no content under way: the one legal case of
+            # the checks below, taken without them.
+            ch = self._channels.get(channel)
+            if ch is not None and ch.state is _H_OPEN and ch.content is None:
+                ch.content = _new_assembly(method)
+                return None
         if self._state is not _C.OPEN:
             if discards(self._state, self.role):
                 return None
@@ -1142,7 +1265,7 @@ class Connection:
                 505,
                 cls,
             )
-        nxt = CHANNEL_TRANSITIONS[self._peer][state].get(cls)
+        nxt = self._receive_table[state].get(cls)
         if nxt is None:
             if discards(state, self.role):
                 return None
@@ -1169,7 +1292,7 @@ class Connection:
                 self._match_reply(channel, ch, method)  # get-ok answers a basic.get
                 if cls is BasicPublish and ch.confirms is not None:
                     ch.confirms.next += 1  # server role: the client numbers it the same way
-            ch.content = _Assembly(method)
+            ch.content = _new_assembly(method)
             return None
         if cls in self._watched_receipts:
             return self._on_watched(channel, ch, method)
@@ -1203,7 +1326,7 @@ class Connection:
     def _send_on(self, channel: int, ch: _Channel, method: Method) -> None:
         """An answer the core sends by itself, through the same table as every send."""
         cls = type(method)
-        nxt = CHANNEL_TRANSITIONS[self.role][ch.state].get(cls)
+        nxt = self._send_table[ch.state].get(cls)
         if nxt is None:
             raise AssertionError(f"automatic {cls.NAME} refused in {ch.state}")
         encode_method_frame(self._out, channel, method, frame_max=self._frame_max)
@@ -1335,7 +1458,7 @@ class Connection:
                 reply_code=505,
             )
         size = frame.body_size
-        if size > self.config.max_message_size:
+        if size > self._max_message_size:
             # Refused before a single body octet is buffered. A hard 506 rather than a channel
             # close with 311: the body frames still on the wire could only be skipped by
             # reading them, and a peer that sends more than we said we accept is a resource
@@ -1350,7 +1473,7 @@ class Connection:
             )
         assembly.properties = frame.properties
         assembly.body_size = size
-        threshold = self.config.chunk_threshold
+        threshold = self._chunk_threshold
         # Returns always arrive whole: one event ties them to their publish.
         if threshold is not None and size > threshold and type(method) is not BasicReturn:
             assembly.chunked = True

@@ -63,6 +63,10 @@ _SERVER: Final = Role.SERVER
 class ConnectionState(enum.Enum):
     """Where the connection (channel 0) is; named after whose move it is."""
 
+    # Members are singletons compared by identity: the C identity hash keeps the per-frame
+    # transition lookups off enum's Python-level __hash__ (hash of the name).
+    __hash__ = object.__hash__
+
     AWAIT_HEADER = "AWAIT_HEADER"  # the client's protocol header
     AWAIT_START = "AWAIT_START"  # the server's connection.start
     AWAIT_START_OK = "AWAIT_START_OK"
@@ -81,6 +85,8 @@ class ConnectionState(enum.Enum):
 class ChannelState(enum.Enum):
     """Where one channel is. A channel id not in use is ``CLOSED``."""
 
+    __hash__ = object.__hash__  # see ConnectionState
+
     CLOSED = "CLOSED"
     OPENING = "OPENING"  # channel.open sent, open-ok not yet
     OPEN = "OPEN"
@@ -90,6 +96,8 @@ class ChannelState(enum.Enum):
 
 class Input(enum.Enum):
     """Inputs that are not methods."""
+
+    __hash__ = object.__hash__  # see ConnectionState
 
     PROTOCOL_HEADER = "PROTOCOL_HEADER"
 

@@ -345,64 +345,73 @@ class BasicProperties(ContentProperties):
             offset += 1
         else:
             self.delivery_mode = None
-        if flags & 0x0800:
-            self.priority = buf[offset]
-            offset += 1
+        if flags & 0x0F00:
+            if flags & 0x0800:
+                self.priority = buf[offset]
+                offset += 1
+            else:
+                self.priority = None
+            if flags & 0x0400:
+                n = buf[offset]
+                self.correlation_id = buf[offset + 1 : offset + 1 + n].decode()
+                offset += 1 + n
+            else:
+                self.correlation_id = None
+            if flags & 0x0200:
+                n = buf[offset]
+                self.reply_to = buf[offset + 1 : offset + 1 + n].decode()
+                offset += 1 + n
+            else:
+                self.reply_to = None
+            if flags & 0x0100:
+                n = buf[offset]
+                self.expiration = buf[offset + 1 : offset + 1 + n].decode()
+                offset += 1 + n
+            else:
+                self.expiration = None
         else:
-            self.priority = None
-        if flags & 0x0400:
-            n = buf[offset]
-            self.correlation_id = buf[offset + 1 : offset + 1 + n].decode()
-            offset += 1 + n
+            self.priority = self.correlation_id = self.reply_to = self.expiration = None
+        if flags & 0x00F0:
+            if flags & 0x0080:
+                n = buf[offset]
+                self.message_id = buf[offset + 1 : offset + 1 + n].decode()
+                offset += 1 + n
+            else:
+                self.message_id = None
+            if flags & 0x0040:
+                (self.timestamp,) = _S_Q.unpack_from(buf, offset)
+                offset += 8
+            else:
+                self.timestamp = None
+            if flags & 0x0020:
+                n = buf[offset]
+                self.type = buf[offset + 1 : offset + 1 + n].decode()
+                offset += 1 + n
+            else:
+                self.type = None
+            if flags & 0x0010:
+                n = buf[offset]
+                self.user_id = buf[offset + 1 : offset + 1 + n].decode()
+                offset += 1 + n
+            else:
+                self.user_id = None
         else:
-            self.correlation_id = None
-        if flags & 0x0200:
-            n = buf[offset]
-            self.reply_to = buf[offset + 1 : offset + 1 + n].decode()
-            offset += 1 + n
+            self.message_id = self.timestamp = self.type = self.user_id = None
+        if flags & 0x000C:
+            if flags & 0x0008:
+                n = buf[offset]
+                self.app_id = buf[offset + 1 : offset + 1 + n].decode()
+                offset += 1 + n
+            else:
+                self.app_id = None
+            if flags & 0x0004:
+                n = buf[offset]
+                self.cluster_id = buf[offset + 1 : offset + 1 + n].decode()
+                offset += 1 + n
+            else:
+                self.cluster_id = None
         else:
-            self.reply_to = None
-        if flags & 0x0100:
-            n = buf[offset]
-            self.expiration = buf[offset + 1 : offset + 1 + n].decode()
-            offset += 1 + n
-        else:
-            self.expiration = None
-        if flags & 0x0080:
-            n = buf[offset]
-            self.message_id = buf[offset + 1 : offset + 1 + n].decode()
-            offset += 1 + n
-        else:
-            self.message_id = None
-        if flags & 0x0040:
-            (self.timestamp,) = _S_Q.unpack_from(buf, offset)
-            offset += 8
-        else:
-            self.timestamp = None
-        if flags & 0x0020:
-            n = buf[offset]
-            self.type = buf[offset + 1 : offset + 1 + n].decode()
-            offset += 1 + n
-        else:
-            self.type = None
-        if flags & 0x0010:
-            n = buf[offset]
-            self.user_id = buf[offset + 1 : offset + 1 + n].decode()
-            offset += 1 + n
-        else:
-            self.user_id = None
-        if flags & 0x0008:
-            n = buf[offset]
-            self.app_id = buf[offset + 1 : offset + 1 + n].decode()
-            offset += 1 + n
-        else:
-            self.app_id = None
-        if flags & 0x0004:
-            n = buf[offset]
-            self.cluster_id = buf[offset + 1 : offset + 1 + n].decode()
-            offset += 1 + n
-        else:
-            self.cluster_id = None
+            self.app_id = self.cluster_id = None
         return self, offset
 
 
