@@ -60,6 +60,7 @@ from ._frames import (
     content_buffers,
     encode_content,
     encode_method_frame,
+    encode_publish,
     parse_protocol_header,
 )
 from ._generated.spec_0_9_1 import (
@@ -71,6 +72,7 @@ from ._generated.spec_0_9_1 import (
     BasicConsumeOk,
     BasicDeliver,
     BasicNack,
+    BasicProperties,
     BasicPublish,
     BasicReject,
     BasicReturn,
@@ -186,6 +188,17 @@ def _fast_sends_of(role: Role) -> frozenset[type[Method]]:
 
 _FAST_SENDS: Final[dict[Role, frozenset[type[Method]]]] = {
     role: _fast_sends_of(role) for role in (Role.CLIENT, Role.SERVER)
+}
+#: Whether this role's publish() may skip the generic checks on an open channel: basic.publish
+#: leaves the channel open, answers and expects nothing, and nothing watches it.
+_FAST_PUBLISH: Final[dict[Role, bool]] = {
+    role: CHANNEL_TRANSITIONS[role][_H.OPEN].get(BasicPublish) is _H.OPEN
+    and BasicPublish not in REPLY_TYPES
+    and not BasicPublish.RESPONSES
+    and BasicPublish not in _CHECKED_SENDS[role]
+    and BasicPublish not in _WATCHED_SENDS[role]
+    and BasicPublish not in RECORDED_METHODS
+    for role in (Role.CLIENT, Role.SERVER)
 }
 #: Deliveries, where the peer may send them on an open channel and they leave it open (the
 #: fast path of _on_channel_method).
@@ -455,6 +468,7 @@ class Connection:
         "_eof",
         "_error",
         "_events",
+        "_fast_publish",
         "_fast_receipts",
         "_fast_sends",
         "_frame_max",
@@ -519,6 +533,7 @@ class Connection:
         self._watched_sends: Final = _WATCHED_SENDS[role]
         self._watched_receipts: Final = _WATCHED_RECEIPTS[role]
         self._fast_sends: Final = _FAST_SENDS[role]
+        self._fast_publish: Final = _FAST_PUBLISH[role]
         self._fast_receipts: Final = _FAST_RECEIPTS[role]
         # This role's and the peer's channel tables, resolved once: a lookup keyed by a Role
         # costs a Python-level enum __hash__.
@@ -1608,6 +1623,35 @@ class Connection:
         Bodies of 64 KiB or more are kept as memoryview slices for :meth:`buffers_to_send`;
         the caller must not change such a body until it was written.
         """
+        if (
+            self._fast_publish
+            and self._state is _C_OPEN
+            and self._error is None
+            and type(method) is BasicPublish
+            and type(properties) is BasicProperties
+            and (type(body) is bytes or type(body) is bytearray)
+            and len(body) < _PASSTHROUGH
+            and type(channel) is int
+        ):
+            # A publish on an open channel: everything the generic path checks holds but the
+            # fields' encoding, which encode_publish tries (and leaves to the generic path, to
+            # raise the usual error, when it can't).
+            fast = self._channels.get(channel)
+            if (
+                fast is not None
+                and fast.state is _H_OPEN
+                and encode_publish(self._out, channel, method, properties, body, self._frame_max)
+            ):
+                confirms = fast.confirms
+                if confirms is None:
+                    return None
+                number = confirms.next
+                confirms.next = number + 1
+                if method.mandatory:
+                    key = (method.exchange, method.routing_key)
+                    confirms.mandatory[number] = key
+                    confirms.free[key] = confirms.free.get(key, 0) + 1
+                return number
         ch = self._send_content(channel, method, properties, body)
         confirms = ch.confirms
         if confirms is None or not isinstance(method, BasicPublish):

@@ -29,6 +29,8 @@ from ._generated.spec_0_9_1 import (
     FRAME_MIN_SIZE,
     METHODS,
     PROPERTIES,
+    BasicProperties,
+    BasicPublish,
 )
 from ._method import INT_LIMITS, Buffer, ContentProperties, Method
 
@@ -801,6 +803,77 @@ def encode_content(
         out += _pack_frame_header(FRAME_BODY, channel, piece.nbytes)
         out += piece
         out.append(FRAME_END)
+
+
+#: basic.publish's method frame up to its exchange: frame header, class and method id, ticket.
+_pack_publish_start: Final = struct.Struct(">BHIHHH").pack
+#: The publish's bits and frame end, then the content header frame up to its property flags.
+_pack_publish_end: Final = struct.Struct(">BBBHIHHQ").pack
+#: The header frame's end, then a body frame's header.
+_pack_body_start: Final = struct.Struct(">BBHI").pack
+_PUBLISH_CLASS: Final = BasicPublish.CLASS_ID
+_PUBLISH_METHOD: Final = BasicPublish.METHOD_ID
+
+
+def encode_publish(
+    out: bytearray,
+    channel: int,
+    method: BasicPublish,
+    properties: BasicProperties,
+    body: bytes | bytearray,
+    frame_max: int,
+) -> bool:
+    """Append what :func:`encode_content` would for a ``basic.publish`` with a ``bytes`` or
+    ``bytearray`` body, in fewer steps; False (nothing written) where it can't, for
+    :func:`encode_content` to raise its usual error."""
+    start = len(out)
+    try:
+        exchange = method.exchange.encode()
+        routing_key = method.routing_key.encode()
+        lengths = len(exchange), len(routing_key)
+        if lengths[0] > 0xFF or lengths[1] > 0xFF:
+            return False
+        total = len(body)
+        # 9: class and method id, ticket, the two lengths and the bits.
+        out += _pack_publish_start(
+            FRAME_METHOD, channel, 9 + lengths[0] + lengths[1],
+            _PUBLISH_CLASS, _PUBLISH_METHOD, method.ticket,
+        )  # fmt: skip
+        out.append(lengths[0])
+        out += exchange
+        out.append(lengths[1])
+        out += routing_key
+        out += _pack_publish_end(
+            (1 if method.mandatory else 0) | (2 if method.immediate else 0),
+            FRAME_END, FRAME_HEADER, channel, 0, _PUBLISH_CLASS, 0, total,
+        )  # fmt: skip
+        middle = len(out) - 19  # where the header frame starts
+        properties.encode(out)
+    except Exception:
+        del out[start:]
+        return False
+    header_size = len(out) - middle - 7
+    limit = frame_max - _FRAME_OVERHEAD
+    if header_size > limit or 9 + lengths[0] + lengths[1] > limit:
+        del out[start:]
+        return False
+    _pack_u32_into(out, middle + 3, header_size)
+    if not total:
+        out.append(FRAME_END)
+        return True
+    if total <= limit:
+        out += _pack_body_start(FRAME_END, FRAME_BODY, channel, total)
+        out += body
+        out.append(FRAME_END)
+        return True
+    out.append(FRAME_END)
+    view = memoryview(body)
+    for offset in range(0, total, limit):
+        piece = view[offset : offset + limit]
+        out += _pack_frame_header(FRAME_BODY, channel, piece.nbytes)
+        out += piece
+        out.append(FRAME_END)
+    return True
 
 
 def content_buffers(

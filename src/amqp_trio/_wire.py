@@ -115,19 +115,34 @@ class Wire:
 
         :raises ConnectionLostError: the transport is gone.
         """
+        if self.note_output(size, urgent=urgent):
+            await self.output_turn()
+
+    def note_output(self, size: int, *, urgent: bool = False) -> bool:
+        """The part of :meth:`queue_output` that needs no await: count the output and wake the
+        writer. True when the caller must still ``await output_turn()`` (a write or a yield
+        is due); a publisher skips creating a coroutine on the other calls."""
         self._queued += size
         if urgent:
             self._urgent = True
         if self._queued >= HIGH_WATER or self.broken:
-            self._unyielded = 0
+            return True
+        self._wake.set()
+        self._unyielded += 1
+        return self._unyielded >= YIELD_EVERY
+
+    async def output_turn(self) -> None:
+        """The rest of :meth:`queue_output` after :meth:`note_output` returned True; never
+        raises ``Cancelled``.
+
+        :raises ConnectionLostError: the transport is gone.
+        """
+        self._unyielded = 0
+        if self._queued >= HIGH_WATER or self.broken:
             with trio.CancelScope(shield=True):
                 await self.flush()
             return
-        self._wake.set()
-        self._unyielded += 1
-        if self._unyielded >= YIELD_EVERY:
-            self._unyielded = 0
-            await trio.lowlevel.cancel_shielded_checkpoint()
+        await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def flush(self) -> None:
         """Write everything the core has queued.
