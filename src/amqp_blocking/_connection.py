@@ -459,8 +459,11 @@ class Connection:
                 self._core.receive_data(b"")
                 return
             self._core.receive_data(view[:count])
-            # An SSL socket may hold decrypted octets the selector cannot see.
-            if count < len(view) and not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
+            # One read per step, even when it filled the buffer: the selector reports the socket
+            # again, and in between the lock is free for application threads (their acks waited
+            # milliseconds behind back-to-back 256 KiB reads). Only an SSL socket must be drained
+            # here: it may hold decrypted octets the selector cannot see.
+            if not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
                 return
 
     def _write_out_locked(self) -> None:
