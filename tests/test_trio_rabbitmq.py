@@ -38,3 +38,28 @@ async def test_scenario(name: str, amqp_url: str) -> None:
 @pytest.mark.parametrize("name", sorted(RABBITMQ_SCENARIOS))
 async def test_rabbitmq_scenario(name: str, rabbitmq_url: str) -> None:
     await _run(RABBITMQ_SCENARIOS[name], rabbitmq_url)
+
+
+@pytest.mark.trio
+async def test_concurrent_consumes_and_declares_get_their_own_replies(amqp_url: str) -> None:
+    # RabbitMQ answers basic.consume from the queue's process, so a passive declare sent after
+    # a consume may be answered first; each caller must still get the reply to its request.
+    async with amqp_trio.connect(amqp_url) as conn, conn.channel() as ch:
+        queue = (await ch.queue_declare(exclusive=True)).queue
+        declared: list[str] = []
+        tags: list[str] = []
+
+        async def consume(n: int) -> None:
+            async with ch.basic_consume(queue, consumer_tag=f"c{n}") as consumer:
+                tags.append(consumer.consumer_tag)
+
+        async def declare() -> None:
+            declared.append((await ch.queue_declare(queue, passive=True)).queue)
+
+        with trio.fail_after(_SCENARIO_TIMEOUT):
+            async with trio.open_nursery() as nursery:
+                for n in range(20):
+                    nursery.start_soon(consume, n)
+                    nursery.start_soon(declare)
+        assert sorted(tags) == sorted(f"c{n}" for n in range(20))
+        assert declared == [queue] * 20

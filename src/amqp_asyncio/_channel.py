@@ -23,7 +23,7 @@ from amqp_sansio import (
     TxSelect,
 )
 from amqp_sansio import _client_requests as request
-from amqp_sansio._client_shared import count_failure, may_send
+from amqp_sansio._client_shared import count_failure
 from amqp_sansio.client import (
     AMQPError,
     ChannelClosedError,
@@ -392,7 +392,6 @@ class Channel:
         self._prefetch_count = 0
         self._confirming = False
         self._flow_resumed: asyncio.Future[None] | None = None
-        self._idle: asyncio.Future[None] | None = None
 
     def __repr__(self) -> str:
         state = "closed" if self.is_closed else "open"
@@ -423,28 +422,13 @@ class Channel:
         self._check_open()
         self._core.send_method(self.number, method)
         future: asyncio.Future[Reply] = self._conn._loop.create_future()
-        self._book.rpcs.append((future, consumer))
+        self._book.expect(method, future, consumer)
         return future
 
     async def _call(self, method: Method, consumer: Consumer | None = None) -> Reply:
-        await self._wait_may_send(method)
         future = self._send(method, consumer)
         self._conn._flush()
         return await future
-
-    async def _wait_may_send(self, method: Method) -> None:
-        """Wait while the channel's unanswered requests forbid *method* (see ``may_send``)."""
-        while not may_send(self._core.pending_requests(self.number), method):
-            self._check_open()
-            if self._idle is None:
-                self._idle = self._conn._loop.create_future()
-                self._conn._busy_channels.add(self)
-            await asyncio.shield(self._idle)
-
-    def _wake_idle_waiters(self) -> None:
-        idle, self._idle = self._idle, None
-        if idle is not None and not idle.done():
-            idle.set_result(None)
 
     async def _send_no_reply(self, method: Method) -> None:
         self._check_open()
@@ -718,7 +702,6 @@ class Channel:
         method = request.basic_consume(
             queue, tag, no_ack=no_ack, exclusive=exclusive, arguments=arguments
         )
-        await self._wait_may_send(method)
         future = self._send(method, consumer)
         self._conn._flush()
         try:

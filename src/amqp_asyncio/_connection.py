@@ -139,8 +139,6 @@ class Connection:
         self._timer: asyncio.TimerHandle | None = None
         self._heartbeat_timed_out = False
         self._channels: dict[int, Channel] = {}
-        #: Channels with calls waiting for their request queue to allow them.
-        self._busy_channels: set[Channel] = set()
         #: The broker's ``server-properties`` (product, version, capabilities, ...).
         self.server_properties: FieldTable = {}
 
@@ -331,15 +329,12 @@ class Connection:
             book.handle(event)
             if cls is not MessageReceived and cls is not MethodReceived:
                 self._after_event(event)
-        if self._busy_channels:
-            busy, self._busy_channels = self._busy_channels, set()
-            for ch in busy:
-                ch._wake_idle_waiters()  # they check their channel's request queue again
         self._flush()  # automatic answers: close-ok, flow-ok, cancel-ok, heartbeats
 
     def _on_channel_opened(self, event: ChannelOpened) -> None:
         book = self._book.channels.get(event.channel)
-        abandoned = book is not None and bool(book.rpcs) and book.rpcs[0][0].done()
+        waiter = None if book is None else book.waiting(None)
+        abandoned = waiter is not None and waiter.done()
         self._book.handle(event)
         if abandoned:
             # open_channel() was cancelled: nobody will use or close this channel.
@@ -350,16 +345,18 @@ class Connection:
 
     def _on_consume_ok(self, event: MethodReceived) -> None:
         book = self._book.channels.get(event.channel)
-        abandoned = book is not None and bool(book.rpcs) and book.rpcs[0][0].done()
+        waiter = None if book is None else book.waiting(event.request)
+        abandoned = waiter is not None and waiter.done()
         self._book.handle(event)
         if abandoned:
             # basic_consume() was cancelled: nobody iterates this consumer.
             method = event.method
             assert isinstance(method, BasicConsumeOk)
-            self._core.send_method(event.channel, BasicCancel(consumer_tag=method.consumer_tag))
+            cancel = BasicCancel(consumer_tag=method.consumer_tag)
+            self._core.send_method(event.channel, cancel)
             future: asyncio.Future[Reply] = self._loop.create_future()
             future.cancel()
-            self._book.expect(event.channel, future)
+            self._book.expect(event.channel, cancel, future)
 
     def _after_event(self, event: Event) -> None:
         cls = type(event)
@@ -459,7 +456,6 @@ class Connection:
         self._wake_drain_waiters()
         for ch in self._channels.values():
             ch._flow_changed(True)
-            ch._wake_idle_waiters()
         self._channels.clear()
         if not self._finished.done():
             self._finished.set_result(None)

@@ -22,7 +22,7 @@ from amqp_sansio import (
     TxSelect,
 )
 from amqp_sansio import _client_requests as request
-from amqp_sansio._client_shared import count_failure, may_send
+from amqp_sansio._client_shared import count_failure
 from amqp_sansio.client import (
     AMQPError,
     ChannelClosedError,
@@ -176,24 +176,8 @@ class Channel:
         waiter = Waiter()
         with conn._lock:
             self._check_locked()
-            if not may_send(conn._core.pending_requests(self._number), method):
-                conn._rpc_waiters += 1
-                try:
-                    ready = conn._writable.wait_for(
-                        lambda: (
-                            may_send(conn._core.pending_requests(self._number), method)
-                            or self._book.error is not None
-                            or conn._book.error is not None
-                        ),
-                        timeout,
-                    )
-                finally:
-                    conn._rpc_waiters -= 1
-                if not ready:
-                    raise TimeoutError(f"channel {self._number} stayed busy for {timeout} s")
-                self._check_locked()
             conn._core.send_method(self._number, method)
-            self._book.rpcs.append((waiter, consumer))
+            self._book.expect(method, waiter, consumer)
             conn._flush_locked()
         return waiter.wait(timeout, conn._lock)
 

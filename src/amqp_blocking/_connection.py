@@ -215,8 +215,6 @@ class Connection:
         self._book = ClientBook()
         self._out = bytearray()
         self._wake_pending = False
-        #: Callers waiting for a channel's request queue to allow their request.
-        self._rpc_waiters = 0
         self._close_waiter: Waiter | None = None
         self._finished = False
         self._send_error: OSError | None = None
@@ -495,8 +493,6 @@ class Connection:
                 self._drain_and_finish_locked()
                 return
             if event is NEED_DATA:
-                if self._rpc_waiters:
-                    self._writable.notify_all()  # a channel's request queue may have emptied
                 return
             cls = type(event)
             if cls is ChannelOpened:
@@ -514,7 +510,8 @@ class Connection:
 
     def _on_channel_opened_locked(self, event: ChannelOpened) -> None:
         book = self._book.channels.get(event.channel)
-        abandoned = book is not None and bool(book.rpcs) and book.rpcs[0][0].done()
+        waiter = None if book is None else book.waiting(None)
+        abandoned = waiter is not None and waiter.done()
         self._book.handle(event)
         if abandoned:
             # channel() timed out: nobody will use or close this channel.
@@ -523,16 +520,18 @@ class Connection:
 
     def _on_consume_ok_locked(self, event: MethodReceived) -> None:
         book = self._book.channels.get(event.channel)
-        abandoned = book is not None and bool(book.rpcs) and book.rpcs[0][0].done()
+        waiter = None if book is None else book.waiting(event.request)
+        abandoned = waiter is not None and waiter.done()
         self._book.handle(event)
         if abandoned:
             # basic_consume() timed out: nobody iterates this consumer.
             method = event.method
             assert isinstance(method, BasicConsumeOk)
-            self._core.send_method(event.channel, BasicCancel(consumer_tag=method.consumer_tag))
-            waiter = Waiter()
-            waiter.abandon()
-            self._book.expect(event.channel, waiter)
+            cancel = BasicCancel(consumer_tag=method.consumer_tag)
+            self._core.send_method(event.channel, cancel)
+            orphan = Waiter()
+            orphan.abandon()
+            self._book.expect(event.channel, cancel, orphan)
 
     def _after_event_locked(self, event: Event) -> None:
         cls = type(event)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Final, Protocol, TypeAlias, final
+from typing import TYPE_CHECKING, Protocol, TypeAlias, final
 
 from ._client_errors import (
     AMQPError,
@@ -41,11 +41,10 @@ from ._events import (
     UnblockedByPeer,
 )
 from ._generated.spec_0_9_1 import (
-    BasicCancel,
     BasicCancelOk,
-    BasicConsume,
     BasicConsumeOk,
     BasicDeliver,
+    BasicGet,
     BasicGetOk,
 )
 
@@ -63,7 +62,6 @@ __all__ = [
     "ReturnSink",
     "Waiter",
     "count_failure",
-    "may_send",
 ]
 
 logger = logging.getLogger("amqp_sansio.client")
@@ -124,24 +122,6 @@ def count_failure(publisher: PublisherCounts, outcome: AMQPError) -> None:
     publisher._failures.append(outcome)
 
 
-# RabbitMQ answers basic.consume and basic.cancel from the queue's process, so their replies
-# can overtake the replies to requests sent after them on the same channel (RabbitMQ 3.10:
-# basic.consume then a passive queue.declare, pipelined, got declare-ok before consume-ok). The
-# core matches replies in order, so neither may share a channel's queue of requests.
-_REORDERED: Final = (BasicConsume, BasicCancel)
-
-
-def may_send(pending: tuple[Method, ...], method: Method) -> bool:
-    """Whether *method* may be sent on a channel whose unanswered requests are *pending*
-    (``Connection.pending_requests``): consume and cancel only on an idle channel, nothing
-    while one of them is unanswered."""
-    if not pending:
-        return True
-    if isinstance(method, _REORDERED):
-        return False
-    return not any(isinstance(request, _REORDERED) for request in pending)
-
-
 @final
 class ChannelBook:
     """What one open channel waits for."""
@@ -160,9 +140,10 @@ class ChannelBook:
 
     def __init__(self, number: int) -> None:
         self.number = number
-        #: Waiters for our requests, oldest first (the core's request FIFO for the channel),
-        #: each with the consumer sink a ``basic.consume`` registers when its ok arrives.
-        self.rpcs: deque[tuple[Waiter, ConsumerSink | None]] = deque()
+        #: Waiters for our requests, oldest first, each with the consumer sink a
+        #: ``basic.consume`` registers when its ok arrives and the request itself (None for
+        #: channel.open): replies are matched to it by identity (see :meth:`take`).
+        self.rpcs: deque[tuple[Waiter, ConsumerSink | None, Method | None]] = deque()
         self.consumers: dict[str, ConsumerSink] = {}
         self.confirms: dict[int, ConfirmSink] = {}
         self.tracker = ConfirmTracker()
@@ -172,11 +153,43 @@ class ChannelBook:
         self.error: AMQPError | None = None
         self.flow_active = True
 
+    def expect(self, request: Method, waiter: Waiter, consumer: ConsumerSink | None = None) -> None:
+        """*request*, which expects a reply, was sent on this channel."""
+        self.rpcs.append((waiter, consumer, request))
+
+    def waiting(self, request: Method | None) -> Waiter | None:
+        """The waiter of *request* (None: the oldest), if it is still outstanding."""
+        for waiter, _, sent in self.rpcs:
+            if request is None or sent is request:
+                return waiter
+        return None
+
+    def take(self, request: Method | None) -> tuple[Waiter, ConsumerSink | None, Method | None]:
+        """Remove and return the entry of *request*, which the core named as the one a reply
+        answers (``MethodReceived.request``). The core lets RabbitMQ's consume-ok and
+        cancel-ok arrive after later replies, so the answer is not always the oldest entry."""
+        rpcs = self.rpcs
+        if rpcs[0][2] is request:
+            return rpcs.popleft()
+        for index, entry in enumerate(rpcs):
+            if entry[2] is request:
+                del rpcs[index]
+                return entry
+        raise AssertionError(f"no waiter on channel {self.number} for {request!r}")
+
+    def take_get(self) -> Waiter:
+        """Remove the oldest ``basic.get``'s waiter: get-ok comes as content, which names
+        no request, and may pass an outstanding consume or cancel like any reply."""
+        for entry in self.rpcs:
+            if isinstance(entry[2], BasicGet):
+                return self.take(entry[2])[0]
+        raise AssertionError(f"get-ok on channel {self.number} with no basic.get waiting")
+
 
 def _settle_all(book: ChannelBook, error: AMQPError, *, by_us: bool) -> None:
     book.error = error
     rpcs, book.rpcs = book.rpcs, deque()
-    for waiter, _ in rpcs:
+    for waiter, _, _ in rpcs:
         if not waiter.done():
             waiter.set_exception(error)
     consumers, book.consumers = book.consumers, {}
@@ -206,12 +219,18 @@ class ClientBook:
     def channel_opening(self, number: int, waiter: Waiter) -> ChannelBook:
         """``open_channel()`` returned *number*; *waiter* gets None at open-ok."""
         book = self.channels[number] = ChannelBook(number)
-        book.rpcs.append((waiter, None))
+        book.rpcs.append((waiter, None, None))
         return book
 
-    def expect(self, channel: int, waiter: Waiter, consumer: ConsumerSink | None = None) -> None:
-        """A request that expects a reply was sent on *channel*."""
-        self.channels[channel].rpcs.append((waiter, consumer))
+    def expect(
+        self,
+        channel: int,
+        request: Method,
+        waiter: Waiter,
+        consumer: ConsumerSink | None = None,
+    ) -> None:
+        """*request*, which expects a reply, was sent on *channel*."""
+        self.channels[channel].expect(request, waiter, consumer)
 
     def expect_close(self, channel: int, waiter: Waiter) -> None:
         """``close_channel()`` was called; *waiter* gets None when the channel is closed."""
@@ -247,7 +266,7 @@ class ClientBook:
             self._on_returned(event)
         elif cls is ChannelOpened:
             assert isinstance(event, ChannelOpened)
-            waiter, _ = self.channels[event.channel].rpcs.popleft()
+            waiter = self.channels[event.channel].take(None)[0]
             if not waiter.done():
                 waiter.set_result(None)
         elif cls is ChannelClosed:
@@ -322,7 +341,7 @@ class ClientBook:
                 )
             return
         if type(method) is BasicGetOk:
-            waiter, _ = book.rpcs.popleft()
+            waiter = book.take_get()
             if not waiter.done():
                 waiter.set_result(event)
 
@@ -331,7 +350,7 @@ class ClientBook:
         if book is None or event.request is None:
             logger.debug("unsolicited %s on channel %d", event.method.NAME, event.channel)
             return
-        waiter, consumer = book.rpcs.popleft()
+        waiter, consumer, _ = book.take(event.request)
         method = event.method
         if consumer is not None and type(method) is BasicConsumeOk:
             book.consumers[method.consumer_tag] = consumer

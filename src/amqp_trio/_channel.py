@@ -11,6 +11,7 @@ import trio
 
 from amqp_sansio import (
     BasicAck,
+    BasicGet,
     BasicProperties,
     BasicPublish,
     ChannelState,
@@ -52,12 +53,15 @@ class _Reply:
     """One synchronous request's outcome, resolved by the reader task.
 
     A caller cancelled while waiting leaves it in the channel's FIFO: the reply still arrives
-    (the core's FIFO matches it) and is consumed and dropped here.
+    (the core matches it to ``request``) and is consumed and dropped here.
     """
 
-    __slots__ = ("_done", "abandoned", "error", "value")
+    __slots__ = ("_done", "abandoned", "error", "request", "value")
 
-    def __init__(self) -> None:
+    def __init__(self, request: Method | None = None) -> None:
+        #: What this reply answers (None: channel.open); replies are found by it, not by
+        #: position, because the core lets RabbitMQ's consume-ok/cancel-ok come late.
+        self.request = request
         self._done = trio.Event()
         self.value: Method | Message | None = None
         self.error: AMQPError | None = None
@@ -443,7 +447,7 @@ class Channel:
         except LocalProtocolError as exc:
             self._raise_refused(exc)
             raise
-        reply = _Reply()
+        reply = _Reply(method)
         self._replies.append(reply)
         return reply
 
@@ -480,10 +484,23 @@ class Channel:
 
     # --- Called by the reader task ------------------------------------------------------------
 
-    def _resolve(self, value: Method | Message | None) -> None:
-        if not self._replies:
+    def _resolve(self, value: Method | Message | None, request: Method | None = None) -> None:
+        """Resolve the waiter of *request*, which the core named (None: the oldest waiter,
+        for channel.open-ok); get-ok, which names no request, takes the oldest basic.get."""
+        replies = self._replies
+        reply = None
+        if isinstance(value, Message):
+            reply = next((r for r in replies if isinstance(r.request, BasicGet)), None)
+        elif replies and (request is None or replies[0].request is request):
+            reply = replies[0]
+        else:
+            reply = next((r for r in replies if r.request is request), None)
+        if reply is None:
             raise AssertionError(f"a reply on channel {self.number} with no waiter: {value!r}")
-        reply = self._replies.popleft()
+        if reply is replies[0]:
+            replies.popleft()
+        else:
+            replies.remove(reply)
         if reply.abandoned:
             logger.debug("channel %d: dropped the late reply %r", self.number, value)
         reply.resolve(value)

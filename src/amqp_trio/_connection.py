@@ -436,7 +436,7 @@ class Connection:
             return
         ch = self._channels.get(event.channel)
         if ch is not None:
-            ch._resolve(event.method)
+            ch._resolve(event.method, event.request)
 
     def _on_channel_opened(self, number: int) -> None:
         ch = self._channels.get(number)
