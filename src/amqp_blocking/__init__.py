@@ -19,6 +19,7 @@ adapters in :mod:`amqp_sansio.client` and re-exported here.
 
 from __future__ import annotations
 
+from amqp_sansio._util import fix_module_names
 from amqp_sansio.client import (
     AccessRefused,
     AMQPError,
@@ -90,13 +91,4 @@ __all__ = [
 ]
 
 
-def _fix_module_names() -> None:
-    # Tracebacks, reprs and autodoc say amqp_blocking.Channel, not amqp_blocking._channel.Channel.
-    for name in __all__:
-        obj = globals()[name]
-        module = getattr(obj, "__module__", "")
-        if isinstance(module, str) and module.startswith("amqp_blocking._"):
-            obj.__module__ = __name__
-
-
-_fix_module_names()
+fix_module_names(__name__, globals(), __all__)

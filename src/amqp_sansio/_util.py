@@ -9,11 +9,14 @@ def fix_module_names(module: str, namespace: dict[str, object], names: list[str]
     """Make re-exported classes and functions say where users import them from.
 
     ``repr``, pickling, tracebacks and autodoc then show ``amqp_sansio.QueueDeclare`` rather than
-    a private path.
+    a private path. Only objects defined in a private module of *module*'s own top-level package
+    are renamed (``amqp_trio._channel.Channel`` becomes ``amqp_trio.Channel``; the shared
+    exceptions it re-exports keep ``amqp_sansio.client``).
     """
+    private = module.partition(".")[0] + "._"
     for name in names:
         obj = namespace[name]
         if isinstance(obj, type) or callable(obj):
             current = getattr(obj, "__module__", "")
-            if isinstance(current, str) and current.startswith("amqp_sansio._"):
+            if isinstance(current, str) and current.startswith(private):
                 obj.__module__ = module
