@@ -174,3 +174,19 @@ def test_timer_after_close_does_nothing() -> None:
     pair.client.handle_timer(1000.0)
     assert pair.client.data_to_send() == b""
     assert get_all_events(pair.client) == []
+
+
+def test_silence_while_reading_is_paused_is_not_a_dead_peer() -> None:
+    # An adapter that stops reading for backpressure says so; heartbeats still go out.
+    pair, _ = _pair()
+    conn = pair.client
+    conn.handle_timer(0.0)
+    now = 0.0
+    for _ in range(10):  # five intervals of silence
+        now += INTERVAL / 2
+        conn.handle_timer(now, reading=False)
+        assert get_all_events(conn) == []
+        assert conn.data_to_send() == HEARTBEAT_FRAME
+    # Reading again: two silent intervals from here are a dead peer, as usual.
+    conn.handle_timer(now + 2 * INTERVAL)
+    assert get_all_events(conn) == [HeartbeatTimeout()]

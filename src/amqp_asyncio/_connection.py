@@ -471,7 +471,8 @@ class Connection:
 
     def _on_timer(self) -> None:
         self._timer = None
-        self._core.handle_timer(self._loop.time())
+        # Reads paused for a full consumer buffer: the peer's silence proves nothing.
+        self._core.handle_timer(self._loop.time(), reading=not self._pausers)
         self._process_events()
         self._arm_timer()
 

@@ -1739,7 +1739,7 @@ class Connection:
             return 0.0
         return min(self._send_check, self._last_seen + 2 * self._heartbeat)
 
-    def handle_timer(self, now: float) -> None:
+    def handle_timer(self, now: float, *, reading: bool = True) -> None:
         """Let time pass: *now* is the adapter's clock in seconds (any origin, never going back).
 
         Every half interval with nothing written since the previous check (``data_to_send`` or
@@ -1747,6 +1747,10 @@ class Connection:
         flush ``data_to_send()`` after this call. When no octet arrived for two intervals,
         counted from the tick that last saw incoming data, the next :meth:`next_event` returns
         :class:`HeartbeatTimeout`, after which the connection refuses every send.
+
+        Pass ``reading=False`` while the adapter deliberately leaves the transport unread
+        (backpressure from a full consumer buffer): silence then proves nothing, so the peer
+        counts as alive, and heartbeats still go out.
         """
         if self.next_deadline() is None:
             return
@@ -1757,7 +1761,7 @@ class Connection:
             self._send_check = now + interval / 2
             self._sent = self._received = False
             return
-        if self._received:
+        if self._received or not reading:
             self._received = False
             self._last_seen = now
         elif now >= self._last_seen + 2 * interval:

@@ -18,7 +18,7 @@ import trio
 
 from amqp_sansio import NEED_DATA, ConnectionCloseOk, HeartbeatTimeout
 from amqp_sansio.client import ConnectionLostError
-from amqp_sansio.framing import HEARTBEAT_FRAME, encode_method_frame
+from amqp_sansio.framing import encode_method_frame
 
 if TYPE_CHECKING:
     from amqp_sansio import Connection, Event, Sentinel
@@ -75,11 +75,8 @@ class Wire:
         self._stash: deque[Event] = deque()
         self._reader_parked = False
         # While the reader waits for room in a consumer's buffer it reads nothing, so silence
-        # from the peer proves nothing: the core's timer (which would call that a dead peer)
-        # is suspended until the reader read again, and bare heartbeats keep the peer happy.
-        self._keepalive_only = False
-        self._last_keepalive = 0.0
-        self._keepalive_due = False
+        # from the peer proves nothing: the core's timer is told so (handle_timer's reading).
+        self._reading_paused = False
         self._eof = False
         #: Set once the transport failed or was closed; writes stop.
         self.broken = False
@@ -176,9 +173,6 @@ class Wire:
                 buffers = core.buffers_to_send()
                 self._queued = 0
                 self._urgent = False
-                if self._keepalive_due:
-                    self._keepalive_due = False
-                    buffers.append(HEARTBEAT_FRAME)
                 if not buffers:
                     return
                 try:
@@ -238,11 +232,7 @@ class Wire:
         """The writer task: flush when woken, run the core's timers at their deadlines."""
         core = self.core
         while not self.broken:
-            keepalive = self._keepalive_only and core.heartbeat > 0
-            if keepalive:
-                deadline: float | None = self._last_keepalive + core.heartbeat / 2
-            else:
-                deadline = core.next_deadline()
+            deadline = core.next_deadline()
             if not self._wake.is_set():
                 with trio.move_on_at(math.inf if deadline is None else deadline):
                     await self._wake.wait()
@@ -251,13 +241,9 @@ class Wire:
                 await self._gather_output()
             now = trio.current_time()
             if deadline is not None and now >= deadline:
-                if keepalive:
-                    self._last_keepalive = now
-                    self._keepalive_due = True
-                else:
-                    core.handle_timer(now)
-                    if self._reader_parked:
-                        await self._poll_parked_reader()
+                core.handle_timer(now, reading=not self._reading_paused)
+                if self._reader_parked:
+                    await self._poll_parked_reader()
             try:
                 await self.flush()
             except ConnectionLostError:
@@ -277,10 +263,7 @@ class Wire:
 
     def pause_reading(self) -> None:
         """The reader is about to wait for something other than the transport."""
-        if not self._keepalive_only:
-            self._keepalive_only = True
-            self._last_keepalive = trio.current_time()
-            self._wake.set()
+        self._reading_paused = True
 
     async def _poll_parked_reader(self) -> None:
         # The reader drained the core before parking, so anything next_event() returns now
@@ -314,9 +297,7 @@ class Wire:
             data = b""
         finally:
             self._reader_parked = False
-        if self._keepalive_only:
-            self._keepalive_only = False  # reading again: the core's timer takes over
-            self._wake.set()
+        self._reading_paused = False
         if not data:
             self._eof = True
             self.broken = True
