@@ -42,8 +42,8 @@ async def main(offset: int) -> None:
                     stream, arguments={"x-stream-offset": offset}
                 ) as consumer:
                     async for message in consumer:
-                        # RabbitMQ tells each message's offset in a header
-                        at = (message.properties.headers or {}).get("x-stream-offset")
+                        # RabbitMQ tells each message's offset in its x-stream-offset header
+                        at = message.stream_offset
                         print(f"read {message.body.decode()!r} at offset {at!r}")
                         await message.ack()
                         read += 1

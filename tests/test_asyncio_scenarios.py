@@ -67,6 +67,10 @@ class _Message:
     def message_count(self) -> int | None:
         return self._message.message_count
 
+    @property
+    def stream_offset(self) -> int | None:
+        return self._message.stream_offset
+
     async def ack(self, *, multiple: bool = False) -> None:
         self._message.ack(multiple=multiple)
 

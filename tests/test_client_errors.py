@@ -4,9 +4,20 @@ from __future__ import annotations
 
 import pickle
 
+import attrs
 import pytest
 
-from amqp_sansio import BasicDeliver, BasicGetOk, BasicProperties, BasicReturn, QueueDeclare, client
+from amqp_sansio import (
+    BasicDeliver,
+    BasicGetOk,
+    BasicProperties,
+    BasicReturn,
+    FieldValue,
+    Int64,
+    QueueDeclare,
+    RemoteProtocolError,
+    client,
+)
 from amqp_sansio.client import (
     AMQPError,
     ChannelClosedError,
@@ -154,6 +165,71 @@ def test_message_from_return() -> None:
     method = BasicReturn(reply_code=312, reply_text="NO_ROUTE", exchange="", routing_key="q")
     msg = Message.from_content(1, method, PROPS, b"x")
     assert (msg.delivery_tag, msg.consumer_tag, msg.routing_key) == (0, None, "q")
+
+
+def test_message_subclass_fields_get_their_defaults() -> None:
+    @attrs.define(kw_only=True, slots=True, weakref_slot=False)
+    class Tagged(Message):
+        note: str = "none"
+
+    method = BasicDeliver(consumer_tag="c", delivery_tag=2, exchange="", routing_key="q")
+    msg = Tagged.from_content(1, method, PROPS, b"x")
+    assert msg == Tagged(
+        body=b"x",
+        properties=PROPS,
+        exchange="",
+        routing_key="q",
+        delivery_tag=2,
+        consumer_tag="c",
+        channel=1,
+    )
+    assert msg.note == "none"
+
+    @attrs.define(kw_only=True, slots=True, weakref_slot=False)
+    class Listed(Message):
+        notes: list[str] = attrs.field(factory=list)
+
+    with pytest.raises(TypeError, match=r"Listed\.notes: from_content needs a plain default"):
+        Listed.from_content(1, method, PROPS, b"x")
+
+
+def _received_properties(headers: dict[str, FieldValue]) -> BasicProperties:
+    """Properties as a consumer gets them: decoded from the octets of a content header."""
+    out = bytearray()
+    BasicProperties(headers=headers).encode(out)
+    return BasicProperties.decode(bytes(out), 0)[0]
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"x-stream-offset": Int64(7)}, 7),  # RabbitMQ's own table: read without decoding it
+        ({"x-stream-offset": Int64(2**63 - 1)}, 2**63 - 1),
+        ({"x-stream-offset": Int64(-1)}, -1),
+        ({"app": "a", "x-stream-offset": Int64(7)}, 7),  # with the application's headers
+        ({"x-stream-offset": 7}, 7),  # a smaller int type (not RabbitMQ's, but an int)
+        ({"x-stream-offset": "7"}, None),
+        ({"x-stream-offset": True}, None),
+        ({"x-stream-offsets": Int64(7)}, None),
+        ({}, None),
+    ],
+)
+def test_message_stream_offset(headers: dict[str, FieldValue], expected: int | None) -> None:
+    method = BasicDeliver(consumer_tag="c", delivery_tag=1, exchange="", routing_key="s")
+    received = Message.from_content(1, method, _received_properties(headers), b"x")
+    assert received.stream_offset == expected
+    # and when the application built the properties itself (nothing to read octets from)
+    built = Message.from_content(1, method, BasicProperties(headers=headers or None), b"x")
+    assert built.stream_offset == expected
+
+
+def test_message_stream_offset_leaves_a_malformed_table_to_headers() -> None:
+    # the octets look like RabbitMQ's table but the size is wrong: not the fast path
+    raw = b"\x00\x00\x00\x1a\x0fx-stream-offsetl" + bytes(8) + b"S"
+    props = BasicProperties.decode(b"\x20\x00" + raw, 0)[0]
+    method = BasicDeliver(consumer_tag="c", delivery_tag=1, exchange="", routing_key="s")
+    with pytest.raises(RemoteProtocolError, match="malformed"):
+        _ = Message.from_content(1, method, props, b"x").stream_offset
 
 
 def test_message_from_a_method_without_content() -> None:
