@@ -150,6 +150,14 @@ def test_starting_offsets_resolve_to_numbers(
     assert isinstance(batch_reader, StreamQueueBatchReader)
     planned = batch_reader.partitions()
     assert planned == [OffsetRange(queue, 15, 20)]
+    # an end inside the stream, and one at exactly the tail, stay as they are
+    for last in ("12", "20"):
+        inside = AmqpDataSource(
+            options(queue=queue, queueType="stream", startingOffsets="3", endingOffsets=last)
+        )
+        inside_reader = inside.reader(inside.schema())
+        assert isinstance(inside_reader, StreamQueueBatchReader)
+        assert inside_reader.partitions() == [OffsetRange(queue, 3, int(last))], last
 
 
 def test_retention_gap_is_data_loss(

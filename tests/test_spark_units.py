@@ -44,6 +44,7 @@ from amqp_spark._options import parse_options
 from amqp_spark._queue_reader import QueueStreamReader
 from amqp_spark._schema import (
     SOURCE_COLUMNS,
+    RecordBatchBuilder,
     arrow_schema,
     build_record_batch,
     header_text,
@@ -414,6 +415,37 @@ def test_record_batch_holds_every_column() -> None:
     assert second["stream_offset"] is None
     assert second["headers"] is None
     assert second["timestamp"] is None
+
+
+def test_record_batch_builder_starts_afresh_after_each_batch() -> None:
+    picked = StructType(
+        [
+            StructField("properties", source_schema(False)["properties"].dataType),
+            StructField("stream_offset", LongType()),
+            StructField("queue", StringType()),
+        ]
+    )
+    builder = RecordBatchBuilder(output_columns(picked))
+    builder.append("a", message(1, priority=1))
+    builder.append("b", message(2, priority=2), stream_offset=20)  # the reader's own offset
+    assert len(builder) == 2
+    first = builder.build()
+    assert first.schema.equals(to_arrow_schema(picked, timezone="UTC"))
+    assert [(row["queue"], row["stream_offset"]) for row in first.to_pylist()] == [
+        ("a", 1),
+        ("b", 20),
+    ]
+    assert [row["properties"]["priority"] for row in first.to_pylist()] == [1, 2]
+    assert len(builder) == 0
+    builder.append("c", message(None))
+    second = builder.build().to_pylist()
+    assert second == [
+        {
+            "properties": dict.fromkeys(first.to_pylist()[0]["properties"]),
+            "stream_offset": None,
+            "queue": "c",
+        }
+    ]
 
 
 def test_header_text_coercions() -> None:

@@ -12,6 +12,7 @@ Nothing here is ever pickled: the readers create these objects lazily where they
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Final, TypeVar
@@ -21,7 +22,7 @@ from amqp_sansio import Int64, Timestamp
 from amqp_sansio.client import AMQPError, NotFound
 
 from ._errors import AmqpDataLossError
-from ._schema import build_record_batch, stream_offset_of
+from ._schema import RecordBatchBuilder
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -124,16 +125,17 @@ class StreamProbe:
             return action()
 
     def _attach(
-        self, queue: str, argument: str | Int64 | Timestamp, *, to_the_end: bool
+        self, queue: str, argument: str | Int64 | Timestamp, *, until: float, first_wait: float
     ) -> tuple[int, int] | None:
-        """Attach a consumer at ``argument``: (first offset, last offset seen) or None when
-        nothing arrives within ``pollTimeoutMs``. ``to_the_end`` reads on until the stream is
-        idle for ``pollIdleMs`` (the tail); otherwise it stops at the first message."""
+        """Attach a consumer at ``argument``: (first offset, last offset seen), or None when
+        nothing arrives within ``first_wait``. While the offsets seen are below ``until`` it
+        reads on, until the stream is idle for ``pollIdleMs`` (``until=inf``: the tail;
+        ``-inf``: only the first message)."""
         with self._channel() as channel:
             # one message answers "where does it start"; the tail needs the whole last chunk
-            channel.basic_qos(_PROBE_PREFETCH if to_the_end else 1)
+            channel.basic_qos(1 if until == -math.inf else _PROBE_PREFETCH)
             consumer = channel.basic_consume(queue, arguments={"x-stream-offset": argument})
-            message = consumer.get(self._source.poll_timeout)
+            message = consumer.get(first_wait)
             if message is None:
                 consumer.close()
                 return None
@@ -142,7 +144,7 @@ class StreamProbe:
             # A busy stream never goes idle: any offset seen is a valid (lower) tail, so the
             # probe also ends after pollTimeoutMs.
             give_up = time.monotonic() + self._source.poll_timeout
-            while to_the_end and time.monotonic() < give_up:
+            while last < until and time.monotonic() < give_up:
                 if unacked >= _PROBE_PREFETCH // 2:
                     message.ack(multiple=True)  # acks are a stream consumer's credit
                     unacked = 0
@@ -158,9 +160,32 @@ class StreamProbe:
     def next_offset(self, queue: str) -> int:
         """The offset the next message published to ``queue`` will get (0 when empty)."""
         seen = self._retry(
-            f"finding the tail of {queue!r}", lambda: self._attach(queue, "last", to_the_end=True)
+            f"finding the tail of {queue!r}",
+            lambda: self._attach(
+                queue, "last", until=math.inf, first_wait=self._source.poll_timeout
+            ),
         )
         return 0 if seen is None else seen[1] + 1
+
+    def cap_at_tail(self, queue: str, end: int) -> int:
+        """``end``, or the stream's next offset when the stream does not reach ``end - 1``.
+
+        Attaching at ``end - 1`` answers in one chunk when the stream holds it, much sooner
+        than reading the last chunk until the stream is idle; only an ``end`` past the tail
+        costs both.
+        """
+        if end <= 0:
+            return end
+        target = end - 1
+        seen = self._retry(
+            f"looking for offset {target} in {queue!r}",
+            lambda: self._attach(
+                queue, Int64(target), until=target, first_wait=self._source.poll_idle
+            ),
+        )
+        if seen is not None and seen[1] >= target:
+            return end
+        return min(end, self.next_offset(queue))
 
     def resolve(self, queue: str, spec: OffsetSpec) -> int:
         """A number for ``spec``: the checkpoint must never store ``next`` or a timestamp."""
@@ -172,7 +197,12 @@ class StreamProbe:
             return max(self.next_offset(queue) - 1, 0)
         seen = self._retry(
             f"resolving {spec.describe()} on {queue!r}",
-            lambda: self._attach(queue, _offset_argument(spec), to_the_end=False),
+            lambda: self._attach(
+                queue,
+                _offset_argument(spec),
+                until=-math.inf,
+                first_wait=self._source.poll_timeout,
+            ),
         )
         if seen is not None:
             return seen[0]
@@ -181,7 +211,7 @@ class StreamProbe:
 
 
 def _require_offset(queue: str, message: amqp_blocking.Message) -> int:
-    offset = stream_offset_of(message.properties)
+    offset = message.stream_offset
     if offset is None:
         raise ValueError(
             f"queue {queue!r} delivered a message without an x-stream-offset header: it is "
@@ -204,8 +234,7 @@ def read_stream_range(
     """
     queue, start, end = partition.queue, partition.start, partition.end
     prefetch = min(source.prefetch, end - start)
-    rows: list[tuple[str, amqp_blocking.Message]] = []
-    offsets: list[int | None] = []
+    rows = RecordBatchBuilder(columns)
     unacked: deque[int] = deque()
     ack_step = max(1, prefetch // 4)
     expected = start  # the next offset the range still needs
@@ -230,12 +259,10 @@ def read_stream_range(
                         _lost(source, queue, start, floor)
                 if offset >= end:
                     break
-                rows.append((queue, message))
-                offsets.append(offset)
+                rows.append(queue, message, offset)
                 expected = offset + 1
                 if len(rows) >= ROWS_PER_BATCH:
-                    yield build_record_batch(columns, rows, offsets)
-                    rows, offsets = [], []
+                    yield rows.build()
             # Credit left after acking k more: the broker may then send up to
             # offset + (prefetch - len(unacked)) + k, which must stay below end.
             # Acks go out in groups of ack_step (each is a frame and a send), or one by one
@@ -249,7 +276,7 @@ def read_stream_range(
                 channel.basic_ack(tag, multiple=True)
         consumer.close()
     if rows:
-        yield build_record_batch(columns, rows, offsets)
+        yield rows.build()
 
 
 def _first_offset(channel: amqp_blocking.Channel, queue: str) -> int | None:

@@ -175,8 +175,8 @@ class StreamQueueBatchReader(_ProbeHolder, DataSourceReader):
             )
             if source.ending_offsets is not None:
                 # an end past the tail would wait for offsets nobody wrote yet
-                tails = self.next_offsets()
-                end = {q: min(end[q], tails[q]) for q in source.queues}
+                probe = self.probe()
+                end = {q: probe.cap_at_tail(q, end[q]) for q in source.queues}
         finally:
             self.close_probe()
         for queue in source.queues:
