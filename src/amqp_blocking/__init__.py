@@ -51,7 +51,7 @@ from amqp_sansio.client import (
 )
 
 from ._channel import Channel, Consumer, Message, Publisher, PublishTicket
-from ._connection import Connection, connect
+from ._connection import Connection, OpenedCore, connect, connect_core
 
 __all__ = [
     "AMQPError",
@@ -80,6 +80,7 @@ __all__ = [
     "NoRoute",
     "NotAllowed",
     "NotFound",
+    "OpenedCore",
     "PreconditionFailed",
     "PublishNackedError",
     "PublishTicket",
@@ -88,6 +89,7 @@ __all__ = [
     "ResourceLocked",
     "UnexpectedFrame",
     "connect",
+    "connect_core",
 ]
 
 

@@ -23,7 +23,7 @@ import socket
 import ssl
 import threading
 import time
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, Final, NamedTuple, final
 
 from amqp_sansio import (
     NEED_DATA,
@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from amqp_sansio import Event, FieldTable
     from amqp_sansio.client import ConnectionParameters as Params
 
-__all__ = ["Connection", "connect"]
+__all__ = ["Connection", "OpenedCore", "connect", "connect_core"]
 
 logger = logging.getLogger("amqp_blocking")
 
@@ -101,6 +101,40 @@ def connect(
     :raises ConnectionClosedError: the broker refused the login (403) or the virtual host (530).
     :raises OSError: the broker could not be reached.
     """
+    opened = connect_core(url_or_params, ssl_context=ssl_context, connection_name=connection_name)
+    return Connection(opened.sock, opened.core, opened.opened, opened.params)
+
+
+@final
+class OpenedCore(NamedTuple):
+    """What :func:`connect_core` hands over: the socket and the core that shook hands on it."""
+
+    #: The connected socket, in blocking mode without a timeout (TLS-wrapped for ``amqps``).
+    sock: socket.socket
+    #: The client core, open: the next octets it reads are the broker's replies.
+    core: CoreConnection
+    #: The negotiated limits (``heartbeat``, ``frame_max``, ``channel_max``).
+    opened: ConnectionOpened
+    #: The parameters it connected with.
+    params: ConnectionParameters
+
+
+def connect_core(
+    url_or_params: str | ConnectionParameters = DEFAULT_URL,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    connection_name: str | None = None,
+) -> OpenedCore:
+    """Connect and run the AMQP handshake in the calling thread, then hand over the socket and
+    the core: no I/O thread, no locks; the caller drives ``receive_data``/``next_event``/
+    ``data_to_send`` itself (and ``next_deadline``/``handle_timer`` when heartbeats are on),
+    and closes the socket. :func:`connect` is this plus the I/O thread.
+
+    :raises ConnectionTimeoutError: the TCP connect, TLS handshake and AMQP handshake did not
+        finish within ``connection_timeout``.
+    :raises ConnectionClosedError: the broker refused the login (403) or the virtual host (530).
+    :raises OSError: the broker could not be reached.
+    """
     params = connection_parameters(url_or_params, connection_name)
     deadline = time.monotonic() + params.connection_timeout
     context = ssl_context if ssl_context is not None else params.ssl_context()
@@ -122,6 +156,7 @@ def connect(
                 ) from None
         core = CoreConnection(Role.CLIENT, params.to_config())
         opened = _handshake(sock, core, params, deadline)
+        sock.settimeout(None)
     except BaseException:
         sock.close()
         raise
@@ -133,7 +168,7 @@ def connect(
         opened.heartbeat,
         opened.frame_max,
     )
-    return Connection(sock, core, opened, params)
+    return OpenedCore(sock, core, opened, params)
 
 
 def _handshake(
