@@ -16,10 +16,15 @@ from pyspark import cloudpickle
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 import amqp_blocking
+from amqp_sansio import NEED_DATA, ConnectionClosed, Event, Int64
+from amqp_sansio.client import ConnectionForced, ConnectionParameters, NotFound
 from amqp_spark import AmqpDataLossError, AmqpDataSource
 from amqp_spark._offsets import OffsetRange
 from amqp_spark._queue_reader import QueueStreamReader
+from amqp_spark._range_reader import RangeConsumer
 from amqp_spark._stream_reader import StreamQueueBatchReader, StreamQueueStreamReader
+
+from .scenarios import connection_pid, rabbitmqctl
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -282,3 +287,67 @@ def test_tail_probe_ends_on_a_busy_stream(
         stop.set()
         publisher.join()
     assert 1 <= tail <= len(published) + 1
+
+
+# --- the executor's consumer, driven on the core in the calling thread -------------------------
+
+
+def test_range_consumer_outlasts_a_suspended_reader(
+    channel: amqp_blocking.Channel, queues: list[str]
+) -> None:
+    # heartbeats are off on range connections: Spark suspends the reader between batches,
+    # and with the URL's heartbeat of 1 s the broker would drop a silent connection in 2-3 s
+    queue = declare(channel, queues, "stream")
+    publish(channel, queue, [b"m%d" % i for i in range(10)])
+    params = ConnectionParameters.from_url(URL + "?heartbeat=1")
+    with RangeConsumer(params, "test") as consumer:
+        consumer.consume(queue, Int64(0), 5)
+        first = [consumer.get(5.0) for _ in range(5)]
+        time.sleep(3.5)
+        assert all(message is not None for message in first)
+        last = first[-1]
+        assert last is not None
+        consumer.ack(last.delivery_tag)  # credit for the other five
+        rest = [consumer.get(5.0) for _ in range(5)]
+        assert [m.stream_offset for m in first + rest if m is not None] == list(range(10))
+        assert consumer.get(0.2) is None  # the tail: nothing more within the timeout
+
+
+def test_range_consumer_raises_the_brokers_errors(
+    channel: amqp_blocking.Channel, queues: list[str]
+) -> None:
+    params = ConnectionParameters.from_url(URL)
+    with RangeConsumer(params, "test") as consumer:
+        consumer.consume(f"amqp-spark-missing-{uuid.uuid4().hex[:10]}", Int64(0), 10)
+        with pytest.raises(NotFound, match="no queue"):
+            consumer.get(5.0)
+
+    queue = declare(channel, queues, "stream")
+    publish(channel, queue, [b"m"])
+    name = f"amqp-spark-forced-{uuid.uuid4().hex[:10]}"
+    forced = ConnectionParameters.from_url(URL + f"?name={name}")
+    with RangeConsumer(forced, "test") as consumer:
+        consumer.consume(queue, Int64(0), 10)
+        assert consumer.get(5.0) is not None
+        rabbitmqctl("close_connection", connection_pid(f"{name} test"), "range test")
+        with pytest.raises(ConnectionForced, match="range test"):
+            consumer.get(5.0)
+
+
+def test_connect_core_hands_over_an_open_core() -> None:
+    opened = amqp_blocking.connect_core(URL + "?heartbeat=0", connection_name="core test")
+    try:
+        assert opened.opened.heartbeat == 0
+        assert opened.params.connection_name == "core test"
+        core, sock = opened.core, opened.sock
+        core.close(200, "bye")
+        sock.sendall(core.data_to_send())
+        events: list[Event] = []
+        while not any(isinstance(e, ConnectionClosed) for e in events):
+            event = core.next_event()
+            if event is NEED_DATA:
+                core.receive_data(sock.recv(4096))
+            else:
+                events.append(event)
+    finally:
+        opened.sock.close()

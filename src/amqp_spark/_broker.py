@@ -2,7 +2,8 @@
 
 - :class:`StreamProbe` (driver): resolves ``startingOffsets`` to numbers and finds a stream's
   tail, over one lazily opened connection that is reopened after a failure.
-- :func:`read_stream_range` (executor): the messages of one offset range, as Arrow batches.
+- :func:`read_stream_range` (executor): the messages of one offset range, as Arrow batches,
+  read by a :class:`RangeConsumer` (the core driven in the calling thread).
 - :class:`QueueConsumer` (driver): the classic/quorum consumer of the simple stream reader,
   which acks a batch only once Spark is past it.
 
@@ -19,9 +20,10 @@ from typing import TYPE_CHECKING, Final, TypeVar
 
 import amqp_blocking
 from amqp_sansio import Int64, Timestamp
-from amqp_sansio.client import AMQPError, NotFound
+from amqp_sansio.client import AMQPError, Message, NotFound
 
 from ._errors import AmqpDataLossError
+from ._range_reader import RangeConsumer
 from ._schema import RecordBatchBuilder
 
 if TYPE_CHECKING:
@@ -210,7 +212,7 @@ class StreamProbe:
         return 0 if spec.kind == "first" else self.next_offset(queue)
 
 
-def _require_offset(queue: str, message: amqp_blocking.Message) -> int:
+def _require_offset(queue: str, message: Message) -> int:
     offset = message.stream_offset
     if offset is None:
         raise ValueError(
@@ -238,12 +240,8 @@ def read_stream_range(
     unacked: deque[int] = deque()
     ack_step = max(1, prefetch // 4)
     expected = start  # the next offset the range still needs
-    with (
-        open_connection(params, f"read {queue}[{start},{end})") as connection,
-        connection.channel() as channel,
-    ):
-        channel.basic_qos(prefetch)
-        consumer = channel.basic_consume(queue, arguments={"x-stream-offset": Int64(start)})
+    with RangeConsumer(params, f"read {queue}[{start},{end})") as consumer:
+        consumer.consume(queue, Int64(start), prefetch)
         while expected < end:
             message = consumer.get(source.read_timeout)
             if message is None:
@@ -254,7 +252,7 @@ def read_stream_range(
             if offset >= start:
                 if offset > start and expected == start:
                     # A gap (offsets taken by non-message chunks) or retention removed them.
-                    floor = _first_offset(channel, queue)
+                    floor = _first_offset(params, queue)
                     if floor is None or floor > start:
                         _lost(source, queue, start, floor)
                 if offset >= end:
@@ -273,16 +271,20 @@ def read_stream_range(
                 tag = 0
                 for _ in range(min(allowed, len(unacked))):
                     tag = unacked.popleft()
-                channel.basic_ack(tag, multiple=True)
-        consumer.close()
+                consumer.ack(tag)
     if rows:
         yield rows.build()
 
 
-def _first_offset(channel: amqp_blocking.Channel, queue: str) -> int | None:
-    """The oldest offset the stream still delivers (a second consumer on the channel)."""
-    with channel.basic_consume(queue, arguments={"x-stream-offset": "first"}) as consumer:
-        message = consumer.get(_FLOOR_TIMEOUT_S)
+def _first_offset(params: ConnectionParameters, queue: str) -> int | None:
+    """The oldest offset the stream still delivers (rarely needed: a connection of its own)."""
+    with (
+        open_connection(params, f"first offset of {queue}") as connection,
+        connection.channel() as channel,
+    ):
+        channel.basic_qos(1)
+        with channel.basic_consume(queue, arguments={"x-stream-offset": "first"}) as consumer:
+            message = consumer.get(_FLOOR_TIMEOUT_S)
     return None if message is None else _require_offset(queue, message)
 
 
