@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 import amqp_blocking
-from amqp_sansio import BasicProperties, Int64
+from amqp_sansio import NEED_DATA, BasicProperties, ConnectionClosed, Event, Int64
 from amqp_sansio.client import ConnectionClosedError, ConnectionParameters, NotFound
 
 from .scenarios import unique
@@ -321,3 +321,25 @@ def test_threads_consume_and_declare_on_one_channel(
         assert errors == []
         assert ch.queue_declare(queue, passive=True).consumer_count == 0
     assert not conn.is_closed
+
+
+def test_connect_core_hands_over_an_open_core(rabbitmq_url: str) -> None:
+    # no I/O thread: the caller drives the core on the socket, here through a close handshake
+    opened = amqp_blocking.connect_core(
+        _with_query(rabbitmq_url, "heartbeat=0"), connection_name="core test"
+    )
+    try:
+        assert opened.opened.heartbeat == 0
+        assert opened.params.connection_name == "core test"
+        core, sock = opened.core, opened.sock
+        core.close(200, "bye")
+        sock.sendall(core.data_to_send())
+        events: list[Event] = []
+        while not any(isinstance(e, ConnectionClosed) for e in events):
+            event = core.next_event()
+            if event is NEED_DATA:
+                core.receive_data(sock.recv(4096))
+            else:
+                events.append(event)
+    finally:
+        opened.sock.close()

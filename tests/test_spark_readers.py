@@ -16,7 +16,7 @@ from pyspark import cloudpickle
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 import amqp_blocking
-from amqp_sansio import NEED_DATA, ConnectionClosed, Event, Int64
+from amqp_sansio import Int64
 from amqp_sansio.client import ConnectionForced, ConnectionParameters, NotFound
 from amqp_spark import AmqpDataLossError, AmqpDataSource
 from amqp_spark._offsets import OffsetRange
@@ -332,22 +332,3 @@ def test_range_consumer_raises_the_brokers_errors(
         rabbitmqctl("close_connection", connection_pid(f"{name} test"), "range test")
         with pytest.raises(ConnectionForced, match="range test"):
             consumer.get(5.0)
-
-
-def test_connect_core_hands_over_an_open_core() -> None:
-    opened = amqp_blocking.connect_core(URL + "?heartbeat=0", connection_name="core test")
-    try:
-        assert opened.opened.heartbeat == 0
-        assert opened.params.connection_name == "core test"
-        core, sock = opened.core, opened.sock
-        core.close(200, "bye")
-        sock.sendall(core.data_to_send())
-        events: list[Event] = []
-        while not any(isinstance(e, ConnectionClosed) for e in events):
-            event = core.next_event()
-            if event is NEED_DATA:
-                core.receive_data(sock.recv(4096))
-            else:
-                events.append(event)
-    finally:
-        opened.sock.close()
