@@ -602,7 +602,7 @@ def emit_method(e: Emitter, m: MethodDef) -> None:
     e("@classmethod", 1)
     e(f"def decode(cls, buf: Buffer, offset: int) -> tuple[{m.py_name}, int]:", 1)
     emit_bytes_guard(e, m.fields, 2)
-    e("self = cls.__new__(cls)", 2)
+    e("self = _new(cls)", 2)
     for item in runs(m.fields):
         emit_decode_field(e, item, 2)
     e("return self, offset", 2)
@@ -741,7 +741,7 @@ def emit_properties(e: Emitter, cls: ClassDef) -> str:
     e("@classmethod", 1)
     e(f"def decode(cls, buf: Buffer, offset: int) -> tuple[{name}, int]:", 1)
     emit_bytes_guard(e, props, 2)
-    e("self = cls.__new__(cls)", 2)
+    e("self = _new(cls)", 2)
     e("(flags,) = _S_H.unpack_from(buf, offset)", 2)
     e("offset += 2", 2)
     e("word = flags", 2)
@@ -886,6 +886,8 @@ def generate(target: Target) -> str:
     e("_BY_CLIENT: Final = frozenset((Role.CLIENT,))")
     e("_BY_SERVER: Final = frozenset((Role.SERVER,))")
     e("_BY_CLIENT_SERVER: Final = frozenset((Role.CLIENT, Role.SERVER))")
+    e("# Decoders build instances without __init__ and store each field once.")
+    e("_new: Final = object.__new__")
     e("_S_I: Final = struct.Struct('>I')")
     e("_S_H: Final = struct.Struct('>H')")
     for code, sname in sorted(body.structs.items()):

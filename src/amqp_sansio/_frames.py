@@ -268,6 +268,7 @@ class FrameReader:
         "_methods",
         "_pos",
         "_properties",
+        "_property_decoders",
         "_slack",
         "_trimmed",
     )
@@ -293,6 +294,11 @@ class FrameReader:
         # The bound decode of each method class: one lookup per frame instead of two.
         self._decoders = _DEFAULT_DECODERS if methods is METHODS else _decoders_of(methods)
         self._properties = properties
+        self._property_decoders = (
+            _DEFAULT_PROPERTY_DECODERS
+            if properties is PROPERTIES
+            else {class_id: cls.decode for class_id, cls in properties.items()}
+        )
         self._max_payload = 0
         self.frame_max = frame_max
 
@@ -460,11 +466,11 @@ class FrameReader:
             return frame
         if frame_type == FRAME_HEADER and size >= 12 and not index & 0xFFFF:  # weight 0
             class_id = index >> 16
-            props_cls = self._properties.get(class_id)
-            if props_cls is None:
+            decode_properties = self._property_decoders.get(class_id)
+            if decode_properties is None:
                 return self._next_frame_slowly()
             try:
-                props, offset = props_cls.decode(buf, start + 12)
+                props, offset = decode_properties(buf, start + 12)
             except _DECODE_ERRORS:
                 return self._next_frame_slowly()
             if offset != end:
@@ -643,6 +649,7 @@ class FrameReader:
 
 
 _MethodDecoder: TypeAlias = "Callable[[Buffer, int], tuple[Method, int]]"
+_PropertiesDecoder: TypeAlias = "Callable[[Buffer, int], tuple[ContentProperties, int]]"
 
 
 def _decoders_of(methods: Mapping[int, type[Method]]) -> dict[int, _MethodDecoder]:
@@ -650,6 +657,9 @@ def _decoders_of(methods: Mapping[int, type[Method]]) -> dict[int, _MethodDecode
 
 
 _DEFAULT_DECODERS: Final = _decoders_of(METHODS)
+_DEFAULT_PROPERTY_DECODERS: Final[dict[int, _PropertiesDecoder]] = {
+    class_id: cls.decode for class_id, cls in PROPERTIES.items()
+}
 
 
 @final

@@ -79,6 +79,8 @@ _SOFT_ERRORS: Final = frozenset((311, 312, 313, 403, 404, 405, 406))
 _BY_CLIENT: Final = frozenset((Role.CLIENT,))
 _BY_SERVER: Final = frozenset((Role.SERVER,))
 _BY_CLIENT_SERVER: Final = frozenset((Role.CLIENT, Role.SERVER))
+# Decoders build instances without __init__ and store each field once.
+_new: Final = object.__new__
 _S_I: Final = struct.Struct(">I")
 _S_H: Final = struct.Struct(">H")
 _S_BB: Final = struct.Struct(">BB")
@@ -304,7 +306,7 @@ class BasicProperties(ContentProperties):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicProperties, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         (flags,) = _S_H.unpack_from(buf, offset)
         offset += 2
         word = flags
@@ -467,7 +469,7 @@ class ConnectionStart(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionStart, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         self.version_major, self.version_minor = _S_BB.unpack_from(buf, offset)
         offset += 2
         self.server_properties, offset = decode_table(buf, offset)
@@ -531,7 +533,7 @@ class ConnectionStartOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionStartOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         self.client_properties, offset = decode_table(buf, offset)
         n = buf[offset]
         self.mechanism = buf[offset + 1 : offset + 1 + n].decode()
@@ -575,7 +577,7 @@ class ConnectionSecure(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionSecure, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         (n,) = _S_I.unpack_from(buf, offset)
         self.challenge = bytes(buf[offset + 4 : offset + 4 + n])
         offset += 4 + n
@@ -611,7 +613,7 @@ class ConnectionSecureOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionSecureOk, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         (n,) = _S_I.unpack_from(buf, offset)
         self.response = bytes(buf[offset + 4 : offset + 4 + n])
         offset += 4 + n
@@ -656,7 +658,7 @@ class ConnectionTune(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionTune, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         self.channel_max, self.frame_max, self.heartbeat = _S_HIH.unpack_from(buf, offset)
         offset += 8
         return self, offset
@@ -700,7 +702,7 @@ class ConnectionTuneOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionTuneOk, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         self.channel_max, self.frame_max, self.heartbeat = _S_HIH.unpack_from(buf, offset)
         offset += 8
         return self, offset
@@ -752,7 +754,7 @@ class ConnectionOpen(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionOpen, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         n = buf[offset]
         self.virtual_host = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
@@ -795,7 +797,7 @@ class ConnectionOpenOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionOpenOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         n = buf[offset]
         self.known_hosts = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
@@ -850,7 +852,7 @@ class ConnectionClose(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionClose, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         (self.reply_code,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
@@ -885,7 +887,7 @@ class ConnectionCloseOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionCloseOk, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         return self, offset
 
 
@@ -920,7 +922,7 @@ class ConnectionBlocked(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionBlocked, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         n = buf[offset]
         self.reason = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
@@ -950,7 +952,7 @@ class ConnectionUnblocked(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionUnblocked, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         return self, offset
 
 
@@ -994,7 +996,7 @@ class ConnectionUpdateSecret(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionUpdateSecret, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         (n,) = _S_I.unpack_from(buf, offset)
         self.new_secret = bytes(buf[offset + 4 : offset + 4 + n])
         offset += 4 + n
@@ -1027,7 +1029,7 @@ class ConnectionUpdateSecretOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionUpdateSecretOk, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         return self, offset
 
 
@@ -1061,7 +1063,7 @@ class ChannelOpen(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ChannelOpen, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         n = buf[offset]
         self.out_of_band = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
@@ -1095,7 +1097,7 @@ class ChannelOpenOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ChannelOpenOk, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         (n,) = _S_I.unpack_from(buf, offset)
         self.channel_id = bytes(buf[offset + 4 : offset + 4 + n])
         offset += 4 + n
@@ -1133,7 +1135,7 @@ class ChannelFlow(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ChannelFlow, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         bits = buf[offset]
         offset += 1
         self.active = (bits & 1) != 0
@@ -1167,7 +1169,7 @@ class ChannelFlowOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ChannelFlowOk, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         bits = buf[offset]
         offset += 1
         self.active = (bits & 1) != 0
@@ -1222,7 +1224,7 @@ class ChannelClose(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ChannelClose, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         (self.reply_code,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
@@ -1257,7 +1259,7 @@ class ChannelCloseOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ChannelCloseOk, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         return self, offset
 
 
@@ -1312,7 +1314,7 @@ class AccessRequest(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[AccessRequest, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         n = buf[offset]
         self.realm = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
@@ -1349,7 +1351,7 @@ class AccessRequestOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[AccessRequestOk, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
         return self, offset
@@ -1433,7 +1435,7 @@ class ExchangeDeclare(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ExchangeDeclare, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
@@ -1477,7 +1479,7 @@ class ExchangeDeclareOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ExchangeDeclareOk, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         return self, offset
 
 
@@ -1529,7 +1531,7 @@ class ExchangeDelete(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ExchangeDelete, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
@@ -1565,7 +1567,7 @@ class ExchangeDeleteOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ExchangeDeleteOk, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         return self, offset
 
 
@@ -1632,7 +1634,7 @@ class ExchangeBind(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ExchangeBind, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
@@ -1674,7 +1676,7 @@ class ExchangeBindOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ExchangeBindOk, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         return self, offset
 
 
@@ -1739,7 +1741,7 @@ class ExchangeUnbind(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ExchangeUnbind, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
@@ -1781,7 +1783,7 @@ class ExchangeUnbindOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ExchangeUnbindOk, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         return self, offset
 
 
@@ -1857,7 +1859,7 @@ class QueueDeclare(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueueDeclare, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
@@ -1915,7 +1917,7 @@ class QueueDeclareOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueueDeclareOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         n = buf[offset]
         self.queue = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
@@ -1988,7 +1990,7 @@ class QueueBind(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueueBind, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
@@ -2030,7 +2032,7 @@ class QueueBindOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueueBindOk, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         return self, offset
 
 
@@ -2088,7 +2090,7 @@ class QueueUnbind(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueueUnbind, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
@@ -2127,7 +2129,7 @@ class QueueUnbindOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueueUnbindOk, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         return self, offset
 
 
@@ -2174,7 +2176,7 @@ class QueuePurge(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueuePurge, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
@@ -2212,7 +2214,7 @@ class QueuePurgeOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueuePurgeOk, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         (self.message_count,) = _S_I.unpack_from(buf, offset)
         offset += 4
         return self, offset
@@ -2273,7 +2275,7 @@ class QueueDelete(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueueDelete, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
@@ -2313,7 +2315,7 @@ class QueueDeleteOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueueDeleteOk, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         (self.message_count,) = _S_I.unpack_from(buf, offset)
         offset += 4
         return self, offset
@@ -2359,7 +2361,7 @@ class BasicQos(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicQos, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         self.prefetch_size, self.prefetch_count, bits = _S_IHB.unpack_from(buf, offset)
         offset += 7
         self.global_ = (bits & 1) != 0
@@ -2390,7 +2392,7 @@ class BasicQosOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicQosOk, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         return self, offset
 
 
@@ -2465,7 +2467,7 @@ class BasicConsume(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicConsume, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
@@ -2515,7 +2517,7 @@ class BasicConsumeOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicConsumeOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
@@ -2570,7 +2572,7 @@ class BasicCancel(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicCancel, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
@@ -2610,7 +2612,7 @@ class BasicCancelOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicCancelOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
@@ -2671,7 +2673,7 @@ class BasicPublish(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicPublish, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
@@ -2738,7 +2740,7 @@ class BasicReturn(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicReturn, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         (self.reply_code,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
@@ -2807,7 +2809,7 @@ class BasicDeliver(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicDeliver, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
@@ -2865,7 +2867,7 @@ class BasicGet(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicGet, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
         n = buf[offset]
@@ -2928,7 +2930,7 @@ class BasicGetOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicGetOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         self.delivery_tag, bits = _S_QB.unpack_from(buf, offset)
         offset += 9
         self.redelivered = (bits & 1) != 0
@@ -2973,7 +2975,7 @@ class BasicGetEmpty(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicGetEmpty, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        self = cls.__new__(cls)
+        self = _new(cls)
         n = buf[offset]
         self.cluster_id = buf[offset + 1 : offset + 1 + n].decode()
         offset += 1 + n
@@ -3015,7 +3017,7 @@ class BasicAck(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicAck, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         self.delivery_tag, bits = _S_QB.unpack_from(buf, offset)
         offset += 9
         self.multiple = (bits & 1) != 0
@@ -3055,7 +3057,7 @@ class BasicReject(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicReject, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         self.delivery_tag, bits = _S_QB.unpack_from(buf, offset)
         offset += 9
         self.requeue = (bits & 1) != 0
@@ -3091,7 +3093,7 @@ class BasicRecoverAsync(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicRecoverAsync, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         bits = buf[offset]
         offset += 1
         self.requeue = (bits & 1) != 0
@@ -3126,7 +3128,7 @@ class BasicRecover(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicRecover, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         bits = buf[offset]
         offset += 1
         self.requeue = (bits & 1) != 0
@@ -3156,7 +3158,7 @@ class BasicRecoverOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicRecoverOk, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         return self, offset
 
 
@@ -3202,7 +3204,7 @@ class BasicNack(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicNack, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         self.delivery_tag, bits = _S_QB.unpack_from(buf, offset)
         offset += 9
         self.multiple = (bits & 1) != 0
@@ -3238,7 +3240,7 @@ class ConfirmSelect(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConfirmSelect, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         bits = buf[offset]
         offset += 1
         self.nowait = (bits & 1) != 0
@@ -3267,7 +3269,7 @@ class ConfirmSelectOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConfirmSelectOk, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         return self, offset
 
 
@@ -3295,7 +3297,7 @@ class TxSelect(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[TxSelect, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         return self, offset
 
 
@@ -3323,7 +3325,7 @@ class TxSelectOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[TxSelectOk, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         return self, offset
 
 
@@ -3351,7 +3353,7 @@ class TxCommit(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[TxCommit, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         return self, offset
 
 
@@ -3379,7 +3381,7 @@ class TxCommitOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[TxCommitOk, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         return self, offset
 
 
@@ -3409,7 +3411,7 @@ class TxRollback(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[TxRollback, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         return self, offset
 
 
@@ -3437,7 +3439,7 @@ class TxRollbackOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[TxRollbackOk, int]:
-        self = cls.__new__(cls)
+        self = _new(cls)
         return self, offset
 
 
