@@ -181,24 +181,17 @@ class RangeConsumer:
     def _check(self, event: Event) -> None:
         """Raise what an event other than a delivery means for the consumer."""
         cls = type(event)
-        if cls is ChannelClosed:
-            assert isinstance(event, ChannelClosed)
+        if cls is ChannelClosed or cls is ConnectionClosed:
+            assert isinstance(event, ChannelClosed | ConnectionClosed)
+            whole = cls is ConnectionClosed
+            if whole:
+                self._flush_quietly()  # the close-ok the core made
             raise error_for_close(
                 event.reply_code,
                 event.reply_text,
                 event.class_id,
                 event.method_id,
-                connection=False,
-            )
-        if cls is ConnectionClosed:
-            assert isinstance(event, ConnectionClosed)
-            self._flush_quietly()  # the close-ok the core made
-            raise error_for_close(
-                event.reply_code,
-                event.reply_text,
-                event.class_id,
-                event.method_id,
-                connection=True,
+                connection=whole,
             )
         if cls is ConnectionLost:
             raise ConnectionLostError("the broker closed the socket")
