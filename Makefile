@@ -18,8 +18,8 @@ $(STAMP): pyproject.toml | $(BIN)/python
 test: $(STAMP) lint typecheck gencheck pytest docs
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests tools bench examples fuzz
-	$(BIN)/ruff format --check src tests tools bench examples fuzz
+	$(BIN)/ruff check src tests tools bench examples fuzz hatch_build.py
+	$(BIN)/ruff format --check src tests tools bench examples fuzz hatch_build.py
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -35,11 +35,18 @@ code      decoded as                  encoded from
 Malformed input raises :class:`RemoteProtocolError` (502); a value that can't be encoded raises
 :class:`LocalProtocolError` (502) and leaves the output buffer as it was. Nesting depth and entry
 counts are capped while decoding and encoding, so hostile input costs bounded time and memory.
+
+Decoding has an optional C accelerator, ``amqp_sansio._speedups``, built when the package is
+installed with a C compiler at hand. It decodes well-formed tables of the common types and hands
+everything else (every malformed table, ``A``, ``T``, ``D``, keys that are not UTF-8) to the
+Python decoder below, so both give the same values and the same errors. Setting the environment
+variable ``AMQP_SANSIO_NO_EXTENSIONS`` to a non-empty value keeps to pure Python.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import struct
 from collections.abc import Mapping
@@ -53,6 +60,7 @@ from ._errors import LocalProtocolError, RemoteProtocolError
 
 if TYPE_CHECKING:
     from ._method import Buffer
+    from ._speedups import TableDecoder
 
 __all__ = [
     "MAX_TABLE_DEPTH",
@@ -343,6 +351,31 @@ def decode_table(buf: Buffer, offset: int, depth: int = 0) -> tuple[FieldTable, 
     if pos != end:
         raise _error(f"truncated value for key {key!r} (runs to offset {pos}, table ends at {end})")
     return table, end
+
+
+#: The pure-Python decoder, whatever ``decode_table`` is bound to.
+decode_table_py: Final = decode_table
+
+
+def _load_speedups() -> TableDecoder | None:
+    if os.environ.get("AMQP_SANSIO_NO_EXTENSIONS"):
+        return None
+    try:
+        from . import _speedups
+    except ImportError:
+        return None
+    if (_speedups.MAX_TABLE_DEPTH, _speedups.MAX_TABLE_ENTRIES) != (
+        MAX_TABLE_DEPTH,
+        MAX_TABLE_ENTRIES,
+    ):
+        return None  # built from other sources than these: don't trust it
+    _speedups.set_fallback(decode_table_py)
+    return _speedups.decode_table
+
+
+_c_decode_table = _load_speedups()
+if _c_decode_table is not None:
+    decode_table = _c_decode_table  # nested tables recurse through this name too
 
 
 def decode_table_entries(buf: Buffer, start: int, end: int) -> FieldTable:
