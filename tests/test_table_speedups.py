@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from amqp_sansio import RemoteProtocolError, _table
 from amqp_sansio._table import MAX_TABLE_DEPTH, decode_table_py, encode_table
 
-from .test_table import nested_tables, tables
+from .test_table import mutated, nested_tables, tables
 
 c_decode_table = _table.decode_table
 
@@ -169,14 +169,7 @@ def test_round_trips_agree(value: dict[str, object]) -> None:
 @settings(deadline=None)
 @given(tables, st.data())
 def test_mutated_tables_agree(value: dict[str, object], data: st.DataObject) -> None:
-    wire = bytearray(encoded(value))
-    flips = data.draw(
-        st.lists(st.tuples(st.integers(0, len(wire) - 1), st.integers(0, 255)), max_size=4)
-    )
-    for index, byte in flips:
-        wire[index] = byte
-    cut = data.draw(st.integers(0, len(wire)))
-    same(bytes(wire[:cut]))
+    same(mutated(encoded(value), data))
 
 
 @settings(deadline=None)
