@@ -9,8 +9,8 @@ STAMP  := $(VENV)/.installed
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# Reinstall when the project's dependencies change.
-$(STAMP): pyproject.toml | $(BIN)/python
+# Reinstall when the project's dependencies change, and to rebuild the C table decoder.
+$(STAMP): pyproject.toml hatch_build.py src/amqp_sansio/_speedups.c | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[trio,spark]' --group dev
 	touch $(STAMP)
