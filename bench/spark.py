@@ -19,6 +19,13 @@ each with up to ``maxInFlight`` (1000) unconfirmed. The clock includes the Spark
 
 Both Spark measurements run after a small warm-up query, so they exclude the JVM start and the
 first spawn of Python workers. Each figure is the best of ``--repeat`` runs (default 2).
+
+``--executor`` leaves Spark out and reads the whole stream in this process, the way one
+executor reads its range, three ways: pika as above, a consumer of ``amqp_blocking.connect``
+(its I/O thread) filling the same Arrow batches, and the data source's own
+``read_stream_range`` (the core driven in the calling thread). It prints messages/s, the
+client's CPU per message (``time.process_time``) and, when ``pgrep beam.smp`` finds the local
+broker, the broker's CPU per message (``/proc/<pid>/stat``); the median of ``--repeat`` runs.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ import argparse
 import contextlib
 import json
 import os
+import statistics
+import subprocess
 import sys
 import time
 import uuid
@@ -35,13 +44,23 @@ from typing import TYPE_CHECKING
 import pika
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 import amqp_blocking
+from amqp_sansio import Int64
+from amqp_spark._broker import read_stream_range
+from amqp_spark._offsets import OffsetRange
+from amqp_spark._options import parse_options
+from amqp_spark._schema import RecordBatchBuilder, output_columns
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
 GOAL = 2.0
+#: What the read cases produce: the offset and the body of each message.
+READ_SCHEMA = StructType(
+    [StructField("stream_offset", LongType()), StructField("body", BinaryType())]
+)
 
 
 def fill_stream(url: str, queue: str, count: int, size: int) -> None:
@@ -85,7 +104,7 @@ def spark_read(
     started = time.perf_counter()
     reader = spark.read.format("amqp")
     if not all_columns:  # the same work as the pika script: offset and body
-        reader = reader.schema("stream_offset bigint, body binary")
+        reader = reader.schema(READ_SCHEMA)
     row = (
         reader.option("url", url)
         .option("queue", queue)
@@ -100,6 +119,89 @@ def spark_read(
     elapsed = time.perf_counter() - started
     assert tuple(row) == (count, 0, count - 1), row
     return elapsed
+
+
+def threaded_read(url: str, queue: str, count: int) -> float:
+    """One executor's read through ``amqp_blocking.connect``'s consumer (its I/O thread)."""
+    rows = RecordBatchBuilder(output_columns(READ_SCHEMA))
+    started = time.perf_counter()
+    with amqp_blocking.connect(url) as connection, connection.channel() as channel:
+        channel.basic_qos(2000)
+        consumer = channel.basic_consume(queue, arguments={"x-stream-offset": Int64(0)})
+        for seen in range(1, count + 1):
+            message = consumer.get(30.0)
+            if message is None:
+                raise RuntimeError("amqp_blocking: the stream stopped delivering")
+            rows.append(queue, message)
+            if len(rows) == 10_000:
+                rows.build()
+            if seen % 500 == 0:
+                message.ack(multiple=True)
+        rows.build()
+        consumer.close()
+    return time.perf_counter() - started
+
+
+def range_read(url: str, queue: str, count: int) -> float:
+    """One executor's read as the data source does it (``read_stream_range``)."""
+    options = parse_options({"url": url, "queue": queue, "queueType": "stream"})
+    columns = output_columns(READ_SCHEMA)
+    started = time.perf_counter()
+    batches = read_stream_range(
+        options.connection, options.source, columns, OffsetRange(queue, 0, count)
+    )
+    rows = sum(batch.num_rows for batch in batches)
+    assert rows == count, rows
+    return time.perf_counter() - started
+
+
+def broker_cpu() -> Callable[[], float] | None:
+    """Seconds of CPU the local RabbitMQ has used so far, when its process can be found."""
+    try:
+        found = subprocess.run(["pgrep", "beam.smp"], capture_output=True, text=True, check=True)
+        pid = found.stdout.split()[0]
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+
+    def seconds() -> float:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / ticks
+
+    return seconds
+
+
+def executor_main(url: str, count: int, size: int, repeat: int) -> None:
+    queue = f"bench-spark-executor-{uuid.uuid4().hex[:8]}"
+    fill_stream(url, queue, count, size)
+    broker = broker_cpu()
+    readers: list[tuple[str, Callable[[str, str, int], float]]] = [
+        ("pika", pika_read),
+        ("amqp_blocking consumer", threaded_read),
+        ("read_stream_range", range_read),
+    ]
+    samples: dict[str, list[tuple[float, float, float | None]]] = {name: [] for name, _ in readers}
+    try:
+        for _ in range(repeat):
+            for name, read in readers:
+                cpu = time.process_time()
+                before = broker() if broker is not None else None
+                seconds = read(url, queue, count)
+                used = time.process_time() - cpu
+                spent = None if broker is None or before is None else broker() - before
+                samples[name].append((seconds, used, spent))
+    finally:
+        with amqp_blocking.connect(url) as connection, connection.channel() as channel:
+            channel.queue_delete(queue)
+    print(f"{count:,} stream messages of {size} B read in this process, median of {repeat}")
+    print(f"{'reader':24} {'msgs/s':>10} {'client us/msg':>14} {'broker us/msg':>14}")
+    for name, runs in samples.items():
+        seconds = statistics.median(run[0] for run in runs)
+        client = statistics.median(run[1] for run in runs) / count * 1e6
+        spent = [run[2] for run in runs if run[2] is not None]
+        broker_us = f"{statistics.median(spent) / count * 1e6:14.1f}" if spent else f"{'-':>14}"
+        print(f"{name:24} {count / seconds:10,.0f} {client:14.1f} {broker_us}")
 
 
 def pika_write(url: str, queue: str, count: int) -> float:
@@ -159,7 +261,13 @@ def main() -> None:
         "--all-columns", action="store_true", help="the data source fills all 10 columns"
     )
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument(
+        "--executor", action="store_true", help="no Spark: one executor's read, three ways"
+    )
     args = parser.parse_args()
+    if args.executor:
+        executor_main(args.url, args.read, args.size, args.repeat)
+        return
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     stream = f"bench-spark-stream-{uuid.uuid4().hex[:8]}"
