@@ -21,12 +21,9 @@ from typing import TYPE_CHECKING, Final, final
 
 from amqp_sansio import (
     NEED_DATA,
-    BasicCancel,
-    BasicConsumeOk,
     BlockedByPeer,
     ChannelClosed,
     ChannelFlowChanged,
-    ChannelOpened,
     ConnectionClosed,
     ConnectionLost,
     ConnectionOpened,
@@ -123,7 +120,7 @@ class Connection:
         self.params: Final = params
         self._loop = loop
         self._core = CoreConnection(Role.CLIENT, params.to_config())
-        self._book = ClientBook()
+        self._book = ClientBook(self._core)
         self._transport: asyncio.Transport | None = None
         self._opened: asyncio.Future[ConnectionOpened] = loop.create_future()
         self._finished: asyncio.Future[None] = loop.create_future()
@@ -317,46 +314,10 @@ class Connection:
             if event is NEED_DATA:
                 break
             cls = type(event)
-            if cls is ChannelOpened:
-                assert isinstance(event, ChannelOpened)
-                self._on_channel_opened(event)
-                continue
-            if cls is MethodReceived:
-                assert isinstance(event, MethodReceived)
-                if type(event.method) is BasicConsumeOk:
-                    self._on_consume_ok(event)
-                    continue
             book.handle(event)
             if cls is not MessageReceived and cls is not MethodReceived:
                 self._after_event(event)
         self._flush()  # automatic answers: close-ok, flow-ok, cancel-ok, heartbeats
-
-    def _on_channel_opened(self, event: ChannelOpened) -> None:
-        book = self._book.channels.get(event.channel)
-        waiter = None if book is None else book.waiting(None)
-        abandoned = waiter is not None and waiter.done()
-        self._book.handle(event)
-        if abandoned:
-            # open_channel() was cancelled: nobody will use or close this channel.
-            ch = self._channels.pop(event.channel, None)
-            if ch is not None:
-                self._core.close_channel(event.channel, 200, "Normal shutdown")
-                self._book.expect_close(event.channel, self._loop.create_future())
-
-    def _on_consume_ok(self, event: MethodReceived) -> None:
-        book = self._book.channels.get(event.channel)
-        waiter = None if book is None else book.waiting(event.request)
-        abandoned = waiter is not None and waiter.done()
-        self._book.handle(event)
-        if abandoned:
-            # basic_consume() was cancelled: nobody iterates this consumer.
-            method = event.method
-            assert isinstance(method, BasicConsumeOk)
-            cancel = BasicCancel(consumer_tag=method.consumer_tag)
-            self._core.send_method(event.channel, cancel)
-            future: asyncio.Future[Reply] = self._loop.create_future()
-            future.cancel()
-            self._book.expect(event.channel, cancel, future)
 
     def _after_event(self, event: Event) -> None:
         cls = type(event)

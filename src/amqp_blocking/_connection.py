@@ -27,11 +27,8 @@ from typing import TYPE_CHECKING, Final, NamedTuple, final
 
 from amqp_sansio import (
     NEED_DATA,
-    BasicCancel,
-    BasicConsumeOk,
     ChannelClosed,
     ChannelFlowChanged,
-    ChannelOpened,
     ConnectionClosed,
     ConnectionLost,
     ConnectionOpened,
@@ -247,7 +244,7 @@ class Connection:
         self._lock = threading.Lock()
         #: Publishers wait on this while too much is queued for the socket.
         self._writable = threading.Condition(self._lock)
-        self._book = ClientBook()
+        self._book = ClientBook(core)
         self._out = bytearray()
         self._wake_pending = False
         self._close_waiter: Waiter | None = None
@@ -530,43 +527,9 @@ class Connection:
             if event is NEED_DATA:
                 return
             cls = type(event)
-            if cls is ChannelOpened:
-                assert isinstance(event, ChannelOpened)
-                self._on_channel_opened_locked(event)
-                continue
-            if cls is MethodReceived:
-                assert isinstance(event, MethodReceived)
-                if type(event.method) is BasicConsumeOk:
-                    self._on_consume_ok_locked(event)
-                    continue
             book.handle(event)
             if cls is not MessageReceived and cls is not MethodReceived:
                 self._after_event_locked(event)
-
-    def _on_channel_opened_locked(self, event: ChannelOpened) -> None:
-        book = self._book.channels.get(event.channel)
-        waiter = None if book is None else book.waiting(None)
-        abandoned = waiter is not None and waiter.done()
-        self._book.handle(event)
-        if abandoned:
-            # channel() timed out: nobody will use or close this channel.
-            self._core.close_channel(event.channel, 200, "Normal shutdown")
-            self._book.expect_close(event.channel, Waiter())
-
-    def _on_consume_ok_locked(self, event: MethodReceived) -> None:
-        book = self._book.channels.get(event.channel)
-        waiter = None if book is None else book.waiting(event.request)
-        abandoned = waiter is not None and waiter.done()
-        self._book.handle(event)
-        if abandoned:
-            # basic_consume() timed out: nobody iterates this consumer.
-            method = event.method
-            assert isinstance(method, BasicConsumeOk)
-            cancel = BasicCancel(consumer_tag=method.consumer_tag)
-            self._core.send_method(event.channel, cancel)
-            orphan = Waiter()
-            orphan.abandon()
-            self._book.expect(event.channel, cancel, orphan)
 
     def _after_event_locked(self, event: Event) -> None:
         cls = type(event)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Protocol, TypeAlias, final
+from typing import TYPE_CHECKING, Final, Protocol, TypeAlias, final
 
 from ._client_errors import (
     AMQPError,
@@ -41,6 +41,7 @@ from ._events import (
     UnblockedByPeer,
 )
 from ._generated.spec_0_9_1 import (
+    BasicCancel,
     BasicCancelOk,
     BasicConsumeOk,
     BasicDeliver,
@@ -49,6 +50,7 @@ from ._generated.spec_0_9_1 import (
 )
 
 if TYPE_CHECKING:
+    from ._connection import Connection
     from ._events import Event
     from ._method import Method
 
@@ -186,6 +188,25 @@ class ChannelBook:
         raise AssertionError(f"get-ok on channel {self.number} with no basic.get waiting")
 
 
+@final
+class _Unawaited:
+    """The waiter of a request nobody waits for: its reply is dropped."""
+
+    __slots__ = ()
+
+    def done(self) -> bool:
+        return True
+
+    def set_result(self, result: Reply, /) -> None:
+        pass
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        pass
+
+
+_UNAWAITED: Final = _Unawaited()
+
+
 def _settle_all(book: ChannelBook, error: AMQPError, *, by_us: bool) -> None:
     book.error = error
     rpcs, book.rpcs = book.rpcs, deque()
@@ -203,11 +224,17 @@ def _settle_all(book: ChannelBook, error: AMQPError, *, by_us: bool) -> None:
 
 @final
 class ClientBook:
-    """Routes client-role events to waiters and sinks, per channel."""
+    """Routes client-role events to waiters and sinks, per channel.
 
-    __slots__ = ("blocked", "channels", "error")
+    When a ``channel.open-ok`` or ``basic.consume-ok`` arrives for a caller that stopped waiting
+    (timed out or cancelled), the book undoes it on *core*: it closes the channel nobody will
+    use and cancels the consumer nobody iterates. The adapter flushes the core as usual.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_core", "blocked", "channels", "error")
+
+    def __init__(self, core: Connection) -> None:
+        self._core = core
         self.channels: dict[int, ChannelBook] = {0: ChannelBook(0)}
         #: The reason RabbitMQ gave in ``connection.blocked``, None while not blocked.
         self.blocked: str | None = None
@@ -269,6 +296,9 @@ class ClientBook:
             waiter = self.channels[event.channel].take(None)[0]
             if not waiter.done():
                 waiter.set_result(None)
+            else:  # open_channel() gave up: nobody will use or close this channel
+                self._core.close_channel(event.channel, 200, "Normal shutdown")
+                self.expect_close(event.channel, _UNAWAITED)
         elif cls is ChannelClosed:
             assert isinstance(event, ChannelClosed)
             self._on_channel_closed(event)
@@ -354,6 +384,10 @@ class ClientBook:
         method = event.method
         if consumer is not None and type(method) is BasicConsumeOk:
             book.consumers[method.consumer_tag] = consumer
+            if waiter.done():  # basic_consume() gave up: nobody iterates this consumer
+                cancel = BasicCancel(consumer_tag=method.consumer_tag)
+                self._core.send_method(event.channel, cancel)
+                book.expect(cancel, _UNAWAITED)
         elif type(method) is BasicCancelOk:
             cancelled = book.consumers.pop(method.consumer_tag, None)
             if cancelled is not None:
