@@ -12,6 +12,7 @@ from amqp_sansio import (
     BasicGetOk,
     BasicProperties,
     BasicReturn,
+    ChannelClosed,
     FieldValue,
     Int64,
     QueueDeclare,
@@ -30,6 +31,7 @@ from amqp_sansio.client import (
     MessageReturnedError,
     PublishNackedError,
     error_for_close,
+    error_from,
 )
 
 CHANNEL_CODES = {
@@ -135,6 +137,23 @@ def test_error_messages() -> None:
     assert repr(error_for_close(404, "x", 50, 10, connection=False)) == (
         "NotFound('x', reply_code=404, class_id=50, method_id=10)"
     )
+
+
+def test_error_from_a_close_event_or_a_protocol_error() -> None:
+    closed = ChannelClosed(
+        channel=3,
+        reply_code=404,
+        reply_text="NOT_FOUND - no queue",
+        class_id=50,
+        method_id=10,
+        by_peer=True,
+    )
+    error = error_from(closed, connection=False)
+    assert type(error) is client.NotFound
+    assert (error.reply_code, error.class_id, error.method_id) == (404, 50, 10)
+    assert str(error) == str(error_for_close(404, "NOT_FOUND - no queue", 50, 10, connection=False))
+    broken = RemoteProtocolError("frame-end is not 0xCE", reply_code=501)
+    assert type(error_from(broken, connection=True)) is client.FrameError
 
 
 # --- Message ----------------------------------------------------------------------------------

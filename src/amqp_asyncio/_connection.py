@@ -45,7 +45,7 @@ from amqp_sansio.client import (
     ConnectionLostError,
     ConnectionParameters,
     ConnectionTimeoutError,
-    error_for_close,
+    error_from,
 )
 
 from ._channel import Channel
@@ -303,11 +303,7 @@ class Connection:
                 event = core.next_event()
             except RemoteProtocolError as exc:
                 logger.warning("protocol error from %s: %r", self.params.address, exc)
-                book.fail(
-                    error_for_close(
-                        exc.reply_code, exc.reply_text, exc.class_id, exc.method_id, connection=True
-                    )
-                )
+                book.fail(error_from(exc, connection=True))
                 self._flush()  # the close answering the error
                 self._finish()
                 return

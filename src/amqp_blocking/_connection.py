@@ -52,7 +52,7 @@ from amqp_sansio.client import (
     ConnectionLostError,
     ConnectionParameters,
     ConnectionTimeoutError,
-    error_for_close,
+    error_from,
 )
 
 from ._channel import Channel
@@ -178,9 +178,7 @@ def _handshake(
             event = core.next_event()
         except RemoteProtocolError as exc:
             _send_quietly(sock, core.data_to_send())
-            raise error_for_close(
-                exc.reply_code, exc.reply_text, exc.class_id, exc.method_id, connection=True
-            ) from exc
+            raise error_from(exc, connection=True) from exc
         if event is NEED_DATA:
             out = core.data_to_send()  # answers to start and tune are made by next_event()
             if out:
@@ -201,9 +199,7 @@ def _handshake(
             return event
         if isinstance(event, ConnectionClosed):
             _send_quietly(sock, core.data_to_send())
-            raise error_for_close(
-                event.reply_code, event.reply_text, event.class_id, event.method_id, connection=True
-            )
+            raise error_from(event, connection=True)
         if isinstance(event, ConnectionLost):
             raise ConnectionLostError(
                 f"{params.address} closed the connection during the handshake (wrong "
@@ -517,11 +513,7 @@ class Connection:
                 event = core.next_event()
             except RemoteProtocolError as exc:
                 logger.error("protocol error from %s: %s", self._params.address, exc.reply_text)
-                book.fail(
-                    error_for_close(
-                        exc.reply_code, exc.reply_text, exc.class_id, exc.method_id, connection=True
-                    )
-                )
+                book.fail(error_from(exc, connection=True))
                 self._drain_and_finish_locked()
                 return
             if event is NEED_DATA:

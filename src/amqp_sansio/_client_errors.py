@@ -7,7 +7,7 @@ handles errors moves between them unchanged.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 if TYPE_CHECKING:
     from ._client_message import Message
@@ -19,6 +19,7 @@ __all__ = [
     "AccessRefused",
     "ChannelClosedError",
     "ChannelError",
+    "CloseReason",
     "CommandInvalid",
     "ConnectionClosedError",
     "ConnectionForced",
@@ -40,6 +41,7 @@ __all__ = [
     "ResourceLocked",
     "UnexpectedFrame",
     "error_for_close",
+    "error_from",
 ]
 
 
@@ -276,3 +278,30 @@ def error_for_close(
         return conn_cls(reply_text, reply_code=reply_code, class_id=class_id, method_id=method_id)
     chan_cls = _CHANNEL_ERRORS.get(reply_code, ChannelClosedError)
     return chan_cls(reply_text, reply_code=reply_code, class_id=class_id, method_id=method_id)
+
+
+class CloseReason(Protocol):
+    """What a close carries: a ``ChannelClosed``/``ConnectionClosed`` event or a
+    :class:`~amqp_sansio.RemoteProtocolError`."""
+
+    @property
+    def reply_code(self) -> int: ...
+    @property
+    def reply_text(self) -> str: ...
+    @property
+    def class_id(self) -> int: ...
+    @property
+    def method_id(self) -> int: ...
+
+
+def error_from(
+    reason: CloseReason, *, connection: bool
+) -> ChannelClosedError | ConnectionClosedError:
+    """:func:`error_for_close` with the fields of a close event or a protocol error."""
+    return error_for_close(
+        reason.reply_code,
+        reason.reply_text,
+        reason.class_id,
+        reason.method_id,
+        connection=connection,
+    )

@@ -22,7 +22,7 @@ from ._client_errors import (
     ConsumerCancelledError,
     MessageReturnedError,
     PublishNackedError,
-    error_for_close,
+    error_from,
 )
 from ._client_message import ConfirmTracker
 from ._events import (
@@ -321,15 +321,7 @@ class ClientBook:
         elif cls is ConnectionClosed:
             assert isinstance(event, ConnectionClosed)
             if event.by_peer:
-                self.fail(
-                    error_for_close(
-                        event.reply_code,
-                        event.reply_text,
-                        event.class_id,
-                        event.method_id,
-                        connection=True,
-                    )
-                )
+                self.fail(error_from(event, connection=True))
             else:
                 self.closed_by_us()
         elif cls is ConnectionLost:
@@ -422,13 +414,7 @@ class ClientBook:
         if book is None:
             return
         if event.by_peer:
-            error: AMQPError = error_for_close(
-                event.reply_code,
-                event.reply_text,
-                event.class_id,
-                event.method_id,
-                connection=False,
-            )
+            error: AMQPError = error_from(event, connection=False)
         else:
             error = ChannelClosedError("the channel was closed", reply_code=200)
         _settle_all(book, error, by_us=not event.by_peer)

@@ -33,6 +33,7 @@ from ._client_errors import (
     ResourceLocked,
     UnexpectedFrame,
     error_for_close,
+    error_from,
 )
 from ._client_message import ConfirmTracker, Message, PublishOutcome
 from ._client_params import DEFAULT_URL, AuthMechanism, ConnectionParameters
@@ -72,6 +73,7 @@ __all__ = [
     "ResourceLocked",
     "UnexpectedFrame",
     "error_for_close",
+    "error_from",
 ]
 
 fix_module_names(__name__, globals(), __all__)

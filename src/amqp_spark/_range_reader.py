@@ -39,7 +39,7 @@ from amqp_sansio.client import (
     ConnectionLostError,
     ConsumerCancelledError,
     Message,
-    error_for_close,
+    error_from,
 )
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ class RangeConsumer:
 
     :meth:`consume` starts the consumer, :meth:`get` returns its next delivery, :meth:`ack`
     gives credit. Every error the broker reports is raised as the adapters raise it
-    (:func:`amqp_sansio.client.error_for_close`).
+    (:func:`amqp_sansio.client.error_from`).
     """
 
     def __init__(self, params: ConnectionParameters, role: str) -> None:
@@ -161,9 +161,7 @@ class RangeConsumer:
                 event: Event | Sentinel = core.next_event()
             except RemoteProtocolError as exc:
                 self._flush_quietly()
-                raise error_for_close(
-                    exc.reply_code, exc.reply_text, exc.class_id, exc.method_id, connection=True
-                ) from exc
+                raise error_from(exc, connection=True) from exc
             if event is not NEED_DATA:
                 return event
             self._flush()
@@ -185,13 +183,7 @@ class RangeConsumer:
             whole = cls is ConnectionClosed
             if whole:
                 self._flush_quietly()  # the close-ok the core made
-            raise error_for_close(
-                event.reply_code,
-                event.reply_text,
-                event.class_id,
-                event.method_id,
-                connection=whole,
-            )
+            raise error_from(event, connection=whole)
         if cls is ConnectionLost:
             raise ConnectionLostError("the broker closed the socket")
         if cls is HeartbeatTimeout:

@@ -46,7 +46,7 @@ from amqp_sansio.client import (
     ConnectionParameters,
     ConnectionTimeoutError,
     ConsumerCancelledError,
-    error_for_close,
+    error_from,
 )
 
 from ._channel import Channel, Consumer, _Reply
@@ -258,15 +258,7 @@ class Connection:
                 except RemoteProtocolError as exc:
                     failed = True
                     logger.warning("protocol error from the broker: %r", exc)
-                    self._die(
-                        error_for_close(
-                            exc.reply_code,
-                            exc.reply_text,
-                            exc.class_id,
-                            exc.method_id,
-                            connection=True,
-                        )
-                    )
+                    self._die(error_from(exc, connection=True))
                     break
                 if event is NEED_DATA:
                     if self._needs_flush or self._handshaking:
@@ -455,13 +447,7 @@ class Connection:
         ch = self._channels.pop(event.channel, None)
         if event.by_peer:
             self._needs_flush = True  # the core answered with close-ok
-            error: AMQPError = error_for_close(
-                event.reply_code,
-                event.reply_text,
-                event.class_id,
-                event.method_id,
-                connection=False,
-            )
+            error: AMQPError = error_from(event, connection=False)
             logger.info("the broker closed channel %d: %s", event.channel, error)
         else:
             error = ChannelClosedError("closed by the client", reply_code=200)
@@ -470,13 +456,7 @@ class Connection:
 
     def _on_connection_closed(self, event: ConnectionClosed) -> None:
         if event.by_peer:
-            error: AMQPError = error_for_close(
-                event.reply_code,
-                event.reply_text,
-                event.class_id,
-                event.method_id,
-                connection=True,
-            )
+            error: AMQPError = error_from(event, connection=True)
             logger.warning("the broker closed the connection: %s", error)
         else:
             error = ConnectionClosedError("closed by the client", reply_code=200)
