@@ -237,7 +237,9 @@ def read_stream_range(
     queue, start, end = partition.queue, partition.start, partition.end
     prefetch = min(source.prefetch, end - start)
     rows = RecordBatchBuilder(columns)
-    unacked: deque[int] = deque()
+    # The range's channel carries this one consumer, so its delivery tags run 1, 2, 3, ...:
+    # tags 1..acked are acknowledged, the rest of those received are not.
+    acked = 0
     ack_step = max(1, prefetch // 4)
     expected = start  # the next offset the range still needs
     with RangeConsumer(params, f"read {queue}[{start},{end})") as consumer:
@@ -248,7 +250,7 @@ def read_stream_range(
                 _stalled(source, queue, expected, end, first=expected == start)
                 break
             offset = _require_offset(queue, message)
-            unacked.append(message.delivery_tag)
+            unacked = message.delivery_tag - acked
             if offset >= start:
                 if offset > start and expected == start:
                     # A gap (offsets taken by non-message chunks) or retention removed them.
@@ -262,16 +264,14 @@ def read_stream_range(
                 if len(rows) >= ROWS_PER_BATCH:
                     yield rows.build()
             # Credit left after acking k more: the broker may then send up to
-            # offset + (prefetch - len(unacked)) + k, which must stay below end.
+            # offset + (prefetch - unacked) + k, which must stay below end.
             # Acks go out in groups of ack_step (each is a frame and a send), or one by one
             # when the window is full and only a little credit may be given.
-            allowed = (end - 1) - offset - (prefetch - len(unacked))
-            full = len(unacked) >= prefetch
-            if allowed > 0 and (full or (len(unacked) >= ack_step and allowed >= ack_step)):
-                tag = 0
-                for _ in range(min(allowed, len(unacked))):
-                    tag = unacked.popleft()
-                consumer.ack(tag)
+            allowed = (end - 1) - offset - (prefetch - unacked)
+            full = unacked >= prefetch
+            if allowed > 0 and (full or (unacked >= ack_step and allowed >= ack_step)):
+                acked += min(allowed, unacked)
+                consumer.ack(acked)
     if rows:
         yield rows.build()
 
