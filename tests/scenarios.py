@@ -278,7 +278,7 @@ async def scenario_stream_offset(connect: Connect, url: str) -> None:
                     headers = msg.properties.headers or {}
                     offset = headers["x-stream-offset"]
                     assert isinstance(offset, int)
-                    assert msg.stream_offset == offset  # read from the octets as received
+                    assert msg.stream_offset == offset
                     assert msg.body == b"%d" % offset
                     await msg.ack()
                     offsets.append(offset)

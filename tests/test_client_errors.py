@@ -222,7 +222,7 @@ def _received_properties(headers: dict[str, FieldValue]) -> BasicProperties:
 @pytest.mark.parametrize(
     ("headers", "expected"),
     [
-        ({"x-stream-offset": Int64(7)}, 7),  # RabbitMQ's own table: read without decoding it
+        ({"x-stream-offset": Int64(7)}, 7),  # RabbitMQ's own table
         ({"x-stream-offset": Int64(2**63 - 1)}, 2**63 - 1),
         ({"x-stream-offset": Int64(-1)}, -1),
         ({"app": "a", "x-stream-offset": Int64(7)}, 7),  # with the application's headers
@@ -243,7 +243,7 @@ def test_message_stream_offset(headers: dict[str, FieldValue], expected: int | N
 
 
 def test_message_stream_offset_leaves_a_malformed_table_to_headers() -> None:
-    # the octets look like RabbitMQ's table but the size is wrong: not the fast path
+    # the octets look like RabbitMQ's table but the size is wrong: the headers decode refuses it
     raw = b"\x00\x00\x00\x1a\x0fx-stream-offsetl" + bytes(8) + b"S"
     props = BasicProperties.decode(b"\x20\x00" + raw, 0)[0]
     method = BasicDeliver(consumer_tag="c", delivery_tag=1, exchange="", routing_key="s")

@@ -3,7 +3,6 @@ they share."""
 
 from __future__ import annotations
 
-import struct
 from typing import TYPE_CHECKING, Final, Self, final
 
 import attrs
@@ -18,12 +17,6 @@ if TYPE_CHECKING:
 __all__ = ["ConfirmTracker", "Message"]
 
 STREAM_OFFSET_HEADER: Final = "x-stream-offset"
-# The whole headers table of a stream delivery whose message had no headers of its own, up to
-# the int64 value: {"x-stream-offset": l}. Matched on the received octets, it saves decoding a
-# table per message in a stream reader.
-_PLAIN_STREAM_TABLE: Final = b"\x00\x00\x00\x19\x0fx-stream-offsetl"
-_PLAIN_STREAM_TABLE_SIZE: Final = len(_PLAIN_STREAM_TABLE) + 8
-_unpack_int64: Final = struct.Struct(">q").unpack_from
 
 
 @attrs.define(kw_only=True, slots=True, weakref_slot=False)
@@ -59,15 +52,7 @@ class Message:
     def stream_offset(self) -> int | None:
         """The ``x-stream-offset`` header RabbitMQ adds to each delivery from a stream queue;
         None when there is none (a classic or quorum queue) or it is not an integer."""
-        properties = self.properties
-        raw = properties._headers_raw
-        if (
-            raw is not None
-            and len(raw) == _PLAIN_STREAM_TABLE_SIZE
-            and raw.startswith(_PLAIN_STREAM_TABLE)
-        ):
-            return int(_unpack_int64(raw, len(_PLAIN_STREAM_TABLE))[0])
-        headers = properties.headers
+        headers = self.properties.headers
         value = None if headers is None else headers.get(STREAM_OFFSET_HEADER)
         if isinstance(value, Int64):
             return value.value
