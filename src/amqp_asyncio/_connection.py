@@ -1,4 +1,4 @@
-"""The asyncio connection: a ``BufferedProtocol`` feeds the core; calls write through it.
+"""The asyncio connection: a ``Protocol`` feeds the core; calls write through it.
 
 Everything runs on the event loop's thread, so there are no locks: a call asks the core for
 its bytes and registers its future in the same synchronous step, which is what makes
@@ -61,18 +61,20 @@ __all__ = ["Connection", "connect"]
 
 logger: Final = logging.getLogger("amqp_asyncio")
 
-_READ_SIZE: Final = 256 * 1024
 #: Publishes and acks accumulate up to this many octets before a write is forced.
 _BATCH: Final = 64 * 1024
 
 
 @final
-class _Protocol(asyncio.BufferedProtocol):
-    """Hands the transport's bytes and state changes to the :class:`Connection`."""
+class _Protocol(asyncio.Protocol):
+    """Hands the transport's bytes and state changes to the :class:`Connection`.
+
+    A plain ``Protocol``: the transport's reads arrive as new ``bytes`` objects, which the core
+    keeps as they are; a ``BufferedProtocol``'s reused buffer would be copied out of each time.
+    """
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
-        self._buffer = memoryview(bytearray(_READ_SIZE))
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -82,12 +84,9 @@ class _Protocol(asyncio.BufferedProtocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._conn._flush()  # the protocol header
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self._buffer
-
-    def buffer_updated(self, nbytes: int) -> None:
+    def data_received(self, data: bytes) -> None:
         conn = self._conn
-        conn._core.receive_data(self._buffer[:nbytes])
+        conn._core.receive_data(data)
         conn._process_events()
 
     def eof_received(self) -> bool:

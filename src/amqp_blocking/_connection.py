@@ -417,8 +417,6 @@ class Connection:
         sock = self._sock
         selector.register(sock, selectors.EVENT_READ)
         selector.register(self._wake_r, selectors.EVENT_READ)
-        buffer = bytearray(_READ_SIZE)
-        view = memoryview(buffer)
         writing = False
         try:
             while True:
@@ -442,7 +440,7 @@ class Connection:
                         readable = bool(mask & selectors.EVENT_READ)
                         writable = bool(mask & selectors.EVENT_WRITE)
                 with self._lock:
-                    self._step_locked(readable, writable, view)
+                    self._step_locked(readable, writable)
         except BaseException:  # a bug: fail every waiter instead of hanging them
             logger.exception("the I/O thread of %s failed", self._params.address)
             with self._lock:
@@ -454,11 +452,11 @@ class Connection:
             self._wake_r.close()
             self._wake_w.close()
 
-    def _step_locked(self, readable: bool, writable: bool, view: memoryview) -> None:
+    def _step_locked(self, readable: bool, writable: bool) -> None:
         if writable:
             self._write_out_locked()
         if readable:
-            self._read_locked(view)
+            self._read_locked()
         if self._send_error is not None and not self._finished:
             self._lost_locked(self._send_error)
             return
@@ -471,20 +469,21 @@ class Connection:
         if not self._finished:
             self._flush_locked()
 
-    def _read_locked(self, view: memoryview) -> None:
+    def _read_locked(self) -> None:
         sock = self._sock
         while True:
             try:
-                count = sock.recv_into(view)
+                # recv, not recv_into a reused buffer: the core keeps a received bytes object as
+                # it is, and would copy a view of a buffer we reuse.
+                data = sock.recv(_READ_SIZE)
             except _WOULD_BLOCK:
                 return
             except OSError as exc:
                 self._lost_locked(exc)
                 return
-            if count == 0:
-                self._core.receive_data(b"")
+            self._core.receive_data(data)
+            if not data:
                 return
-            self._core.receive_data(view[:count])
             # One read per step, even when it filled the buffer: the selector reports the socket
             # again, and in between the lock is free for application threads (their acks waited
             # milliseconds behind back-to-back 256 KiB reads). Only an SSL socket must be drained
