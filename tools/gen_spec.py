@@ -539,6 +539,45 @@ def emit_decode_field(e: Emitter, item: Run | Field, indent: int) -> None:
         e(f"self.{item.name}, offset = decode_table(buf, offset)", indent)
 
 
+#: Codes of ``amqp_sansio._speedups.unpack_fields`` by wire type; properties read a table as
+#: its raw octets ("R", decoded lazily) and have no bits.
+C_FIELD_CODES: Final = {
+    "bit": "b",
+    "octet": "o",
+    "short": "h",
+    "long": "l",
+    "longlong": "q",
+    "timestamp": "q",
+    "shortstr": "s",
+    "longstr": "S",
+    "table": "F",
+}
+C_PROPERTY_CODES: Final = {**{k: v for k, v in C_FIELD_CODES.items() if k != "bit"}, "table": "R"}
+
+
+def emit_c_unpack(
+    e: Emitter,
+    unpacker: str,
+    codes: str,
+    targets: Sequence[tuple[str, str]],
+    after: Sequence[str] = (),
+) -> None:
+    """Try the C unpacker first: it returns None for anything the Python code below must do
+    (memoryview or bytearray input, truncation, bad UTF-8, ...), so errors have one source.
+
+    *targets* are (attribute, type) pairs; the cast gives mypy the types the codes produce.
+    """
+    types = ", ".join(t for _, t in targets)
+    e(f"if {unpacker} is not None:", 2)
+    e(f'values = cast("tuple[{types}, int] | None", {unpacker}(b"{codes}", buf, offset))', 3)
+    e("if values is not None:", 3)
+    e("self = _new(cls)", 4)
+    e(f"({', '.join(name for name, _ in targets)}, offset) = values", 4)
+    for line in after:
+        e(line, 4)
+    e("return self, offset", 4)
+
+
 def needs_bytes(fields: Sequence[Field]) -> bool:
     """Whether a decoder of *fields* calls ``.decode()`` on slices, which memoryview lacks."""
     return any(f.type == "shortstr" for f in fields)
@@ -602,6 +641,11 @@ def emit_method(e: Emitter, m: MethodDef) -> None:
     e("@classmethod", 1)
     e(f"def decode(cls, buf: Buffer, offset: int) -> tuple[{m.py_name}, int]:", 1)
     emit_bytes_guard(e, m.fields, 2)
+    # Only where there is a string or a table: fixed-width arguments are one struct call already.
+    if any(f.type in ("shortstr", "longstr", "table") for f in m.fields):
+        codes = "".join(C_FIELD_CODES[f.type] for f in m.fields)
+        targets = [(f"self.{f.name}", PY_TYPES[f.type]) for f in m.fields]
+        emit_c_unpack(e, "unpack_fields", codes, targets)
     e("self = _new(cls)", 2)
     for item in runs(m.fields):
         emit_decode_field(e, item, 2)
@@ -741,6 +785,16 @@ def emit_properties(e: Emitter, cls: ClassDef) -> str:
     e("@classmethod", 1)
     e(f"def decode(cls, buf: Buffer, offset: int) -> tuple[{name}, int]:", 1)
     emit_bytes_guard(e, props, 2)
+    if len(props) <= 15 and all(p.type in C_PROPERTY_CODES for p in props):
+        codes = "".join(C_PROPERTY_CODES[p.type] for p in props)
+        targets = [
+            (f"self._{p.name}_raw", "bytes | None")
+            if p.type == "table"
+            else (f"self.{p.name}", f"{PY_TYPES[p.type]} | None")
+            for p in props
+        ]
+        resets = [f"self._{p.name} = None" for p in props if p.type == "table"]
+        emit_c_unpack(e, "unpack_properties", codes, targets, resets)
     e("self = _new(cls)", 2)
     e("(flags,) = _S_H.unpack_from(buf, offset)", 2)
     e("offset += 2", 2)
@@ -827,7 +881,7 @@ def generate(target: Target) -> str:
     e()
     e("import enum")
     e("import struct")
-    e("from typing import ClassVar, Final, TypeAlias, final")
+    e("from typing import ClassVar, Final, TypeAlias, cast, final")
     e()
     e("import attrs")
     e()
@@ -841,6 +895,8 @@ def generate(target: Target) -> str:
     e("decode_received_table,", 1)
     e("malformed_table,", 1)
     e("table_repr,", 1)
+    e("unpack_fields,", 1)
+    e("unpack_properties,", 1)
     e(")")
     e("from .._table import FieldTable, decode_table, encode_table")
     e()

@@ -6,7 +6,7 @@ import enum
 from typing import TYPE_CHECKING, ClassVar, Final, Self, TypeAlias
 
 from ._errors import RemoteProtocolError
-from ._table import decode_table
+from ._table import decode_table, speedups
 
 if TYPE_CHECKING:
     from ._table import FieldTable
@@ -20,10 +20,17 @@ __all__ = [
     "decode_received_table",
     "malformed_table",
     "table_repr",
+    "unpack_fields",
+    "unpack_properties",
 ]
 
 #: Anything the decoders read from: they index and slice, never copy the whole input.
 Buffer: TypeAlias = bytes | bytearray | memoryview
+
+#: The C unpackers the generated decoders try before their own Python code, or None. They give
+#: up (None) on anything but well-formed ``bytes``, so errors always come from the Python code.
+unpack_fields: Final = None if speedups is None else speedups.unpack_fields
+unpack_properties: Final = None if speedups is None else speedups.unpack_properties
 
 #: ``(python_name, wire_type)`` for each field, in wire order. Wire types are the spec's
 #: primitive names: ``bit octet short long longlong shortstr longstr timestamp table``.

@@ -1,5 +1,6 @@
 /* Optional C decoder for AMQP field tables: the same results as amqp_sansio._table's
- * pure-Python decode_table, several times faster.
+ * pure-Python decode_table, several times faster. unpack_fields and unpack_properties do the
+ * same for the arguments of generated methods and content properties, under the same rule.
  *
  * It decodes only what it can decode exactly as the Python code does: well-formed tables of
  * the common value types. Anything else (a truncated or malformed table, an unknown or rare
@@ -16,6 +17,9 @@
 /* Must match amqp_sansio._table: MAX_TABLE_DEPTH and MAX_TABLE_ENTRIES (checked at import). */
 #define MAX_TABLE_DEPTH 32
 #define MAX_TABLE_ENTRIES 65536
+/* The interface amqp_sansio._table expects (_SPEEDUPS_VERSION): a build from other sources
+ * is not used. 2: unpack_fields and unpack_properties. */
+#define SPEEDUPS_VERSION 2
 
 static PyObject *fallback = NULL; /* the pure-Python decode_table */
 
@@ -194,6 +198,206 @@ fail:
     return NULL;
 }
 
+/* One field of a method's or properties' argument list, by its code (see unpack_fields).
+ * Returns a new reference and advances *pos, or BAIL, or NULL with an exception (memory). */
+static PyObject *unpack_one(char code, const unsigned char *data, Py_ssize_t len, Py_ssize_t *pos)
+{
+    Py_ssize_t at = *pos;
+    Py_ssize_t left = len - at;
+    const unsigned char *p = data + at;
+    PyObject *value;
+    switch (code) {
+    case 'o':
+        if (left < 1) return BAIL;
+        *pos = at + 1;
+        return PyLong_FromLong(p[0]);
+    case 'h':
+        if (left < 2) return BAIL;
+        *pos = at + 2;
+        return PyLong_FromLong(be16(p));
+    case 'l':
+        if (left < 4) return BAIL;
+        *pos = at + 4;
+        return PyLong_FromUnsignedLong(be32(p));
+    case 'q':
+        if (left < 8) return BAIL;
+        *pos = at + 8;
+        return PyLong_FromUnsignedLongLong(be64(p));
+    case 's': {
+        if (left < 1 || p[0] > left - 1) return BAIL;
+        value = PyUnicode_DecodeUTF8((const char *)p + 1, p[0], NULL);
+        if (value == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return NULL;
+            PyErr_Clear(); /* Python raises the error */
+            return BAIL;
+        }
+        *pos = at + 1 + p[0];
+        return value;
+    }
+    case 'S': {
+        if (left < 4 || (uint64_t)be32(p) > (uint64_t)(left - 4)) return BAIL;
+        Py_ssize_t n = (Py_ssize_t)be32(p);
+        *pos = at + 4 + n;
+        return PyBytes_FromStringAndSize((const char *)p + 4, n);
+    }
+    case 'F':
+        return decode(data, len, at, 0, pos);
+    case 'R': { /* a field table kept as its octets, size included (decoded lazily) */
+        if (left < 4 || (uint64_t)be32(p) > (uint64_t)(left - 4)) return BAIL;
+        Py_ssize_t n = 4 + (Py_ssize_t)be32(p);
+        *pos = at + n;
+        return PyBytes_FromStringAndSize((const char *)p, n);
+    }
+    default:
+        PyErr_Format(PyExc_ValueError, "unknown field code %c", code);
+        return NULL;
+    }
+}
+
+/* Parse (codes, buf, offset) of unpack_fields/unpack_properties. 0: go on; 1: return None. */
+static int unpack_args(PyObject *const *args, Py_ssize_t nargs, const char *name,
+                       const char **codes, Py_ssize_t *ncodes, const unsigned char **data,
+                       Py_ssize_t *len, Py_ssize_t *offset)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "%s() takes 3 arguments (%zd given)", name, nargs);
+        return -1;
+    }
+    if (!PyBytes_CheckExact(args[0])) {
+        PyErr_Format(PyExc_TypeError, "%s(): codes must be bytes", name);
+        return -1;
+    }
+    if (!PyBytes_CheckExact(args[1]) || !PyLong_CheckExact(args[2])) {
+        return 1; /* memoryview, bytearray, ...: the Python decoder's business */
+    }
+    *offset = PyLong_AsSsize_t(args[2]);
+    if (*offset == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 1;
+    }
+    *codes = PyBytes_AS_STRING(args[0]);
+    *ncodes = PyBytes_GET_SIZE(args[0]);
+    *data = (const unsigned char *)PyBytes_AS_STRING(args[1]);
+    *len = PyBytes_GET_SIZE(args[1]);
+    return *offset < 0 || *offset > *len;
+}
+
+/* The values and the offset after them, as a tuple of ncodes + 1 items; steals nothing. */
+static PyObject *finish(PyObject *values, Py_ssize_t ncodes, Py_ssize_t pos)
+{
+    PyObject *end = PyLong_FromSsize_t(pos);
+    if (end == NULL) {
+        Py_DECREF(values);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(values, ncodes, end);
+    return values;
+}
+
+PyDoc_STRVAR(unpack_fields_doc,
+             "unpack_fields(codes, buf, offset)\n--\n\n"
+             "A method's arguments, one per code, and the offset after them; None when the\n"
+             "generated Python decoder must do it (not bytes, truncated, not UTF-8, ...).\n"
+             "Codes: o octet, h short, l long, q longlong, b bit (consecutive bits share\n"
+             "an octet, eight to an octet), s shortstr, S longstr (bytes), F field table.");
+
+static PyObject *unpack_fields(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    const char *codes;
+    const unsigned char *data;
+    Py_ssize_t ncodes, len, pos;
+    int skip = unpack_args(args, nargs, "unpack_fields", &codes, &ncodes, &data, &len, &pos);
+    if (skip) {
+        return skip < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    PyObject *values = PyTuple_New(ncodes + 1);
+    if (values == NULL) {
+        return NULL;
+    }
+    int bit = 8; /* bits left in the current octet of packed bits */
+    unsigned char bits = 0;
+    for (Py_ssize_t i = 0; i < ncodes; i++) {
+        PyObject *value;
+        if (codes[i] == 'b') {
+            if (bit == 8) {
+                if (pos >= len) goto bail;
+                bits = data[pos++];
+                bit = 0;
+            }
+            value = Py_NewRef((bits >> bit++) & 1 ? Py_True : Py_False);
+        }
+        else {
+            bit = 8;
+            value = unpack_one(codes[i], data, len, &pos);
+            if (value == BAIL) goto bail;
+            if (value == NULL) goto fail;
+        }
+        PyTuple_SET_ITEM(values, i, value);
+    }
+    return finish(values, ncodes, pos);
+bail:
+    Py_DECREF(values);
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(values);
+    return NULL;
+}
+
+PyDoc_STRVAR(unpack_properties_doc,
+             "unpack_properties(codes, buf, offset)\n--\n\n"
+             "Content properties after their flag word, one value per code (None when the flag\n"
+             "is clear), and the offset after them; None when the generated Python decoder\n"
+             "must do it (continuation or unknown flags, truncated, not UTF-8, ...).\n"
+             "Codes as for unpack_fields but b, plus R: a field table kept as its octets, size\n"
+             "prefix included.");
+
+static PyObject *unpack_properties(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    const char *codes;
+    const unsigned char *data;
+    Py_ssize_t ncodes, len, pos;
+    int skip = unpack_args(args, nargs, "unpack_properties", &codes, &ncodes, &data, &len, &pos);
+    if (skip) {
+        return skip < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    if (ncodes > 15) {
+        PyErr_SetString(PyExc_ValueError, "unpack_properties(): at most 15 properties");
+        return NULL;
+    }
+    if (len - pos < 2) {
+        Py_RETURN_NONE;
+    }
+    unsigned int flags = be16(data + pos);
+    /* bit 0 is continuation; bits below the last property are unknown flags */
+    if (flags & ((1u << (16 - ncodes)) - 1)) {
+        Py_RETURN_NONE;
+    }
+    pos += 2;
+    PyObject *values = PyTuple_New(ncodes + 1);
+    if (values == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < ncodes; i++) {
+        PyObject *value;
+        if (!(flags & (0x8000u >> i))) {
+            value = Py_NewRef(Py_None);
+        }
+        else {
+            value = unpack_one(codes[i], data, len, &pos);
+            if (value == BAIL) {
+                Py_DECREF(values);
+                Py_RETURN_NONE;
+            }
+            if (value == NULL) {
+                Py_DECREF(values);
+                return NULL;
+            }
+        }
+        PyTuple_SET_ITEM(values, i, value);
+    }
+    return finish(values, ncodes, pos);
+}
+
 PyDoc_STRVAR(decode_table_doc,
              "decode_table(buf, offset, depth=0)\n--\n\n"
              "Decode the field table whose u32 size is at *offset*: (table, offset after it).\n"
@@ -268,6 +472,10 @@ static PyMethodDef methods[] = {
     {"decode_table", (PyCFunction)(void (*)(void))decode_table, METH_FASTCALL | METH_KEYWORDS,
      decode_table_doc},
     {"set_fallback", set_fallback, METH_O, "Set the pure-Python decode_table to defer to."},
+    {"unpack_fields", (PyCFunction)(void (*)(void))unpack_fields, METH_FASTCALL,
+     unpack_fields_doc},
+    {"unpack_properties", (PyCFunction)(void (*)(void))unpack_properties, METH_FASTCALL,
+     unpack_properties_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -285,7 +493,8 @@ PyMODINIT_FUNC PyInit__speedups(void)
     if (m == NULL) {
         return NULL;
     }
-    if (PyModule_AddIntConstant(m, "MAX_TABLE_DEPTH", MAX_TABLE_DEPTH) < 0 ||
+    if (PyModule_AddIntConstant(m, "VERSION", SPEEDUPS_VERSION) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_TABLE_DEPTH", MAX_TABLE_DEPTH) < 0 ||
         PyModule_AddIntConstant(m, "MAX_TABLE_ENTRIES", MAX_TABLE_ENTRIES) < 0) {
         Py_DECREF(m);
         return NULL;

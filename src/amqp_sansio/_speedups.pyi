@@ -4,6 +4,7 @@ from typing import Final, Protocol
 from ._method import Buffer
 from ._table import FieldTable
 
+VERSION: Final[int]
 MAX_TABLE_DEPTH: Final[int]
 MAX_TABLE_ENTRIES: Final[int]
 
@@ -12,3 +13,11 @@ class TableDecoder(Protocol):
 
 def decode_table(buf: Buffer, offset: int, depth: int = 0) -> tuple[FieldTable, int]: ...
 def set_fallback(func: TableDecoder, /) -> None: ...
+
+class ArgsUnpacker(Protocol):
+    # One value per code, of the field's type, then the offset: each generated decoder casts
+    # the result to the exact tuple its codes make.
+    def __call__(self, codes: bytes, buf: Buffer, offset: int, /) -> tuple[object, ...] | None: ...
+
+def unpack_fields(codes: bytes, buf: Buffer, offset: int, /) -> tuple[object, ...] | None: ...
+def unpack_properties(codes: bytes, buf: Buffer, offset: int, /) -> tuple[object, ...] | None: ...

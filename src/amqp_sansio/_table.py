@@ -60,7 +60,7 @@ from ._errors import LocalProtocolError, RemoteProtocolError
 
 if TYPE_CHECKING:
     from ._method import Buffer
-    from ._speedups import TableDecoder
+    from ._speedups import ArgsUnpacker, TableDecoder
 
 __all__ = [
     "MAX_TABLE_DEPTH",
@@ -357,25 +357,42 @@ def decode_table(buf: Buffer, offset: int, depth: int = 0) -> tuple[FieldTable, 
 decode_table_py: Final = decode_table
 
 
-def _load_speedups() -> TableDecoder | None:
+@final
+@attrs.frozen
+class Speedups:
+    """The functions of the C accelerator, ``amqp_sansio._speedups``."""
+
+    decode_table: TableDecoder
+    #: Used first by the generated method and properties decoders (see ``_speedups.c``).
+    unpack_fields: ArgsUnpacker
+    unpack_properties: ArgsUnpacker
+
+
+#: What ``_speedups.c`` says its ``VERSION`` is: the interface these sources expect.
+_SPEEDUPS_VERSION: Final = 2
+
+
+def _load_speedups() -> Speedups | None:
     if os.environ.get("AMQP_SANSIO_NO_EXTENSIONS"):
         return None
     try:
         from . import _speedups
     except ImportError:
         return None
-    if (_speedups.MAX_TABLE_DEPTH, _speedups.MAX_TABLE_ENTRIES) != (
+    if (_speedups.VERSION, _speedups.MAX_TABLE_DEPTH, _speedups.MAX_TABLE_ENTRIES) != (
+        _SPEEDUPS_VERSION,
         MAX_TABLE_DEPTH,
         MAX_TABLE_ENTRIES,
     ):
         return None  # built from other sources than these: don't trust it
     _speedups.set_fallback(decode_table_py)
-    return _speedups.decode_table
+    return Speedups(_speedups.decode_table, _speedups.unpack_fields, _speedups.unpack_properties)
 
 
-_c_decode_table = _load_speedups()
-if _c_decode_table is not None:
-    decode_table = _c_decode_table  # nested tables recurse through this name too
+#: The C accelerator, or None: not built, or turned off by ``AMQP_SANSIO_NO_EXTENSIONS``.
+speedups: Final = _load_speedups()
+if speedups is not None:
+    decode_table = speedups.decode_table  # nested tables recurse through this name too
 
 
 def decode_table_entries(buf: Buffer, start: int, end: int) -> FieldTable:

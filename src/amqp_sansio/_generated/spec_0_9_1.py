@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from typing import ClassVar, Final, TypeAlias, final
+from typing import ClassVar, Final, TypeAlias, cast, final
 
 import attrs
 
@@ -24,6 +24,8 @@ from .._method import (
     decode_received_table,
     malformed_table,
     table_repr,
+    unpack_fields,
+    unpack_properties,
 )
 from .._table import FieldTable, decode_table, encode_table
 
@@ -306,6 +308,32 @@ class BasicProperties(ContentProperties):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicProperties, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_properties is not None:
+            values = cast(
+                "tuple[str | None, str | None, bytes | None, int | None, int | None, str | None, str | None, str | None, str | None, int | None, str | None, str | None, str | None, str | None, int] | None",
+                unpack_properties(b"ssRoossssqssss", buf, offset),
+            )
+            if values is not None:
+                self = _new(cls)
+                (
+                    self.content_type,
+                    self.content_encoding,
+                    self._headers_raw,
+                    self.delivery_mode,
+                    self.priority,
+                    self.correlation_id,
+                    self.reply_to,
+                    self.expiration,
+                    self.message_id,
+                    self.timestamp,
+                    self.type,
+                    self.user_id,
+                    self.app_id,
+                    self.cluster_id,
+                    offset,
+                ) = values
+                self._headers = None
+                return self, offset
         self = _new(cls)
         (flags,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -469,6 +497,22 @@ class ConnectionStart(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionStart, int]:
+        if unpack_fields is not None:
+            values = cast(
+                "tuple[int, int, FieldTable, bytes, bytes, int] | None",
+                unpack_fields(b"ooFSS", buf, offset),
+            )
+            if values is not None:
+                self = _new(cls)
+                (
+                    self.version_major,
+                    self.version_minor,
+                    self.server_properties,
+                    self.mechanisms,
+                    self.locales,
+                    offset,
+                ) = values
+                return self, offset
         self = _new(cls)
         self.version_major, self.version_minor = _S_BB.unpack_from(buf, offset)
         offset += 2
@@ -533,6 +577,17 @@ class ConnectionStartOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionStartOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast(
+                "tuple[FieldTable, str, bytes, str, int] | None",
+                unpack_fields(b"FsSs", buf, offset),
+            )
+            if values is not None:
+                self = _new(cls)
+                (self.client_properties, self.mechanism, self.response, self.locale, offset) = (
+                    values
+                )
+                return self, offset
         self = _new(cls)
         self.client_properties, offset = decode_table(buf, offset)
         n = buf[offset]
@@ -577,6 +632,12 @@ class ConnectionSecure(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionSecure, int]:
+        if unpack_fields is not None:
+            values = cast("tuple[bytes, int] | None", unpack_fields(b"S", buf, offset))
+            if values is not None:
+                self = _new(cls)
+                (self.challenge, offset) = values
+                return self, offset
         self = _new(cls)
         (n,) = _S_I.unpack_from(buf, offset)
         self.challenge = bytes(buf[offset + 4 : offset + 4 + n])
@@ -613,6 +674,12 @@ class ConnectionSecureOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionSecureOk, int]:
+        if unpack_fields is not None:
+            values = cast("tuple[bytes, int] | None", unpack_fields(b"S", buf, offset))
+            if values is not None:
+                self = _new(cls)
+                (self.response, offset) = values
+                return self, offset
         self = _new(cls)
         (n,) = _S_I.unpack_from(buf, offset)
         self.response = bytes(buf[offset + 4 : offset + 4 + n])
@@ -754,6 +821,12 @@ class ConnectionOpen(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionOpen, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast("tuple[str, str, bool, int] | None", unpack_fields(b"ssb", buf, offset))
+            if values is not None:
+                self = _new(cls)
+                (self.virtual_host, self.capabilities, self.insist, offset) = values
+                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.virtual_host = buf[offset + 1 : offset + 1 + n].decode()
@@ -797,6 +870,12 @@ class ConnectionOpenOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionOpenOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast("tuple[str, int] | None", unpack_fields(b"s", buf, offset))
+            if values is not None:
+                self = _new(cls)
+                (self.known_hosts, offset) = values
+                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.known_hosts = buf[offset + 1 : offset + 1 + n].decode()
@@ -852,6 +931,14 @@ class ConnectionClose(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionClose, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast(
+                "tuple[int, str, int, int, int] | None", unpack_fields(b"hshh", buf, offset)
+            )
+            if values is not None:
+                self = _new(cls)
+                (self.reply_code, self.reply_text, self.class_id, self.method_id, offset) = values
+                return self, offset
         self = _new(cls)
         (self.reply_code,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -922,6 +1009,12 @@ class ConnectionBlocked(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionBlocked, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast("tuple[str, int] | None", unpack_fields(b"s", buf, offset))
+            if values is not None:
+                self = _new(cls)
+                (self.reason, offset) = values
+                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.reason = buf[offset + 1 : offset + 1 + n].decode()
@@ -996,6 +1089,12 @@ class ConnectionUpdateSecret(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionUpdateSecret, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast("tuple[bytes, str, int] | None", unpack_fields(b"Ss", buf, offset))
+            if values is not None:
+                self = _new(cls)
+                (self.new_secret, self.reason, offset) = values
+                return self, offset
         self = _new(cls)
         (n,) = _S_I.unpack_from(buf, offset)
         self.new_secret = bytes(buf[offset + 4 : offset + 4 + n])
@@ -1063,6 +1162,12 @@ class ChannelOpen(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ChannelOpen, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast("tuple[str, int] | None", unpack_fields(b"s", buf, offset))
+            if values is not None:
+                self = _new(cls)
+                (self.out_of_band, offset) = values
+                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.out_of_band = buf[offset + 1 : offset + 1 + n].decode()
@@ -1097,6 +1202,12 @@ class ChannelOpenOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ChannelOpenOk, int]:
+        if unpack_fields is not None:
+            values = cast("tuple[bytes, int] | None", unpack_fields(b"S", buf, offset))
+            if values is not None:
+                self = _new(cls)
+                (self.channel_id, offset) = values
+                return self, offset
         self = _new(cls)
         (n,) = _S_I.unpack_from(buf, offset)
         self.channel_id = bytes(buf[offset + 4 : offset + 4 + n])
@@ -1224,6 +1335,14 @@ class ChannelClose(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ChannelClose, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast(
+                "tuple[int, str, int, int, int] | None", unpack_fields(b"hshh", buf, offset)
+            )
+            if values is not None:
+                self = _new(cls)
+                (self.reply_code, self.reply_text, self.class_id, self.method_id, offset) = values
+                return self, offset
         self = _new(cls)
         (self.reply_code,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -1314,6 +1433,23 @@ class AccessRequest(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[AccessRequest, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast(
+                "tuple[str, bool, bool, bool, bool, bool, int] | None",
+                unpack_fields(b"sbbbbb", buf, offset),
+            )
+            if values is not None:
+                self = _new(cls)
+                (
+                    self.realm,
+                    self.exclusive,
+                    self.passive,
+                    self.active,
+                    self.write,
+                    self.read,
+                    offset,
+                ) = values
+                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.realm = buf[offset + 1 : offset + 1 + n].decode()
@@ -1435,6 +1571,26 @@ class ExchangeDeclare(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ExchangeDeclare, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast(
+                "tuple[int, str, str, bool, bool, bool, bool, bool, FieldTable, int] | None",
+                unpack_fields(b"hssbbbbbF", buf, offset),
+            )
+            if values is not None:
+                self = _new(cls)
+                (
+                    self.ticket,
+                    self.exchange,
+                    self.type,
+                    self.passive,
+                    self.durable,
+                    self.auto_delete,
+                    self.internal,
+                    self.nowait,
+                    self.arguments,
+                    offset,
+                ) = values
+                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -1531,6 +1687,14 @@ class ExchangeDelete(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ExchangeDelete, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast(
+                "tuple[int, str, bool, bool, int] | None", unpack_fields(b"hsbb", buf, offset)
+            )
+            if values is not None:
+                self = _new(cls)
+                (self.ticket, self.exchange, self.if_unused, self.nowait, offset) = values
+                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -1634,6 +1798,23 @@ class ExchangeBind(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ExchangeBind, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast(
+                "tuple[int, str, str, str, bool, FieldTable, int] | None",
+                unpack_fields(b"hsssbF", buf, offset),
+            )
+            if values is not None:
+                self = _new(cls)
+                (
+                    self.ticket,
+                    self.destination,
+                    self.source,
+                    self.routing_key,
+                    self.nowait,
+                    self.arguments,
+                    offset,
+                ) = values
+                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -1741,6 +1922,23 @@ class ExchangeUnbind(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ExchangeUnbind, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast(
+                "tuple[int, str, str, str, bool, FieldTable, int] | None",
+                unpack_fields(b"hsssbF", buf, offset),
+            )
+            if values is not None:
+                self = _new(cls)
+                (
+                    self.ticket,
+                    self.destination,
+                    self.source,
+                    self.routing_key,
+                    self.nowait,
+                    self.arguments,
+                    offset,
+                ) = values
+                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -1859,6 +2057,25 @@ class QueueDeclare(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueueDeclare, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast(
+                "tuple[int, str, bool, bool, bool, bool, bool, FieldTable, int] | None",
+                unpack_fields(b"hsbbbbbF", buf, offset),
+            )
+            if values is not None:
+                self = _new(cls)
+                (
+                    self.ticket,
+                    self.queue,
+                    self.passive,
+                    self.durable,
+                    self.exclusive,
+                    self.auto_delete,
+                    self.nowait,
+                    self.arguments,
+                    offset,
+                ) = values
+                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -1917,6 +2134,12 @@ class QueueDeclareOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueueDeclareOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast("tuple[str, int, int, int] | None", unpack_fields(b"sll", buf, offset))
+            if values is not None:
+                self = _new(cls)
+                (self.queue, self.message_count, self.consumer_count, offset) = values
+                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.queue = buf[offset + 1 : offset + 1 + n].decode()
@@ -1990,6 +2213,23 @@ class QueueBind(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueueBind, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast(
+                "tuple[int, str, str, str, bool, FieldTable, int] | None",
+                unpack_fields(b"hsssbF", buf, offset),
+            )
+            if values is not None:
+                self = _new(cls)
+                (
+                    self.ticket,
+                    self.queue,
+                    self.exchange,
+                    self.routing_key,
+                    self.nowait,
+                    self.arguments,
+                    offset,
+                ) = values
+                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -2090,6 +2330,22 @@ class QueueUnbind(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueueUnbind, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast(
+                "tuple[int, str, str, str, FieldTable, int] | None",
+                unpack_fields(b"hsssF", buf, offset),
+            )
+            if values is not None:
+                self = _new(cls)
+                (
+                    self.ticket,
+                    self.queue,
+                    self.exchange,
+                    self.routing_key,
+                    self.arguments,
+                    offset,
+                ) = values
+                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -2176,6 +2432,12 @@ class QueuePurge(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueuePurge, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast("tuple[int, str, bool, int] | None", unpack_fields(b"hsb", buf, offset))
+            if values is not None:
+                self = _new(cls)
+                (self.ticket, self.queue, self.nowait, offset) = values
+                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -2275,6 +2537,17 @@ class QueueDelete(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueueDelete, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast(
+                "tuple[int, str, bool, bool, bool, int] | None",
+                unpack_fields(b"hsbbb", buf, offset),
+            )
+            if values is not None:
+                self = _new(cls)
+                (self.ticket, self.queue, self.if_unused, self.if_empty, self.nowait, offset) = (
+                    values
+                )
+                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -2467,6 +2740,25 @@ class BasicConsume(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicConsume, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast(
+                "tuple[int, str, str, bool, bool, bool, bool, FieldTable, int] | None",
+                unpack_fields(b"hssbbbbF", buf, offset),
+            )
+            if values is not None:
+                self = _new(cls)
+                (
+                    self.ticket,
+                    self.queue,
+                    self.consumer_tag,
+                    self.no_local,
+                    self.no_ack,
+                    self.exclusive,
+                    self.nowait,
+                    self.arguments,
+                    offset,
+                ) = values
+                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -2517,6 +2809,12 @@ class BasicConsumeOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicConsumeOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast("tuple[str, int] | None", unpack_fields(b"s", buf, offset))
+            if values is not None:
+                self = _new(cls)
+                (self.consumer_tag, offset) = values
+                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -2572,6 +2870,12 @@ class BasicCancel(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicCancel, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast("tuple[str, bool, int] | None", unpack_fields(b"sb", buf, offset))
+            if values is not None:
+                self = _new(cls)
+                (self.consumer_tag, self.nowait, offset) = values
+                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -2612,6 +2916,12 @@ class BasicCancelOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicCancelOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast("tuple[str, int] | None", unpack_fields(b"s", buf, offset))
+            if values is not None:
+                self = _new(cls)
+                (self.consumer_tag, offset) = values
+                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -2673,6 +2983,21 @@ class BasicPublish(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicPublish, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast(
+                "tuple[int, str, str, bool, bool, int] | None", unpack_fields(b"hssbb", buf, offset)
+            )
+            if values is not None:
+                self = _new(cls)
+                (
+                    self.ticket,
+                    self.exchange,
+                    self.routing_key,
+                    self.mandatory,
+                    self.immediate,
+                    offset,
+                ) = values
+                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -2740,6 +3065,14 @@ class BasicReturn(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicReturn, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast(
+                "tuple[int, str, str, str, int] | None", unpack_fields(b"hsss", buf, offset)
+            )
+            if values is not None:
+                self = _new(cls)
+                (self.reply_code, self.reply_text, self.exchange, self.routing_key, offset) = values
+                return self, offset
         self = _new(cls)
         (self.reply_code,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -2809,6 +3142,21 @@ class BasicDeliver(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicDeliver, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast(
+                "tuple[str, int, bool, str, str, int] | None", unpack_fields(b"sqbss", buf, offset)
+            )
+            if values is not None:
+                self = _new(cls)
+                (
+                    self.consumer_tag,
+                    self.delivery_tag,
+                    self.redelivered,
+                    self.exchange,
+                    self.routing_key,
+                    offset,
+                ) = values
+                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -2867,6 +3215,12 @@ class BasicGet(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicGet, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast("tuple[int, str, bool, int] | None", unpack_fields(b"hsb", buf, offset))
+            if values is not None:
+                self = _new(cls)
+                (self.ticket, self.queue, self.no_ack, offset) = values
+                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -2930,6 +3284,21 @@ class BasicGetOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicGetOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast(
+                "tuple[int, bool, str, str, int, int] | None", unpack_fields(b"qbssl", buf, offset)
+            )
+            if values is not None:
+                self = _new(cls)
+                (
+                    self.delivery_tag,
+                    self.redelivered,
+                    self.exchange,
+                    self.routing_key,
+                    self.message_count,
+                    offset,
+                ) = values
+                return self, offset
         self = _new(cls)
         self.delivery_tag, bits = _S_QB.unpack_from(buf, offset)
         offset += 9
@@ -2975,6 +3344,12 @@ class BasicGetEmpty(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicGetEmpty, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
+        if unpack_fields is not None:
+            values = cast("tuple[str, int] | None", unpack_fields(b"s", buf, offset))
+            if values is not None:
+                self = _new(cls)
+                (self.cluster_id, offset) = values
+                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.cluster_id = buf[offset + 1 : offset + 1 + n].decode()
