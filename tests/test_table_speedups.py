@@ -1,7 +1,8 @@
-"""The C table decoder (``amqp_sansio._speedups``) against the pure-Python one: the same values,
+"""The C table codec (``amqp_sansio._speedups``) against the pure-Python one: the same values,
 of the same types, and the same errors, for well-formed, rare-typed, malformed and random
-input. The rest of the test suite runs with whichever ``decode_table`` is active (the C one
-wherever the package was installed with a compiler, as ``make test`` does)."""
+input; the same octets, or the same error, for tables to encode. The rest of the test suite
+runs with whichever ``decode_table`` and ``encode_table`` are active (the C ones wherever the
+package was installed with a compiler, as ``make test`` does)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,28 @@ import os
 import struct
 import subprocess
 import sys
+import types
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amqp_sansio import RemoteProtocolError, _table
-from amqp_sansio._table import MAX_TABLE_DEPTH, decode_table_py, encode_table
+from amqp_sansio import LocalProtocolError, RemoteProtocolError, _speedups, _table
+from amqp_sansio._table import (
+    MAX_TABLE_DEPTH,
+    MAX_TABLE_ENTRIES,
+    Float32,
+    Int16,
+    LongString,
+    decode_table_py,
+    encode_table,
+    encode_table_py,
+)
 
-from .test_table import mutated, nested_tables, tables
+from .test_table import keys, mutated, nested_dict, nested_tables, tables
 
 c_decode_table = _table.decode_table
+c_encode_table = _table.encode_table
 
 
 def typed(value: object) -> object:
@@ -68,15 +81,21 @@ def test_the_accelerator_is_built_and_active() -> None:
     # broken build behind slower tests
     assert c_decode_table is not decode_table_py
     assert type(c_decode_table).__name__ == "builtin_function_or_method"
+    assert c_encode_table is not encode_table_py
+    assert type(c_encode_table).__name__ == "builtin_function_or_method"
 
 
 def test_pure_python_on_request() -> None:
-    script = "from amqp_sansio import _table; print(_table.decode_table is _table.decode_table_py)"
+    script = (
+        "from amqp_sansio import _table; "
+        "print(_table.decode_table is _table.decode_table_py, "
+        "_table.encode_table is _table.encode_table_py, _table.speedups)"
+    )
     env = {**os.environ, "AMQP_SANSIO_NO_EXTENSIONS": "1"}
     done = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
     )
-    assert done.stdout.strip() == "True"
+    assert done.stdout.strip() == "True True None"
 
 
 def test_every_type_code() -> None:
@@ -176,3 +195,154 @@ def test_mutated_tables_agree(value: dict[str, object], data: st.DataObject) -> 
 @given(st.binary(max_size=200), st.integers(0, 8))
 def test_random_bytes_agree(data: bytes, offset: int) -> None:
     same(data, offset)
+
+
+# --- encoding --------------------------------------------------------------------------------
+
+
+def encoding(encode: object, table: object, prefix: bytes = b"pre") -> tuple[object, ...]:
+    """What *encode* appends to a bytearray holding *prefix*, or its error (and that it left the
+    bytearray as it was)."""
+    assert callable(encode)
+    out = bytearray(prefix)
+    try:
+        encode(out, table)
+    except Exception as exc:
+        assert out == prefix
+        return ("error", type(exc).__name__, str(exc))
+    return ("ok", bytes(out))
+
+
+def encodes_alike(table: object) -> tuple[object, ...]:
+    expected = encoding(encode_table_py, table)
+    assert encoding(c_encode_table, table) == expected
+    return expected
+
+
+class Spy:
+    """Stands in for the Python encoder behind the C one: counts what the C one hands over."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, out: bytearray, table: object) -> None:
+        self.calls += 1
+        encode_table_py(out, table)  # type: ignore[arg-type]
+
+
+def c_alone(table: object) -> bytes:
+    """Encode *table* with the C encoder, failing if it hands the table to Python."""
+    spy = Spy()
+    _speedups.set_encode_fallback(spy)
+    try:
+        out = bytearray()
+        c_encode_table(out, table)  # type: ignore[arg-type]
+    finally:
+        _speedups.set_encode_fallback(encode_table_py)
+    assert spy.calls == 0, table
+    return bytes(out)
+
+
+ascii_keys = st.text(alphabet=st.characters(max_codepoint=127), max_size=20)
+common_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.sampled_from(
+        [-(2**7) - 1, -(2**7), 2**7 - 1, 2**7, -(2**15) - 1, 2**15, 2**31, -(2**31) - 1]
+    ),
+    st.floats(),
+    st.text(max_size=30),
+    st.binary(max_size=30),
+    st.binary(max_size=30).map(bytearray),
+)
+common_values = st.recursive(
+    common_scalars,
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.lists(children, max_size=3).map(tuple),
+        st.dictionaries(ascii_keys, children, max_size=4),
+    ),
+    max_leaves=16,
+)
+common_tables = st.dictionaries(ascii_keys, common_values, max_size=6)
+
+
+@settings(deadline=None)
+@given(common_tables)
+def test_common_tables_encode_in_c_alike(value: dict[str, object]) -> None:
+    assert encodes_alike(value) == ("ok", b"pre" + c_alone(value))
+
+
+@settings(deadline=None)
+@given(tables)
+def test_any_table_encodes_alike(value: dict[str, object]) -> None:
+    encodes_alike(value)
+
+
+@settings(deadline=None)
+@given(st.dictionaries(keys, st.integers() | st.text(), max_size=4))
+def test_any_keys_and_any_ints_encode_alike(value: dict[str, object]) -> None:
+    encodes_alike(value)
+
+
+def test_what_the_c_encoder_hands_to_python() -> None:
+    class Text(str):
+        pass
+
+    class Number(int):
+        pass
+
+    rare: list[object] = [
+        Text("subclass"),
+        Number(3),
+        Int16(3),
+        Float32(1.5),
+        LongString(b"raw"),
+        memoryview(b"view"),
+        2**63,
+        -(2**63) - 1,
+        "lone \udc80 surrogate",
+        {"nested": {"deeper": Number(1)}},
+        [1, [2, Text("x")]],
+        object(),
+    ]
+    for item in rare:
+        for table in ({"k": item}, {"a": 1, "k": item}, {"F": {"k": item}}, {"A": [item]}):
+            encodes_alike(table)
+    others: list[object] = [
+        {"é-key": 1},  # not ASCII: encoded by Python
+        {"\udcff": 1},  # surrogateescape
+        {"k" * 256: 1},
+        {1: "not a str key"},
+        nested_dict(MAX_TABLE_DEPTH),
+        nested_dict(MAX_TABLE_DEPTH + 1),
+        dict.fromkeys(map(str, range(MAX_TABLE_ENTRIES + 1)), 0),
+    ]
+    for other in others:
+        encodes_alike(other)
+    assert encodes_alike(nested_dict(MAX_TABLE_DEPTH + 1))[0] == "error"
+    # non-ASCII values are the C encoder's; only keys that are not ASCII go to Python
+    assert c_alone({"k": "é", "l": ["ü"]}) == encoded({"k": "é", "l": ["ü"]})
+
+
+def test_the_c_encoder_takes_what_python_takes() -> None:
+    for table in (None, {}, {"a": 1}):
+        assert c_alone(table) == encoding(encode_table_py, table, b"")[1]
+    # a Mapping that is not a dict, a table that is not a Mapping, keywords: Python's
+    encodes_alike(types.MappingProxyType({"a": 1}))
+    assert encodes_alike("not a table")[0] == "error"
+    with pytest.raises(LocalProtocolError):
+        c_encode_table(bytearray(), ["a"])  # type: ignore[arg-type]
+    out = bytearray()
+    c_encode_table(out=out, table={"a": 1})
+    assert out == encoded({"a": 1})
+
+
+def test_an_exported_bytearray_is_left_as_it_was() -> None:
+    out = bytearray(b"held")
+    view = memoryview(out)
+    with pytest.raises(BufferError):
+        c_encode_table(out, {"a": "b"})
+    view.release()
+    assert out == b"held"

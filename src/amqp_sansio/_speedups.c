@@ -1,6 +1,7 @@
 /* Optional C decoder for AMQP field tables: the same results as amqp_sansio._table's
  * pure-Python decode_table, several times faster. unpack_fields and unpack_properties do the
- * same for the arguments of generated methods and content properties, under the same rule.
+ * same for the arguments of generated methods and content properties, and encode_table for
+ * encoding tables of the common types, under the same rule.
  *
  * It decodes only what it can decode exactly as the Python code does: well-formed tables of
  * the common value types. Anything else (a truncated or malformed table, an unknown or rare
@@ -18,8 +19,8 @@
 #define MAX_TABLE_DEPTH 32
 #define MAX_TABLE_ENTRIES 65536
 /* The interface amqp_sansio._table expects (_SPEEDUPS_VERSION): a build from other sources
- * is not used. 2: unpack_fields and unpack_properties. */
-#define SPEEDUPS_VERSION 2
+ * is not used. 2: unpack_fields and unpack_properties; 3: encode_table. */
+#define SPEEDUPS_VERSION 3
 
 static PyObject *fallback = NULL; /* the pure-Python decode_table */
 
@@ -398,6 +399,294 @@ static PyObject *unpack_properties(PyObject *module, PyObject *const *args, Py_s
     return finish(values, ncodes, pos);
 }
 
+/* --- encoding ------------------------------------------------------------------------------ */
+
+static PyObject *encode_fallback = NULL; /* the pure-Python encode_table */
+
+/* What the encoders return: done, or leave the whole table to Python (no exception set), or
+ * fail with an exception (memory). */
+#define ENCODED 0
+#define TO_PYTHON 1
+#define FAILED -1
+
+typedef struct {
+    unsigned char *data;
+    Py_ssize_t len, cap;
+} Out;
+
+static int reserve(Out *o, Py_ssize_t n)
+{
+    if (n <= o->cap - o->len) {
+        return ENCODED;
+    }
+    Py_ssize_t cap = o->cap ? o->cap : 256;
+    while (cap - o->len < n) {
+        if (cap > PY_SSIZE_T_MAX / 2) {
+            PyErr_NoMemory();
+            return FAILED;
+        }
+        cap *= 2;
+    }
+    unsigned char *data = PyMem_Realloc(o->data, (size_t)cap);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return FAILED;
+    }
+    o->data = data;
+    o->cap = cap;
+    return ENCODED;
+}
+
+static inline void put_be32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+/* A type octet, then n octets: a u32 length and the data when data is given. */
+static int put_sized(Out *o, unsigned char code, const char *data, Py_ssize_t n)
+{
+    if ((uint64_t)n > 0xFFFFFFFFu) {
+        return TO_PYTHON; /* Python reports what does not fit a u32 */
+    }
+    if (reserve(o, 5 + n)) {
+        return FAILED;
+    }
+    o->data[o->len] = code;
+    put_be32(o->data + o->len + 1, (uint32_t)n);
+    memcpy(o->data + o->len + 5, data, (size_t)n);
+    o->len += 5 + n;
+    return ENCODED;
+}
+
+/* Patch the u32 size of a container whose size field is at `at`, now that it is complete. */
+static int close_container(Out *o, Py_ssize_t at)
+{
+    Py_ssize_t size = o->len - at - 4;
+    if ((uint64_t)size > 0xFFFFFFFFu) {
+        return TO_PYTHON;
+    }
+    put_be32(o->data + at, (uint32_t)size);
+    return ENCODED;
+}
+
+static int encode_entries(Out *o, PyObject *table, int depth);
+
+/* One type octet and value; depth is that of the enclosing container. Exact types only: a
+ * subclass, a wrapper (Float32, LongString, ...), Decimal, datetime go to Python. */
+static int encode_value(Out *o, PyObject *v, int depth)
+{
+    if (PyUnicode_CheckExact(v)) {
+        if (PyUnicode_IS_ASCII(v)) {
+            return put_sized(o, 'S', (const char *)PyUnicode_DATA(v), PyUnicode_GET_LENGTH(v));
+        }
+        /* not AsUTF8AndSize: it would keep a UTF-8 copy in every non-ASCII string sent */
+        PyObject *utf8 = PyUnicode_AsUTF8String(v);
+        if (utf8 == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) {
+                return FAILED;
+            }
+            PyErr_Clear(); /* lone surrogates: Python says so */
+            return TO_PYTHON;
+        }
+        int r = put_sized(o, 'S', PyBytes_AS_STRING(utf8), PyBytes_GET_SIZE(utf8));
+        Py_DECREF(utf8);
+        return r;
+    }
+    if (PyBool_Check(v)) {
+        if (reserve(o, 2)) {
+            return FAILED;
+        }
+        o->data[o->len++] = 't';
+        o->data[o->len++] = v == Py_True;
+        return ENCODED;
+    }
+    if (PyLong_CheckExact(v)) {
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow) {
+            return TO_PYTHON; /* past int64 */
+        }
+        if (x == -1 && PyErr_Occurred()) {
+            return FAILED;
+        }
+        if (reserve(o, 9)) {
+            return FAILED;
+        }
+        unsigned char *p = o->data + o->len;
+        uint64_t u = (uint64_t)x;
+        /* the smallest signed type that holds it, as the Python encoder */
+        if (x >= -0x80 && x <= 0x7F) {
+            p[0] = 'b';
+            p[1] = (unsigned char)u;
+            o->len += 2;
+        }
+        else if (x >= -0x8000 && x <= 0x7FFF) {
+            p[0] = 's';
+            p[1] = (unsigned char)(u >> 8);
+            p[2] = (unsigned char)u;
+            o->len += 3;
+        }
+        else if (x >= -0x80000000LL && x <= 0x7FFFFFFFLL) {
+            p[0] = 'I';
+            put_be32(p + 1, (uint32_t)u);
+            o->len += 5;
+        }
+        else {
+            p[0] = 'l';
+            put_be32(p + 1, (uint32_t)(u >> 32));
+            put_be32(p + 5, (uint32_t)u);
+            o->len += 9;
+        }
+        return ENCODED;
+    }
+    if (PyDict_CheckExact(v) || PyList_CheckExact(v) || PyTuple_CheckExact(v)) {
+        if (reserve(o, 5)) {
+            return FAILED;
+        }
+        int is_table = PyDict_CheckExact(v);
+        o->data[o->len] = is_table ? 'F' : 'A';
+        Py_ssize_t at = o->len + 1;
+        o->len += 5;
+        int r;
+        if (is_table) {
+            r = encode_entries(o, v, depth + 1);
+        }
+        else {
+            Py_ssize_t n = PySequence_Fast_GET_SIZE(v);
+            PyObject **items = PySequence_Fast_ITEMS(v);
+            r = depth + 1 > MAX_TABLE_DEPTH || n > MAX_TABLE_ENTRIES ? TO_PYTHON : ENCODED;
+            for (Py_ssize_t i = 0; i < n && r == ENCODED; i++) {
+                r = encode_value(o, items[i], depth + 1);
+            }
+        }
+        return r ? r : close_container(o, at);
+    }
+    if (v == Py_None) {
+        if (reserve(o, 1)) {
+            return FAILED;
+        }
+        o->data[o->len++] = 'V';
+        return ENCODED;
+    }
+    if (PyFloat_CheckExact(v)) {
+        if (reserve(o, 9)) {
+            return FAILED;
+        }
+        o->data[o->len] = 'd';
+        if (PyFloat_Pack8(PyFloat_AS_DOUBLE(v), (char *)o->data + o->len + 1, 0) < 0) {
+            return FAILED;
+        }
+        o->len += 9;
+        return ENCODED;
+    }
+    if (PyBytes_CheckExact(v)) {
+        return put_sized(o, 'x', PyBytes_AS_STRING(v), PyBytes_GET_SIZE(v));
+    }
+    if (PyByteArray_CheckExact(v)) {
+        return put_sized(o, 'x', PyByteArray_AS_STRING(v), PyByteArray_GET_SIZE(v));
+    }
+    return TO_PYTHON;
+}
+
+/* The entries of a dict, each a short-string key and a value; nothing here runs Python code,
+ * so the dict can't change while it is walked. */
+static int encode_entries(Out *o, PyObject *table, int depth)
+{
+    if (depth > MAX_TABLE_DEPTH || PyDict_GET_SIZE(table) > MAX_TABLE_ENTRIES) {
+        return TO_PYTHON; /* Python raises the error */
+    }
+    Py_ssize_t i = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(table, &i, &key, &value)) {
+        /* ASCII keys only: others may need surrogateescape, the Python encoder's business */
+        if (!PyUnicode_CheckExact(key) || !PyUnicode_IS_ASCII(key)) {
+            return TO_PYTHON;
+        }
+        Py_ssize_t klen = PyUnicode_GET_LENGTH(key);
+        if (klen > 255) {
+            return TO_PYTHON;
+        }
+        if (reserve(o, 1 + klen)) {
+            return FAILED;
+        }
+        o->data[o->len] = (unsigned char)klen;
+        memcpy(o->data + o->len + 1, PyUnicode_DATA(key), (size_t)klen);
+        o->len += 1 + klen;
+        int r = encode_value(o, value, depth);
+        if (r) {
+            return r;
+        }
+    }
+    return ENCODED;
+}
+
+PyDoc_STRVAR(encode_table_doc,
+             "encode_table(out, table)\n--\n\n"
+             "Append *table* to the bytearray *out* as a u32 size and its entries; None or {}\n"
+             "is 4 zero octets. The pure-Python encode_table handles what this does not\n"
+             "(see the module), and raises the errors.");
+
+static PyObject *encode_table(PyObject *module, PyObject *const *args, Py_ssize_t nargsf,
+                              PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (kwnames != NULL || nargs != 2 || !PyByteArray_CheckExact(args[0]) ||
+        !(args[1] == Py_None || PyDict_CheckExact(args[1]))) {
+        goto python;
+    }
+    PyObject *out = args[0], *table = args[1];
+    Out o = {NULL, 0, 0};
+    int r = reserve(&o, 4);
+    if (r == ENCODED) {
+        memset(o.data, 0, 4);
+        o.len = 4;
+        if (table != Py_None) {
+            r = encode_entries(&o, table, 0);
+        }
+        if (r == ENCODED) {
+            r = close_container(&o, 0);
+        }
+    }
+    if (r == ENCODED) {
+        Py_ssize_t start = PyByteArray_GET_SIZE(out);
+        if (o.len > PY_SSIZE_T_MAX - start) {
+            r = TO_PYTHON;
+        }
+        else if (PyByteArray_Resize(out, start + o.len) < 0) {
+            r = FAILED; /* e.g. BufferError: the bytearray is exported */
+        }
+        else {
+            memcpy(PyByteArray_AS_STRING(out) + start, o.data, (size_t)o.len);
+        }
+    }
+    PyMem_Free(o.data);
+    if (r == ENCODED) {
+        Py_RETURN_NONE;
+    }
+    if (r == FAILED) {
+        return NULL;
+    }
+python:
+    if (encode_fallback == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "amqp_sansio._speedups: no fallback encoder set");
+        return NULL;
+    }
+    return PyObject_Vectorcall(encode_fallback, args, (size_t)nargs, kwnames);
+}
+
+static PyObject *set_encode_fallback(PyObject *module, PyObject *func)
+{
+    if (!PyCallable_Check(func)) {
+        PyErr_SetString(PyExc_TypeError, "the fallback must be callable");
+        return NULL;
+    }
+    Py_XSETREF(encode_fallback, Py_NewRef(func));
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(decode_table_doc,
              "decode_table(buf, offset, depth=0)\n--\n\n"
              "Decode the field table whose u32 size is at *offset*: (table, offset after it).\n"
@@ -472,6 +761,10 @@ static PyMethodDef methods[] = {
     {"decode_table", (PyCFunction)(void (*)(void))decode_table, METH_FASTCALL | METH_KEYWORDS,
      decode_table_doc},
     {"set_fallback", set_fallback, METH_O, "Set the pure-Python decode_table to defer to."},
+    {"encode_table", (PyCFunction)(void (*)(void))encode_table, METH_FASTCALL | METH_KEYWORDS,
+     encode_table_doc},
+    {"set_encode_fallback", set_encode_fallback, METH_O,
+     "Set the pure-Python encode_table to defer to."},
     {"unpack_fields", (PyCFunction)(void (*)(void))unpack_fields, METH_FASTCALL,
      unpack_fields_doc},
     {"unpack_properties", (PyCFunction)(void (*)(void))unpack_properties, METH_FASTCALL,

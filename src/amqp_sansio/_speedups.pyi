@@ -1,8 +1,9 @@
 # The optional C accelerator (src/amqp_sansio/_speedups.c); see amqp_sansio._table.
+from collections.abc import Mapping
 from typing import Final, Protocol
 
 from ._method import Buffer
-from ._table import FieldTable
+from ._table import FieldTable, FieldValue
 
 VERSION: Final[int]
 MAX_TABLE_DEPTH: Final[int]
@@ -11,8 +12,13 @@ MAX_TABLE_ENTRIES: Final[int]
 class TableDecoder(Protocol):
     def __call__(self, buf: Buffer, offset: int, depth: int = 0) -> tuple[FieldTable, int]: ...
 
+class TableEncoder(Protocol):
+    def __call__(self, out: bytearray, table: Mapping[str, FieldValue] | None) -> None: ...
+
 def decode_table(buf: Buffer, offset: int, depth: int = 0) -> tuple[FieldTable, int]: ...
 def set_fallback(func: TableDecoder, /) -> None: ...
+def encode_table(out: bytearray, table: Mapping[str, FieldValue] | None) -> None: ...
+def set_encode_fallback(func: TableEncoder, /) -> None: ...
 
 class ArgsUnpacker(Protocol):
     # One value per code, of the field's type, then the offset: each generated decoder casts

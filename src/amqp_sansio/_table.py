@@ -36,10 +36,14 @@ Malformed input raises :class:`RemoteProtocolError` (502); a value that can't be
 :class:`LocalProtocolError` (502) and leaves the output buffer as it was. Nesting depth and entry
 counts are capped while decoding and encoding, so hostile input costs bounded time and memory.
 
-Decoding has an optional C accelerator, ``amqp_sansio._speedups``, built when the package is
-installed with a C compiler at hand. It decodes well-formed tables of the common types and hands
-everything else (every malformed table, ``A``, ``T``, ``D``, keys that are not UTF-8) to the
-Python decoder below, so both give the same values and the same errors. Setting the environment
+Both directions have an optional C accelerator, ``amqp_sansio._speedups``, built when the
+package is installed with a C compiler at hand. It decodes well-formed tables of the common
+types and hands everything else (every malformed table, ``A``, ``T``, ``D``, keys that are not
+UTF-8) to the Python decoder below; it encodes dicts of ASCII keys and values of the exact
+built-in types (``str``, ``bool``, ``int``, ``float``, ``bytes``, ``bytearray``, ``None``,
+``dict``, ``list``, ``tuple``) and hands everything else (subclasses, the typed wrappers,
+``Decimal``, ``datetime``, anything that can't be encoded) to the Python encoder. So both give
+the same octets, values and errors. Setting the environment
 variable ``AMQP_SANSIO_NO_EXTENSIONS`` to a non-empty value keeps to pure Python.
 """
 
@@ -60,7 +64,7 @@ from ._errors import LocalProtocolError, RemoteProtocolError
 
 if TYPE_CHECKING:
     from ._method import Buffer
-    from ._speedups import ArgsUnpacker, TableDecoder
+    from ._speedups import ArgsUnpacker, TableDecoder, TableEncoder
 
 __all__ = [
     "MAX_TABLE_DEPTH",
@@ -355,44 +359,6 @@ def decode_table(buf: Buffer, offset: int, depth: int = 0) -> tuple[FieldTable, 
 
 #: The pure-Python decoder, whatever ``decode_table`` is bound to.
 decode_table_py: Final = decode_table
-
-
-@final
-@attrs.frozen
-class Speedups:
-    """The functions of the C accelerator, ``amqp_sansio._speedups``."""
-
-    decode_table: TableDecoder
-    #: Used first by the generated method and properties decoders (see ``_speedups.c``).
-    unpack_fields: ArgsUnpacker
-    unpack_properties: ArgsUnpacker
-
-
-#: What ``_speedups.c`` says its ``VERSION`` is: the interface these sources expect.
-_SPEEDUPS_VERSION: Final = 2
-
-
-def _load_speedups() -> Speedups | None:
-    if os.environ.get("AMQP_SANSIO_NO_EXTENSIONS"):
-        return None
-    try:
-        from . import _speedups
-    except ImportError:
-        return None
-    if (_speedups.VERSION, _speedups.MAX_TABLE_DEPTH, _speedups.MAX_TABLE_ENTRIES) != (
-        _SPEEDUPS_VERSION,
-        MAX_TABLE_DEPTH,
-        MAX_TABLE_ENTRIES,
-    ):
-        return None  # built from other sources than these: don't trust it
-    _speedups.set_fallback(decode_table_py)
-    return Speedups(_speedups.decode_table, _speedups.unpack_fields, _speedups.unpack_properties)
-
-
-#: The C accelerator, or None: not built, or turned off by ``AMQP_SANSIO_NO_EXTENSIONS``.
-speedups: Final = _load_speedups()
-if speedups is not None:
-    decode_table = speedups.decode_table  # nested tables recurse through this name too
 
 
 def decode_table_entries(buf: Buffer, start: int, end: int) -> FieldTable:
@@ -808,3 +774,53 @@ def _describe(value: object) -> str:
     if isinstance(value, int) and value.bit_length() > 64:
         return f"<int of {value.bit_length()} bits>"
     return repr(value)
+
+
+#: The pure-Python encoder, whatever ``encode_table`` is bound to.
+encode_table_py: Final = encode_table
+
+
+@final
+@attrs.frozen
+class Speedups:
+    """The functions of the C accelerator, ``amqp_sansio._speedups``."""
+
+    decode_table: TableDecoder
+    encode_table: TableEncoder
+    #: Used first by the generated method and properties decoders (see ``_speedups.c``).
+    unpack_fields: ArgsUnpacker
+    unpack_properties: ArgsUnpacker
+
+
+#: What ``_speedups.c`` says its ``VERSION`` is: the interface these sources expect.
+_SPEEDUPS_VERSION: Final = 3
+
+
+def _load_speedups() -> Speedups | None:
+    if os.environ.get("AMQP_SANSIO_NO_EXTENSIONS"):
+        return None
+    try:
+        from . import _speedups
+    except ImportError:
+        return None
+    if (_speedups.VERSION, _speedups.MAX_TABLE_DEPTH, _speedups.MAX_TABLE_ENTRIES) != (
+        _SPEEDUPS_VERSION,
+        MAX_TABLE_DEPTH,
+        MAX_TABLE_ENTRIES,
+    ):
+        return None  # built from other sources than these: don't trust it
+    _speedups.set_fallback(decode_table_py)
+    _speedups.set_encode_fallback(encode_table_py)
+    return Speedups(
+        _speedups.decode_table,
+        _speedups.encode_table,
+        _speedups.unpack_fields,
+        _speedups.unpack_properties,
+    )
+
+
+#: The C accelerator, or None: not built, or turned off by ``AMQP_SANSIO_NO_EXTENSIONS``.
+speedups: Final = _load_speedups()
+if speedups is not None:
+    decode_table = speedups.decode_table  # nested tables recurse through this name too
+    encode_table = speedups.encode_table
