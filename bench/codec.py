@@ -378,7 +378,9 @@ Write = Callable[[Any], object]
 
 
 def encode_ours(n: int, body: bytes, write: Write | None) -> bytearray:
-    from amqp_sansio._frames import encode_content
+    """What the core's basic.publish does (Connection.send_content): encode_publish, and
+    encode_content for what that does not take (nothing here)."""
+    from amqp_sansio._frames import encode_content, encode_publish
     from amqp_sansio._generated.spec_0_9_1 import BasicProperties, BasicPublish
 
     out = bytearray()
@@ -391,11 +393,10 @@ def encode_ours(n: int, body: bytes, write: Write | None) -> bytearray:
             message_id=MESSAGE_ID,
             timestamp=TIMESTAMP,
         )
-        if write is None:
-            encode_content(out, CHANNEL, method, properties, body, FRAME_MAX)
-        else:
-            frames = bytearray()
+        frames = out if write is None else bytearray()
+        if not encode_publish(frames, CHANNEL, method, properties, body, FRAME_MAX):
             encode_content(frames, CHANNEL, method, properties, body, FRAME_MAX)
+        if write is not None:
             write(frames)
     return out
 
