@@ -812,12 +812,12 @@ def _ours_fingerprint() -> str:
     return digest.hexdigest()[:12]
 
 
-def _table_decoder() -> str:
-    """Which field-table decoder ours runs: the C accelerator, or pure Python (not built, or
-    AMQP_SANSIO_NO_EXTENSIONS set)."""
+def _accelerator() -> str:
+    """Whether ours runs with the C accelerator (tables, method arguments) or in pure Python
+    (not built, or AMQP_SANSIO_NO_EXTENSIONS set)."""
     from amqp_sansio import _table
 
-    return "pure Python" if _table.decode_table is _table.decode_table_py else "C"
+    return "pure Python" if _table.speedups is None else "C accelerator on"
 
 
 def _fmt_rate(rate: float) -> str:
@@ -889,7 +889,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     versions = _versions()
     if problem is None:
         versions["amqp-sansio sources"] = _ours_fingerprint()
-        versions["amqp-sansio table decoder"] = _table_decoder()
+        versions["amqp-sansio accelerator"] = _accelerator()
     print(
         f"Python {versions['python']} on {platform.machine()}, {os.cpu_count()} CPUs; "
         f"pamqp {versions['pamqp']}, pika {versions['pika']}, py-amqp {versions['amqp']}; "
@@ -897,7 +897,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         + (f" (ours fed {args.read_size}-octet reads)" if args.mode == "stream" else "")
         + f"; median of {repeat} run(s), {args.timer} time, gc off while timed"
         + (
-            f"; ours decodes tables in {versions['amqp-sansio table decoder']}"
+            f"; ours: {versions['amqp-sansio accelerator']}"
             if problem is None
             else ""
         )
