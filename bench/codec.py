@@ -896,11 +896,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"frame_max {FRAME_MAX}; {args.mode} mode"
         + (f" (ours fed {args.read_size}-octet reads)" if args.mode == "stream" else "")
         + f"; median of {repeat} run(s), {args.timer} time, gc off while timed"
-        + (
-            f"; ours: {versions['amqp-sansio accelerator']}"
-            if problem is None
-            else ""
-        )
+        + (f"; ours: {versions['amqp-sansio accelerator']}" if problem is None else "")
     )
     peers = [lib for lib in libs if lib != "ours"]
     header = (
