@@ -6,7 +6,6 @@ same values of the same types, or fail with the same error."""
 from __future__ import annotations
 
 import contextlib
-import math
 import struct
 from typing import TYPE_CHECKING
 
@@ -20,6 +19,7 @@ from amqp_sansio._method import ContentProperties, Method
 
 from .strategies import methods, properties
 from .test_table import mutated
+from .test_table_speedups import typed
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -69,17 +69,6 @@ def counting(results: list[bool]) -> Iterator[None]:
         yield
     finally:
         names["unpack_fields"], names["unpack_properties"] = saved
-
-
-def typed(value: object) -> object:
-    """*value* with its type spelled out: True == 1 and nan != nan would hide differences."""
-    if isinstance(value, dict):
-        return ("dict", [(k, typed(v)) for k, v in value.items()])
-    if isinstance(value, list):
-        return ("list", [typed(v) for v in value])
-    if isinstance(value, float) and math.isnan(value):
-        return ("float", "nan", struct.pack(">d", value))
-    return (type(value).__name__, value)
 
 
 def fields_of(decoded: Method | ContentProperties) -> list[object]:

@@ -233,12 +233,12 @@ class Spy:
 def c_alone(table: object) -> bytes:
     """Encode *table* with the C encoder, failing if it hands the table to Python."""
     spy = Spy()
-    _speedups.set_encode_fallback(spy)
+    _speedups.set_fallbacks(decode_table_py, spy)
     try:
         out = bytearray()
         c_encode_table(out, table)  # type: ignore[arg-type]
     finally:
-        _speedups.set_encode_fallback(encode_table_py)
+        _speedups.set_fallbacks(decode_table_py, encode_table_py)
     assert spy.calls == 0, table
     return bytes(out)
 

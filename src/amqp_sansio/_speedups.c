@@ -19,10 +19,21 @@
 #define MAX_TABLE_DEPTH 32
 #define MAX_TABLE_ENTRIES 65536
 /* The interface amqp_sansio._table expects (_SPEEDUPS_VERSION): a build from other sources
- * is not used. 2: unpack_fields and unpack_properties; 3: encode_table. */
-#define SPEEDUPS_VERSION 3
+ * is not used. 2: unpack_fields and unpack_properties; 3: encode_table; 4: set_fallbacks. */
+#define SPEEDUPS_VERSION 4
 
-static PyObject *fallback = NULL; /* the pure-Python decode_table */
+/* The pure-Python decode_table and encode_table, which take over what C does not do. */
+static PyObject *decode_fallback = NULL;
+static PyObject *encode_fallback = NULL;
+
+static PyObject *defer(PyObject *func, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (func == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "amqp_sansio._speedups: set_fallbacks() not called");
+        return NULL;
+    }
+    return PyObject_Vectorcall(func, args, (size_t)nargs, kwnames);
+}
 
 /* Returned by decode() when the Python decoder must take over (no exception is set). */
 #define BAIL ((PyObject *)1)
@@ -401,8 +412,6 @@ static PyObject *unpack_properties(PyObject *module, PyObject *const *args, Py_s
 
 /* --- encoding ------------------------------------------------------------------------------ */
 
-static PyObject *encode_fallback = NULL; /* the pure-Python encode_table */
-
 /* What the encoders return: done, or leave the whole table to Python (no exception set), or
  * fail with an exception (memory). */
 #define ENCODED 0
@@ -670,21 +679,7 @@ static PyObject *encode_table(PyObject *module, PyObject *const *args, Py_ssize_
         return NULL;
     }
 python:
-    if (encode_fallback == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "amqp_sansio._speedups: no fallback encoder set");
-        return NULL;
-    }
-    return PyObject_Vectorcall(encode_fallback, args, (size_t)nargs, kwnames);
-}
-
-static PyObject *set_encode_fallback(PyObject *module, PyObject *func)
-{
-    if (!PyCallable_Check(func)) {
-        PyErr_SetString(PyExc_TypeError, "the fallback must be callable");
-        return NULL;
-    }
-    Py_XSETREF(encode_fallback, Py_NewRef(func));
-    Py_RETURN_NONE;
+    return defer(encode_fallback, args, nargs, kwnames);
 }
 
 PyDoc_STRVAR(decode_table_doc,
@@ -740,31 +735,27 @@ static PyObject *decode_table(PyObject *module, PyObject *const *args, Py_ssize_
         return result;
     }
 python:
-    if (fallback == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "amqp_sansio._speedups: no fallback decoder set");
-        return NULL;
-    }
-    return PyObject_Vectorcall(fallback, args, (size_t)nargs, kwnames);
+    return defer(decode_fallback, args, nargs, kwnames);
 }
 
-static PyObject *set_fallback(PyObject *module, PyObject *func)
+static PyObject *set_fallbacks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!PyCallable_Check(func)) {
-        PyErr_SetString(PyExc_TypeError, "the fallback must be callable");
+    if (nargs != 2 || !PyCallable_Check(args[0]) || !PyCallable_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "set_fallbacks(decode_table, encode_table): two callables");
         return NULL;
     }
-    Py_XSETREF(fallback, Py_NewRef(func));
+    Py_XSETREF(decode_fallback, Py_NewRef(args[0]));
+    Py_XSETREF(encode_fallback, Py_NewRef(args[1]));
     Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
     {"decode_table", (PyCFunction)(void (*)(void))decode_table, METH_FASTCALL | METH_KEYWORDS,
      decode_table_doc},
-    {"set_fallback", set_fallback, METH_O, "Set the pure-Python decode_table to defer to."},
+    {"set_fallbacks", (PyCFunction)(void (*)(void))set_fallbacks, METH_FASTCALL,
+     "set_fallbacks(decode_table, encode_table): the pure-Python functions to defer to."},
     {"encode_table", (PyCFunction)(void (*)(void))encode_table, METH_FASTCALL | METH_KEYWORDS,
      encode_table_doc},
-    {"set_encode_fallback", set_encode_fallback, METH_O,
-     "Set the pure-Python encode_table to defer to."},
     {"unpack_fields", (PyCFunction)(void (*)(void))unpack_fields, METH_FASTCALL,
      unpack_fields_doc},
     {"unpack_properties", (PyCFunction)(void (*)(void))unpack_properties, METH_FASTCALL,

@@ -793,7 +793,7 @@ class Speedups:
 
 
 #: What ``_speedups.c`` says its ``VERSION`` is: the interface these sources expect.
-_SPEEDUPS_VERSION: Final = 3
+_SPEEDUPS_VERSION: Final = 4
 
 
 def _load_speedups() -> Speedups | None:
@@ -809,8 +809,7 @@ def _load_speedups() -> Speedups | None:
         MAX_TABLE_ENTRIES,
     ):
         return None  # built from other sources than these: don't trust it
-    _speedups.set_fallback(decode_table_py)
-    _speedups.set_encode_fallback(encode_table_py)
+    _speedups.set_fallbacks(decode_table_py, encode_table_py)
     return Speedups(
         _speedups.decode_table,
         _speedups.encode_table,
