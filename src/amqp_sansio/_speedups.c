@@ -326,7 +326,7 @@ static PyObject *unpack_fields(PyObject *module, PyObject *const *args, Py_ssize
     if (values == NULL) {
         return NULL;
     }
-    int bit = 8; /* bits left in the current octet of packed bits */
+    int bit = 8; /* the next bit of the current octet of packed bits; 8: read another octet */
     unsigned char bits = 0;
     for (Py_ssize_t i = 0; i < ncodes; i++) {
         PyObject *value;
@@ -454,7 +454,7 @@ static inline void put_be32(unsigned char *p, uint32_t v)
     p[3] = (unsigned char)v;
 }
 
-/* A type octet, then n octets: a u32 length and the data when data is given. */
+/* A type octet, a u32 length n and the n octets of data: S and x values. */
 static int put_sized(Out *o, unsigned char code, const char *data, Py_ssize_t n)
 {
     if ((uint64_t)n > 0xFFFFFFFFu) {
