@@ -349,6 +349,16 @@ class _Confirms:
         self.free: dict[tuple[str, str], int] = {}
         self.held: list[tuple[PublishReturned, bool]] = []
 
+    def number(self, method: BasicPublish) -> int:
+        """Number a publish just written (client role), keeping a mandatory one's key."""
+        number = self.next
+        self.next = number + 1
+        if method.mandatory:
+            key = (method.exchange, method.routing_key)
+            self.mandatory[number] = key
+            self.free[key] = self.free.get(key, 0) + 1
+        return number
+
     def covers(self, tag: int, multiple: bool) -> bool:
         """Whether an ack of *tag* names only numbers in use and settles at least one."""
         if multiple and tag == 0:  # the spec: zero with multiple means "all outstanding"
@@ -1643,26 +1653,12 @@ class Connection:
                 and encode_publish(self._out, channel, method, properties, body, self._frame_max)
             ):
                 confirms = fast.confirms
-                if confirms is None:
-                    return None
-                number = confirms.next
-                confirms.next = number + 1
-                if method.mandatory:
-                    key = (method.exchange, method.routing_key)
-                    confirms.mandatory[number] = key
-                    confirms.free[key] = confirms.free.get(key, 0) + 1
-                return number
+                return None if confirms is None else confirms.number(method)
         ch = self._send_content(channel, method, properties, body)
         confirms = ch.confirms
         if confirms is None or not isinstance(method, BasicPublish):
             return None
-        number = confirms.next
-        confirms.next = number + 1
-        if method.mandatory:
-            key = (method.exchange, method.routing_key)
-            confirms.mandatory[number] = key
-            confirms.free[key] = confirms.free.get(key, 0) + 1
-        return number
+        return confirms.number(method)
 
     def send_content(
         self, channel: int, method: Method, properties: ContentProperties, body: Buffer
