@@ -807,6 +807,11 @@ def encode_content(
         out += body
         out.append(FRAME_END)
         return
+    _append_body_frames(out, channel, body, total, limit)
+
+
+def _append_body_frames(out: bytearray, channel: int, body: Buffer, total: int, limit: int) -> None:
+    """Append a body of *total* octets as frames of at most *limit* octets of payload."""
     view = _octets(body)
     for offset in range(0, total, limit):
         piece = view[offset : offset + limit]
@@ -877,12 +882,7 @@ def encode_publish(
         out.append(FRAME_END)
         return True
     out.append(FRAME_END)
-    view = memoryview(body)
-    for offset in range(0, total, limit):
-        piece = view[offset : offset + limit]
-        out += _pack_frame_header(FRAME_BODY, channel, piece.nbytes)
-        out += piece
-        out.append(FRAME_END)
+    _append_body_frames(out, channel, body, total, limit)
     return True
 
 
