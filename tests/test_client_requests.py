@@ -3,7 +3,6 @@ as the broker receives it, the argument checks, and what each reply turns into."
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
@@ -40,9 +39,8 @@ from amqp_sansio import (
     QueueUnbind,
 )
 from amqp_sansio import _client_requests as request
-from amqp_sansio._client_shared import count_failure
+from amqp_sansio._client_shared import PublisherCounts
 from amqp_sansio.client import (
-    AMQPError,
     ConnectionLostError,
     ConnectionParameters,
     Message,
@@ -293,19 +291,19 @@ def test_report_dropped(caplog: pytest.LogCaptureFixture) -> None:
 
 
 def test_publisher_failures_are_counted_by_kind() -> None:
-    @dataclasses.dataclass
-    class Counts:
-        failed: int = 0
-        nacked: int = 0
-        returned: int = 0
-        _failures: list[AMQPError] = dataclasses.field(default_factory=list)
-
-    counts = Counts()
+    counts = PublisherCounts(10)
     message = Message(body=b"x", properties=BasicProperties(), exchange="", routing_key="q")
     nacked = PublishNackedError(1)
     returned = MessageReturnedError(2, 312, "NO_ROUTE", message)
     lost = ConnectionLostError("gone")
-    for outcome in (nacked, returned, lost):
-        count_failure(counts, outcome)
+    for _ in range(4):
+        counts._count_published()
+    for outcome in (nacked, returned, lost, None):
+        counts._count_settled(outcome)
     assert (counts.failed, counts.nacked, counts.returned) == (3, 1, 1)
     assert counts._failures == [nacked, returned, lost]
+    assert (counts.published, counts.confirmed, counts.in_flight) == (4, 1, 0)
+    assert counts.take_failures() == [nacked, returned, lost]
+    assert counts.take_failures() == []
+    with pytest.raises(ValueError, match="window"):
+        PublisherCounts(0)

@@ -23,7 +23,7 @@ from amqp_sansio import (
     TxSelect,
 )
 from amqp_sansio import _client_requests as request
-from amqp_sansio._client_shared import count_failure
+from amqp_sansio._client_shared import PublisherCounts
 from amqp_sansio.client import (
     AMQPError,
     ChannelClosedError,
@@ -155,7 +155,7 @@ class PublishTicket:
 
 
 @final
-class Publisher:
+class Publisher(PublisherCounts):
     """Pipelined publishing with publisher confirms (from :meth:`Channel.publisher`).
 
     :meth:`publish` returns as soon as the message is queued for writing, waiting only while
@@ -168,27 +168,10 @@ class Publisher:
     """
 
     def __init__(self, channel: Channel, window: int) -> None:
+        super().__init__(window)
         self._channel = channel
-        self.window: Final = request.check_window(window)
-        #: Publishes written.
-        self.published = 0
-        #: Publishes the broker acked (returned ones excluded).
-        self.confirmed = 0
-        #: Publishes the broker nacked.
-        self.nacked = 0
-        #: Mandatory publishes returned unroutable.
-        self.returned = 0
-        #: Publishes that failed for any reason (nacked, returned, connection or channel gone).
-        self.failed = 0
-        self._in_flight = 0
-        self._failures: list[AMQPError] = []
         self._room: asyncio.Future[None] | None = None
         self._idle: asyncio.Future[None] | None = None
-
-    @property
-    def in_flight(self) -> int:
-        """Publishes written and not settled yet."""
-        return self._in_flight
 
     async def publish(
         self,
@@ -218,8 +201,7 @@ class Publisher:
             raise RuntimeError("the channel is not in confirm mode: call confirm_select()")
         ticket = PublishTicket(number, self)
         channel._book.confirms[number] = ticket
-        self.published += 1
-        self._in_flight += 1
+        self._count_published()
         conn = channel._conn
         conn._flush_soon(len(body) + _FRAME_OVERHEAD)
         if conn._write_paused:
@@ -234,21 +216,8 @@ class Publisher:
             self._channel._conn._flush()
             await asyncio.shield(self._idle)
 
-    def take_failures(self) -> list[AMQPError]:
-        """The failures kept so far, oldest first; they are forgotten here."""
-        failures, self._failures = self._failures, []
-        return failures
-
-    def _raise_failures(self) -> None:
-        failures = self.take_failures()
-        raise ExceptionGroup(f"{len(failures)} publishes failed", failures)
-
     def _settled(self, outcome: AMQPError | None) -> None:
-        self._in_flight -= 1
-        if outcome is None:
-            self.confirmed += 1
-        else:
-            count_failure(self, outcome)
+        self._count_settled(outcome)
         room = self._room
         if room is not None:
             self._room = None

@@ -22,7 +22,7 @@ from amqp_sansio import (
     TxSelect,
 )
 from amqp_sansio import _client_requests as request
-from amqp_sansio._client_shared import count_failure
+from amqp_sansio._client_shared import PublisherCounts
 from amqp_sansio.client import (
     AMQPError,
     ChannelClosedError,
@@ -711,7 +711,7 @@ class PublishTicket:
 
 
 @final
-class Publisher:
+class Publisher(PublisherCounts):
     """Pipelined publishing with publisher confirms (from :meth:`Channel.publisher`);
     thread-safe.
 
@@ -725,35 +725,14 @@ class Publisher:
     """
 
     def __init__(self, channel: Channel, window: int) -> None:
+        super().__init__(window)
         self._channel = channel
-        self.window: Final = request.check_window(window)
-        #: Publishes written.
-        self.published = 0
-        #: Publishes the broker acked (returned ones excluded).
-        self.confirmed = 0
-        #: Publishes the broker nacked.
-        self.nacked = 0
-        #: Mandatory publishes returned unroutable.
-        self.returned = 0
-        #: Publishes that failed for any reason (nacked, returned, connection or channel gone).
-        self.failed = 0
-        self._in_flight = 0
-        self._failures: list[AMQPError] = []
         self._cond = threading.Condition(channel._connection._lock)
         self._waiting = 0
 
-    @property
-    def in_flight(self) -> int:
-        """Publishes written and not settled yet."""
-        return self._in_flight
-
     def _settled(self, outcome: AMQPError | None) -> None:
         # The I/O thread, connection lock held.
-        self._in_flight -= 1
-        if outcome is None:
-            self.confirmed += 1
-        else:
-            count_failure(self, outcome)
+        self._count_settled(outcome)
         if self._waiting:
             self._cond.notify_all()
 
@@ -790,8 +769,7 @@ class Publisher:
                 raise RuntimeError("the channel is not in confirm mode: call confirm_select()")
             ticket = PublishTicket(number, self, conn._lock)
             channel._book.confirms[number] = ticket
-            self.published += 1
-            self._in_flight += 1
+            self._count_published()
             conn._flush_locked()
         return ticket
 
@@ -821,12 +799,7 @@ class Publisher:
     def take_failures(self) -> list[AMQPError]:
         """The failures kept so far, oldest first; they are forgotten here."""
         with self._channel._connection._lock:
-            failures, self._failures = self._failures, []
-        return failures
-
-    def _raise_failures(self) -> None:
-        failures, self._failures = self._failures, []
-        raise ExceptionGroup(f"{len(failures)} publishes failed", failures)
+            return super().take_failures()
 
     def __enter__(self) -> Publisher:
         return self

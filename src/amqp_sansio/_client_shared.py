@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Final, Protocol, TypeAlias, final
+from typing import TYPE_CHECKING, Final, NoReturn, Protocol, TypeAlias, final
 
 from ._client_errors import (
     AMQPError,
@@ -25,6 +25,7 @@ from ._client_errors import (
     error_from,
 )
 from ._client_message import ConfirmTracker
+from ._client_requests import check_window
 from ._events import (
     BlockedByPeer,
     ChannelClosed,
@@ -63,7 +64,6 @@ __all__ = [
     "Reply",
     "ReturnSink",
     "Waiter",
-    "count_failure",
 ]
 
 logger = logging.getLogger("amqp_sansio.client")
@@ -104,24 +104,57 @@ class ReturnSink(Protocol):
     def returned(self, error: MessageReturnedError, /) -> None: ...
 
 
-class PublisherCounts(Protocol):
-    """The outcome counters every adapter's pipelined ``Publisher`` keeps."""
+class PublisherCounts:
+    """The outcome counters and the kept failures of every adapter's pipelined ``Publisher``;
+    the adapter adds publishing and the waiting."""
 
-    failed: int
-    nacked: int
-    returned: int
-    _failures: list[AMQPError]
+    def __init__(self, window: int) -> None:
+        #: The most publishes kept unconfirmed at once.
+        self.window: Final = check_window(window)
+        #: Publishes written.
+        self.published = 0
+        #: Publishes the broker acked (returned ones excluded).
+        self.confirmed = 0
+        #: Publishes the broker nacked.
+        self.nacked = 0
+        #: Mandatory publishes returned unroutable.
+        self.returned = 0
+        #: Publishes that failed for any reason (nacked, returned, connection or channel gone).
+        self.failed = 0
+        self._in_flight = 0
+        self._failures: list[AMQPError] = []
 
+    @property
+    def in_flight(self) -> int:
+        """Publishes written and not settled yet."""
+        return self._in_flight
 
-def count_failure(publisher: PublisherCounts, outcome: AMQPError) -> None:
-    """Count a failed publish and keep its error until the publisher's owner takes it.
-    (A confirmed one is counted inline by the adapter: that is the per-publish path.)"""
-    publisher.failed += 1
-    if isinstance(outcome, PublishNackedError):
-        publisher.nacked += 1
-    elif isinstance(outcome, MessageReturnedError):
-        publisher.returned += 1
-    publisher._failures.append(outcome)
+    def take_failures(self) -> list[AMQPError]:
+        """The failures kept so far, oldest first; they are forgotten here."""
+        failures, self._failures = self._failures, []
+        return failures
+
+    def _raise_failures(self) -> NoReturn:
+        failures, self._failures = self._failures, []
+        raise ExceptionGroup(f"{len(failures)} publishes failed", failures)
+
+    def _count_published(self) -> None:
+        self.published += 1
+        self._in_flight += 1
+
+    def _count_settled(self, outcome: AMQPError | None) -> None:
+        """Count a publish the broker settled (None: confirmed) and keep a failure until the
+        publisher's owner takes it."""
+        self._in_flight -= 1
+        if outcome is None:
+            self.confirmed += 1
+            return
+        self.failed += 1
+        if isinstance(outcome, PublishNackedError):
+            self.nacked += 1
+        elif isinstance(outcome, MessageReturnedError):
+            self.returned += 1
+        self._failures.append(outcome)
 
 
 @final

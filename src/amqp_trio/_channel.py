@@ -23,7 +23,7 @@ from amqp_sansio import (
     TxSelect,
 )
 from amqp_sansio import _client_requests as request
-from amqp_sansio._client_shared import count_failure
+from amqp_sansio._client_shared import PublisherCounts
 from amqp_sansio.client import (
     AMQPError,
     ChannelClosedError,
@@ -274,7 +274,7 @@ class Consumer:
 
 
 @final
-class Publisher:
+class Publisher(PublisherCounts):
     """Pipelined publishing with publisher confirms (from :meth:`Channel.publisher`).
 
     :meth:`publish` returns as soon as the message is written, waiting only while ``window``
@@ -287,27 +287,10 @@ class Publisher:
     """
 
     def __init__(self, channel: Channel, window: int) -> None:
+        super().__init__(window)
         self._channel = channel
-        self.window: Final = request.check_window(window)
-        #: Publishes written.
-        self.published = 0
-        #: Publishes the broker acked (returned ones excluded).
-        self.confirmed = 0
-        #: Publishes the broker nacked.
-        self.nacked = 0
-        #: Mandatory publishes returned unroutable.
-        self.returned = 0
-        #: Publishes that failed for any reason (nacked, returned, connection or channel gone).
-        self.failed = 0
-        self._in_flight = 0
-        self._failures: list[AMQPError] = []
         self._room = trio.lowlevel.ParkingLot()
         self._idle = trio.lowlevel.ParkingLot()
-
-    @property
-    def in_flight(self) -> int:
-        """Publishes written and not settled yet."""
-        return self._in_flight
 
     async def publish(
         self,
@@ -338,8 +321,7 @@ class Publisher:
         ticket = channel._publish_tracked(
             body, exchange, routing_key, properties, mandatory, owner=self
         )
-        self.published += 1
-        self._in_flight += 1
+        self._count_published()
         wire = channel._conn._wire
         if wire.note_output(_METHOD_SIZE + len(body)):
             await wire.output_turn()
@@ -350,21 +332,8 @@ class Publisher:
         while self._in_flight:
             await self._idle.park()
 
-    def take_failures(self) -> list[AMQPError]:
-        """The failures kept so far, oldest first; they are forgotten here."""
-        failures, self._failures = self._failures, []
-        return failures
-
-    def _raise_failures(self) -> None:
-        failures = self.take_failures()
-        raise ExceptionGroup(f"{len(failures)} publishes failed", failures)
-
     def _settled(self, outcome: PublishOutcome) -> None:
-        self._in_flight -= 1
-        if outcome is None:
-            self.confirmed += 1
-        else:
-            count_failure(self, outcome)
+        self._count_settled(outcome)
         self._room.unpark()
         if not self._in_flight:
             self._idle.unpark_all()
