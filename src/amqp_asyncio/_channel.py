@@ -23,7 +23,7 @@ from amqp_sansio import (
     TxSelect,
 )
 from amqp_sansio import _client_requests as request
-from amqp_sansio._client_shared import PublisherCounts
+from amqp_sansio._client_shared import PublisherCounts, PublishTicketState
 from amqp_sansio.client import (
     AMQPError,
     ChannelClosedError,
@@ -99,35 +99,15 @@ class _ConfirmFuture:
 
 
 @final
-class PublishTicket:
+class PublishTicket(PublishTicketState):
     """One publish made through a :class:`Publisher`: its number, and its outcome once the
     broker settled it. Await :meth:`wait` to get the outcome of this publish alone."""
 
-    __slots__ = ("_done", "_error", "_future", "_owner", "number")
+    __slots__ = ("_future",)
 
     def __init__(self, number: int, owner: Publisher) -> None:
-        #: The channel's publish sequence number (1 for the first publish after confirm.select).
-        self.number: Final = number
-        self._owner = owner
-        self._done = False
-        self._error: AMQPError | None = None
+        super().__init__(number, owner)
         self._future: asyncio.Future[None] | None = None
-
-    def __repr__(self) -> str:
-        state = "pending" if not self._done else ("failed" if self._error else "confirmed")
-        return f"<PublishTicket {self.number} {state}>"
-
-    @property
-    def done(self) -> bool:
-        """Whether the broker settled the publish (or the connection ended)."""
-        return self._done
-
-    @property
-    def error(self) -> AMQPError | None:
-        """The failure (:class:`~amqp_sansio.client.PublishNackedError`,
-        :class:`~amqp_sansio.client.MessageReturnedError`, a connection error); None while
-        pending or when confirmed."""
-        return self._error
 
     async def wait(self) -> None:
         """Wait until the broker confirmed this publish.
@@ -145,13 +125,9 @@ class PublishTicket:
             raise self._error
 
     def settle(self, publish_number: int, error: AMQPError | None, /) -> None:
-        if self._done:
-            return
-        self._done = True
-        self._error = error
-        if self._future is not None and not self._future.done():
-            self._future.set_result(None)
-        self._owner._settled(error)
+        future = self._future
+        if self._record(error) and future is not None and not future.done():
+            future.set_result(None)
 
 
 @final

@@ -22,7 +22,7 @@ from amqp_sansio import (
     TxSelect,
 )
 from amqp_sansio import _client_requests as request
-from amqp_sansio._client_shared import PublisherCounts
+from amqp_sansio._client_shared import PublisherCounts, PublishTicketState
 from amqp_sansio.client import (
     AMQPError,
     ChannelClosedError,
@@ -650,36 +650,16 @@ class Consumer:
 
 
 @final
-class PublishTicket:
+class PublishTicket(PublishTicketState):
     """One publish made through a :class:`Publisher`: its number, and its outcome once the
     broker settled it. :meth:`wait` waits for this publish alone."""
 
-    __slots__ = ("_done", "_error", "_event", "_lock", "_owner", "number")
+    __slots__ = ("_event", "_lock")
 
     def __init__(self, number: int, owner: Publisher, lock: threading.Lock) -> None:
-        #: The channel's publish sequence number (1 for the first publish after confirm.select).
-        self.number: Final = number
-        self._owner = owner
+        super().__init__(number, owner)
         self._lock = lock
-        self._done = False
-        self._error: AMQPError | None = None
         self._event: threading.Event | None = None
-
-    def __repr__(self) -> str:
-        state = "pending" if not self._done else ("failed" if self._error else "confirmed")
-        return f"<PublishTicket {self.number} {state}>"
-
-    @property
-    def done(self) -> bool:
-        """Whether the broker settled the publish (or the connection ended)."""
-        return self._done
-
-    @property
-    def error(self) -> AMQPError | None:
-        """The failure (:class:`~amqp_sansio.client.PublishNackedError`,
-        :class:`~amqp_sansio.client.MessageReturnedError`, a connection error); None while
-        pending or when confirmed."""
-        return self._error
 
     def wait(self, timeout: float | None = None) -> None:
         """Wait until the broker confirmed this publish.
@@ -701,13 +681,8 @@ class PublishTicket:
 
     def settle(self, publish_number: int, error: AMQPError | None, /) -> None:
         # The I/O thread, connection lock held.
-        if self._done:
-            return
-        self._done = True
-        self._error = error
-        if self._event is not None:
+        if self._record(error) and self._event is not None:
             self._event.set()
-        self._owner._settled(error)
 
 
 @final

@@ -60,6 +60,7 @@ __all__ = [
     "ClientBook",
     "ConfirmSink",
     "ConsumerSink",
+    "PublishTicketState",
     "PublisherCounts",
     "Reply",
     "ReturnSink",
@@ -142,6 +143,10 @@ class PublisherCounts:
         self.published += 1
         self._in_flight += 1
 
+    def _settled(self, outcome: AMQPError | None) -> None:
+        """A publish of this publisher was settled: count it (adapters also wake waiters)."""
+        self._count_settled(outcome)
+
     def _count_settled(self, outcome: AMQPError | None) -> None:
         """Count a publish the broker settled (None: confirmed) and keep a failure until the
         publisher's owner takes it."""
@@ -155,6 +160,46 @@ class PublisherCounts:
         elif isinstance(outcome, MessageReturnedError):
             self.returned += 1
         self._failures.append(outcome)
+
+
+class PublishTicketState:
+    """What every adapter's ``PublishTicket`` knows: the publish number and, once the broker
+    settled it, the outcome; the adapter adds the waiting."""
+
+    __slots__ = ("_done", "_error", "_owner", "number")
+
+    def __init__(self, number: int, owner: PublisherCounts | None) -> None:
+        #: The channel's publish sequence number (1 for the first publish after confirm.select).
+        self.number: Final = number
+        self._owner = owner
+        self._done = False
+        self._error: AMQPError | None = None
+
+    def __repr__(self) -> str:
+        state = "pending" if not self._done else ("failed" if self._error else "confirmed")
+        return f"<PublishTicket {self.number} {state}>"
+
+    @property
+    def done(self) -> bool:
+        """Whether the broker settled the publish (or the connection ended)."""
+        return self._done
+
+    @property
+    def error(self) -> AMQPError | None:
+        """The failure (:class:`~amqp_sansio.client.PublishNackedError`,
+        :class:`~amqp_sansio.client.MessageReturnedError`, a connection error); None while
+        pending or when confirmed."""
+        return self._error
+
+    def _record(self, outcome: AMQPError | None) -> bool:
+        """Keep the outcome and count it on the owning publisher; False if already settled."""
+        if self._done:
+            return False
+        self._done = True
+        self._error = outcome
+        if self._owner is not None:
+            self._owner._settled(outcome)
+        return True
 
 
 @final
