@@ -3,7 +3,7 @@ they share."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final, Self, final
+from typing import TYPE_CHECKING, Final, Protocol, Self, final
 
 import attrs
 
@@ -14,7 +14,7 @@ from ._table import Int64
 if TYPE_CHECKING:
     from ._method import ContentProperties, Method
 
-__all__ = ["ConfirmTracker", "Message"]
+__all__ = ["AsyncMessage", "AsyncSettler", "ConfirmTracker", "Message"]
 
 STREAM_OFFSET_HEADER: Final = "x-stream-offset"
 
@@ -114,7 +114,50 @@ class Message:
 
 
 _new: Final = object.__new__
+
+
 #: Per Message subclass: the fields it adds and their defaults, which from_content sets itself.
+class AsyncSettler(Protocol):
+    """The channel an async adapter's message is settled on."""
+
+    async def basic_ack(self, delivery_tag: int, *, multiple: bool = False) -> None: ...
+
+    async def basic_nack(
+        self, delivery_tag: int, *, multiple: bool = False, requeue: bool = True
+    ) -> None: ...
+
+    async def basic_reject(self, delivery_tag: int, *, requeue: bool = True) -> None: ...
+
+
+@attrs.define(kw_only=True, slots=True, weakref_slot=False)
+class AsyncMessage(Message):
+    """A message with awaitable ``ack()``, ``nack()`` and ``reject()`` on the channel it
+    arrived on: what amqp_trio and amqp_asyncio hand out (each as its own ``Message``)."""
+
+    _owner: AsyncSettler | None = attrs.field(default=None, repr=False, eq=False, alias="owner")
+
+    def _channel_obj(self) -> AsyncSettler:
+        owner = self._owner
+        if owner is None:
+            raise RuntimeError("this message is not bound to a channel")
+        return owner
+
+    async def ack(self, *, multiple: bool = False) -> None:
+        """Acknowledge this message (and, with ``multiple``, every earlier one on the
+        channel)."""
+        await self._channel_obj().basic_ack(self.delivery_tag, multiple=multiple)
+
+    async def nack(self, *, multiple: bool = False, requeue: bool = True) -> None:
+        """Negatively acknowledge this message (RabbitMQ extension). Stream queues refuse it
+        with a 540 that closes the connection."""
+        await self._channel_obj().basic_nack(self.delivery_tag, multiple=multiple, requeue=requeue)
+
+    async def reject(self, *, requeue: bool = True) -> None:
+        """Reject this message. Stream queues refuse it with a 540 that closes the
+        connection."""
+        await self._channel_obj().basic_reject(self.delivery_tag, requeue=requeue)
+
+
 _ADDED_FIELDS: dict[type[Message], tuple[tuple[str, object], ...]] = {}
 
 
