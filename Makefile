@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo lint typecheck gencheck pytest docs bench clean
+.PHONY: test demo lint typecheck gencheck pytest pytest-other-pythons docs bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml hatch_build.py src/amqp_sansio/_speedups.c | $(BIN)/pyt
 	$(BIN)/python -m pip install --quiet -e '.[trio,spark]' --group dev
 	touch $(STAMP)
 
-test: $(STAMP) lint typecheck gencheck pytest docs
+test: $(STAMP) lint typecheck gencheck pytest pytest-other-pythons docs
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests tools bench examples fuzz hatch_build.py
@@ -27,16 +27,36 @@ typecheck: $(STAMP)
 gencheck: $(STAMP)
 	$(BIN)/python tools/gen_spec.py --check
 
-# Node's amqplib drives the embedded broker in tests/test_broker_clients.py.
-NODE_PEER := tests/node/node_modules/.installed
+# Node's amqplib drives the embedded broker in tests/amqp_broker/test_clients.py.
+NODE_PEER := tests/amqp_broker/node/node_modules/.installed
 
-$(NODE_PEER): tests/node/package.json tests/node/package-lock.json
-	npm ci --prefix tests/node --no-audit --no-fund
+$(NODE_PEER): tests/amqp_broker/node/package.json tests/amqp_broker/node/package-lock.json
+	npm ci --prefix tests/amqp_broker/node --no-audit --no-fund
 	touch $(NODE_PEER)
 
 pytest: $(STAMP) $(NODE_PEER)
 	$(BIN)/python -bb -m coverage run -m pytest $(PYTEST_ARGS)
 	$(BIN)/python -m coverage report --include='src/*'
+
+# The tests that need neither RabbitMQ nor Spark nor Node, on the other interpreters pyenv holds
+# (a venv each, with the `test` group only), both at once: about a minute.
+PORTABLE := AMQP_SANSIO_TESTS=portable
+PORTABLE_MARKERS := not rabbitmq and not spark and not node
+pyenv_python = $(firstword $(wildcard $(HOME)/.pyenv/versions/$(1).*/bin/python$(1)) \
+                          $(shell command -v python$(1)))
+
+.venv-%/.installed: pyproject.toml hatch_build.py src/amqp_sansio/_speedups.c
+	$(call pyenv_python,$*) -m venv .venv-$*
+	.venv-$*/bin/python -m pip install --quiet --upgrade pip
+	.venv-$*/bin/python -m pip install --quiet -e '.[trio]' --group test
+	touch $@
+
+.PRECIOUS: .venv-%/.installed
+pytest-%: .venv-%/.installed
+	$(PORTABLE) .venv-$*/bin/python -bb -m pytest -q -p no:cacheprovider -m "$(PORTABLE_MARKERS)"
+
+pytest-other-pythons:
+	$(MAKE) -j2 --no-print-directory pytest-3.12 pytest-3.13
 
 docs: $(STAMP)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
@@ -65,4 +85,4 @@ bench: $(STAMP) $(ASYNC_AMQP_VENV)/.installed
 	$(BIN)/python bench/spark.py
 
 clean:
-	rm -rf $(VENV) docs/_build .mypy_cache .pytest_cache .ruff_cache .coverage .hypothesis
+	rm -rf $(VENV) .venv-3.12 .venv-3.13 docs/_build .mypy_cache .pytest_cache .ruff_cache .coverage .hypothesis

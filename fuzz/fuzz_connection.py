@@ -3,8 +3,8 @@
     python fuzz/fuzz_connection.py --seconds 600 --role both
     python fuzz/fuzz_connection.py --replay fuzz/crashes/<file>.json
 
-Inputs are the ones ``tests/test_fuzz.py`` uses with a fixed budget: recorded RabbitMQ
-conversations and conversations between our own cores, mutated (``tests/fuzzing.py``), and
+Inputs are the ones ``tests/amqp_sansio/test_fuzz.py`` uses with a fixed budget: recorded RabbitMQ
+conversations and conversations between our own cores, mutated (``tests/support/fuzzing.py``), and
 random octets; each is fed whole or in random pieces, with or without an end of stream. The
 property is the same: only events or ``RemoteProtocolError``, failures sticky with the close
 written last, never more than a frame held unparsed. An input that breaks it is shrunk by
@@ -29,7 +29,7 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from tests.fuzzing import (  # noqa: E402
+from tests.support.fuzzing import (  # noqa: E402
     Act,
     Receive,
     Session,

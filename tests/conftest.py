@@ -8,6 +8,12 @@ embedded broker joins by adding its name here and a fixture ``<name>_url``.
 RabbitMQ comes from ``AMQP_URL`` (default ``amqp://guest:guest@127.0.0.1:5672/``). When it is
 unreachable the tests skip with a message saying how to start it, except under ``CI=true``,
 where they fail: CI must never pass by skipping.
+
+Markers say what else a test needs: ``rabbitmq`` (a broker at ``AMQP_URL``; added here to every
+test that uses ``rabbitmq_url``), ``spark`` (PySpark and Java; every test of ``amqp_spark``) and
+``node`` (Node.js with amqplib). ``make test`` also runs everything without them on Python 3.12
+and 3.13 (``AMQP_SANSIO_TESTS=portable``, where PySpark is not installed, so the Spark test
+modules are not even collected).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import os
 import socket
 from typing import TYPE_CHECKING, Final
 
+import hypothesis
 import pytest
 
 import amqp_broker
@@ -71,8 +78,22 @@ def amqp_url(request: pytest.FixtureRequest) -> str:
     return url
 
 
+#: Test modules that import PySpark; left out of the portable run (see the module docstring).
+_SPARK_MODULES: Final = ("amqp_spark/*", "project/test_bench_spark.py")
+
+if os.environ.get("AMQP_SANSIO_TESTS") == "portable":
+    collect_ignore_glob = list(_SPARK_MODULES)
+    # The other interpreters run every test, not the search: a few examples each (a test's own
+    # @settings still wins where it sets max_examples).
+    hypothesis.settings.register_profile("portable", max_examples=10)
+    hypothesis.settings.load_profile("portable")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         callspec = getattr(item, "callspec", None)
-        if callspec is not None and callspec.params.get("amqp_url") == "rabbitmq":
+        on_rabbitmq = callspec is not None and callspec.params.get("amqp_url") == "rabbitmq"
+        if on_rabbitmq or "rabbitmq_url" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.rabbitmq)
+        if any(item.path.match(f"tests/{pattern}") for pattern in _SPARK_MODULES):
+            item.add_marker(pytest.mark.spark)

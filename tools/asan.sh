@@ -25,7 +25,7 @@ ASAN_OPTIONS=detect_leaks=0 \
 LD_PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)" \
 PYTHONPATH="$scratch" \
     "$python" -bb -m pytest -q -p no:cacheprovider -c "$root/pyproject.toml" --rootdir "$scratch" \
-    tests/test_table_speedups.py tests/test_spec_speedups.py tests/test_table.py \
-    tests/test_frames.py tests/test_fuzz.py \
-    tests/test_spec.py --deselect tests/test_spec.py::test_checked_in_module_is_fresh \
-    --deselect tests/test_spec.py::test_check_fails_on_a_stale_module
+    tests/amqp_sansio/test_table_speedups.py tests/amqp_sansio/test_spec_speedups.py tests/amqp_sansio/test_table.py \
+    tests/amqp_sansio/test_frames.py tests/amqp_sansio/test_fuzz.py \
+    tests/amqp_sansio/test_spec.py --deselect tests/amqp_sansio/test_spec.py::test_checked_in_module_is_fresh \
+    --deselect tests/amqp_sansio/test_spec.py::test_check_fails_on_a_stale_module
