@@ -297,10 +297,13 @@ class ConnectionConfig:
 class _Assembly:
     """One message being received on a channel: method, then header, then bodies."""
 
-    __slots__ = ("body", "body_size", "chunked", "method", "properties", "received")
+    __slots__ = ("body", "body_size", "chunked", "method", "properties", "received", "request")
 
     def __init__(self, method: Method) -> None:
         self.method = method
+        #: The request a content reply answers (get-ok); it stays outstanding until the whole
+        #: message arrived.
+        self.request: Method | None = None
         self.properties: ContentProperties | None = None
         self.body_size = 0
         self.received = 0
@@ -312,6 +315,7 @@ def _new_assembly(method: Method) -> _Assembly:
     # Once per delivery: object.__new__ and slot stores take less time than __init__.
     assembly = _new_event(_Assembly)
     assembly.method = method
+    assembly.request = None
     assembly.properties = None
     assembly.body_size = 0
     assembly.received = 0
@@ -1313,11 +1317,12 @@ class Connection:
         assert ch is not None
         ch.state = nxt
         if cls.HAS_CONTENT:
+            assembly = ch.content = _new_assembly(method)
             if cls is not BasicDeliver:  # deliveries answer nothing and are never confirmed
-                self._match_reply(channel, ch, method)  # get-ok answers a basic.get
+                # get-ok answers a basic.get, which stays outstanding until the body is in
+                assembly.request = self._match_reply(channel, ch, method, keep=True)
                 if cls is BasicPublish and ch.confirms is not None:
                     ch.confirms.next += 1  # server role: the client numbers it the same way
-            ch.content = _new_assembly(method)
             return None
         if cls in self._watched_receipts:
             return self._on_watched(channel, ch, method)
@@ -1409,9 +1414,11 @@ class Connection:
             return event
         return self._emit(_tie_returns(confirms, numbers), event)
 
-    def _match_reply(self, channel: int, ch: _Channel, method: Method) -> Method | None:
-        """Pop the request *method* answers; None when it is not a reply. 503 when it answers
-        no outstanding request."""
+    def _match_reply(
+        self, channel: int, ch: _Channel, method: Method, *, keep: bool = False
+    ) -> Method | None:
+        """Pop the request *method* answers (with *keep*, only find it); None when it is not a
+        reply. 503 when it answers no outstanding request."""
         cls = type(method)
         if cls not in REPLY_TYPES:
             return None
@@ -1429,7 +1436,8 @@ class Connection:
                     isinstance(request, BasicConsume | BasicCancel)
                     and request.consumer_tag in (tag, "")
                 ):
-                    del requests[index]
+                    if not keep:
+                        del requests[index]
                     return request
                 if untagged is None:
                     untagged = index
@@ -1437,7 +1445,8 @@ class Connection:
                 break
         if untagged is not None:
             request = requests[untagged]
-            del requests[untagged]
+            if not keep:
+                del requests[untagged]
             return request
         oldest = requests[0].NAME if requests else "nothing"
         raise _remote(
@@ -1508,6 +1517,7 @@ class Connection:
                     method=method,
                     properties=frame.properties,
                     body_size=size,
+                    request=assembly.request,
                 )
             )
             return None
@@ -1570,7 +1580,12 @@ class Connection:
         return None
 
     def _finish(self, channel: int) -> None:
-        self._channels[channel].content = None
+        ch = self._channels[channel]
+        assembly = ch.content
+        assert assembly is not None
+        ch.content = None
+        if assembly.request is not None:
+            _forget(ch.requests_out, assembly.request)
 
     def _message_done(
         self, channel: int, assembly: _Assembly, body: bytes | bytearray
@@ -1580,6 +1595,9 @@ class Connection:
         properties = assembly.properties
         assert properties is not None
         method = assembly.method
+        request = assembly.request
+        if request is not None:
+            _forget(ch.requests_out, request)
         if type(method) is BasicReturn:
             assert isinstance(method, BasicReturn)
             return self._returned(channel, ch, method, properties, body)
@@ -1590,6 +1608,7 @@ class Connection:
         event.method = method
         event.properties = properties
         event.body = body
+        event.request = request
         return event
 
     def _returned(
@@ -1690,6 +1709,15 @@ class Connection:
 
     # --- Output -------------------------------------------------------------------------------
 
+    @property
+    def outbound_size(self) -> int:
+        """How many octets :meth:`data_to_send` would hand out now: adapters bound what they
+        let pile up with it (backpressure), without guessing what a call queued."""
+        size = len(self._out)
+        for chunk in self._chunks:
+            size += memoryview(chunk).nbytes
+        return size
+
     def data_to_send(self) -> bytes:
         """Everything to write, in order, as one ``bytes``; empties the outbound buffer.
 
@@ -1771,6 +1799,14 @@ class Connection:
                 self._heartbeat_octets += len(HEARTBEAT_FRAME)
             self._sent = False
             self._send_check = now + interval / 2
+
+
+def _forget(requests: deque[Method], request: Method) -> None:
+    """Remove *request* itself (not an equal one) from *requests*."""
+    for index, waiting in enumerate(requests):
+        if waiting is request:
+            del requests[index]
+            return
 
 
 def _username(mechanism: str, response: bytes) -> str | None:

@@ -322,12 +322,17 @@ class MessageReceived:
 
     The body is ``bytes`` when it arrived in one frame (no copy beyond the frame reader's) and a
     ``bytearray`` filled in place when it arrived in several (never copied again).
+
+    ``request`` is the ``basic.get`` a ``basic.get-ok`` answers (as :attr:`MethodReceived.request`
+    names the request of other replies), None for every other message. It is context, not
+    content: equality ignores it.
     """
 
     channel: int
     method: Method
     properties: ContentProperties
     body: bytes | bytearray
+    request: Method | None = attrs.field(default=None, eq=False)
 
 
 @final
@@ -340,6 +345,8 @@ class MessageStarted:
     method: Method
     properties: ContentProperties
     body_size: int
+    #: The ``basic.get`` a chunked ``basic.get-ok`` answers (see :class:`MessageReceived`).
+    request: Method | None = attrs.field(default=None, eq=False)
 
 
 @final

@@ -9,6 +9,7 @@ import struct
 import pytest
 
 from amqp_sansio import (
+    NEED_DATA,
     AccessRequest,
     AccessRequestOk,
     BasicAck,
@@ -58,7 +59,10 @@ from amqp_sansio import (
     ExchangeUnbind,
     ExchangeUnbindOk,
     LocalProtocolError,
+    MessageBodyReceived,
+    MessageCompleted,
     MessageReceived,
+    MessageStarted,
     Method,
     MethodReceived,
     PublishReturned,
@@ -560,3 +564,53 @@ def test_a_body_grows_with_what_arrives_then_is_allocated_whole(size: int) -> No
     assert isinstance(message, MessageReceived)
     assert message.body == body
     assert isinstance(message.body, bytearray)
+
+
+def test_a_get_stays_outstanding_until_its_message_is_whole_and_the_message_names_it() -> None:
+    pair, ch = _open(False)
+    first, second = BasicGet(queue="q"), BasicGet(queue="q")
+    pair.client.send_method(ch, first)
+    pair.client.send_method(ch, second)
+    pair.transfer(pair.client)
+    get_ok = BasicGetOk(delivery_tag=1, exchange="", routing_key="q", message_count=0)
+    pair.server.send_content(ch, get_ok, PROPS, b"body")
+    data = pair.server.data_to_send()
+    pair.client.receive_data(data[:-1])  # all but the body frame's end octet
+    assert pair.client.next_event() is NEED_DATA
+    assert pair.client.pending_requests(ch) == (first, second)
+    pair.client.receive_data(data[-1:])
+    message = pair.client.next_event()
+    assert isinstance(message, MessageReceived)
+    assert message.request is first
+    assert pair.client.pending_requests(ch) == (second,)
+
+
+def test_a_chunked_get_ok_names_its_get_and_answers_it_when_complete() -> None:
+    pair = ConnectionPair(client_config=ConnectionConfig(chunk_threshold=2))
+    pair.handshake()
+    ch = pair.client.open_channel()
+    pair.transfer(pair.client)
+    pair.transfer(pair.server)
+    get = BasicGet(queue="q")
+    pair.client.send_method(ch, get)
+    pair.transfer(pair.client)
+    get_ok = BasicGetOk(delivery_tag=1, exchange="", routing_key="q", message_count=0)
+    pair.server.send_content(ch, get_ok, PROPS, b"body")
+    events = pair.transfer(pair.server)
+    assert [type(e) for e in events] == [MessageStarted, MessageBodyReceived, MessageCompleted]
+    started = events[0]
+    assert isinstance(started, MessageStarted)
+    assert started.request is get
+    assert pair.client.pending_requests(ch) == ()
+
+
+@pytest.mark.parametrize("size", [0, 10, 70_000])
+def test_outbound_size_is_what_data_to_send_hands_out(size: int) -> None:
+    pair, ch = _open(False)
+    assert pair.client.outbound_size == 0
+    pair.client.publish(ch, BasicPublish(exchange="", routing_key="q"), PROPS, b"x" * size)
+    pair.client.send_method(ch, BasicQos(prefetch_count=1))
+    expected = pair.client.outbound_size
+    assert expected > size
+    assert len(pair.client.data_to_send()) == expected
+    assert pair.client.outbound_size == 0
