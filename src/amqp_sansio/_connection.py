@@ -1305,11 +1305,12 @@ class Connection:
                 cls,
             )
         if cls is ChannelOpen:
-            if channel > self._channel_max:
+            # RabbitMQ 3.10 limits how many channels are open, not their numbers.
+            if len(self._channels) >= self._channel_max:
                 raise _remote(
-                    f"channel {channel} is above the negotiated channel_max {self._channel_max}",
+                    f"NOT_ALLOWED - number of channels opened ({len(self._channels)}) has reached "
+                    f"the negotiated channel_max ({self._channel_max})",
                     530,
-                    cls,
                 )
             ch = self._channels[channel] = _Channel(nxt)
             self._send_on(channel, ch, ChannelOpenOk())

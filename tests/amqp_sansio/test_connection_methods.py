@@ -37,6 +37,7 @@ from amqp_sansio import (
     ChannelFlowChanged,
     ChannelFlowOk,
     ChannelOpen,
+    ChannelOpened,
     ConfirmSelect,
     ConfirmSelectOk,
     Connection,
@@ -522,12 +523,19 @@ def test_send_failed_makes_the_connection_unusable() -> None:
         pair.client.send_method(ch, QueueDeclare(queue="q"))
 
 
-def test_channel_open_above_channel_max_is_530() -> None:
+def test_channel_numbers_above_channel_max_open_but_not_more_channels_than_it() -> None:
+    # RabbitMQ 3.10 opens channel 65535 under channel_max 2047: it counts open channels.
     pair = ConnectionPair(server_config=ConnectionConfig(channel_max=2))
     pair.handshake()
+    assert feed(pair.server, method_frame(3, ChannelOpen())) == [ChannelOpened(channel=3)]
+    assert feed(pair.server, method_frame(65535, ChannelOpen())) == [ChannelOpened(channel=65535)]
     with pytest.raises(RemoteProtocolError) as info:
-        feed(pair.server, method_frame(3, ChannelOpen()))
+        feed(pair.server, method_frame(1, ChannelOpen()))
     assert info.value.reply_code == 530
+    assert info.value.reply_text == (
+        "NOT_ALLOWED - number of channels opened (2) has reached the negotiated channel_max (2)"
+    )
+    assert (info.value.class_id, info.value.method_id) == (0, 0)
 
 
 def test_server_refuses_an_unoffered_mechanism() -> None:
