@@ -7,7 +7,8 @@ those who drive frames themselves, is :mod:`amqp_sansio.framing`.
 
 from __future__ import annotations
 
-from ._connection import Connection, ConnectionConfig
+from ._config import ConnectionConfig
+from ._connection import Connection
 from ._errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from ._events import (
     NEED_DATA,

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import enum
 import struct
 from typing import ClassVar, Final, TypeAlias, cast, final
 
@@ -28,6 +27,7 @@ from .._method import (
     unpack_properties,
 )
 from .._table import FieldTable, decode_table, encode_table
+from .reply_codes import ReplyCode
 
 PROTOCOL_VERSION: Final = (0, 9, 1)
 DEFAULT_PORT: Final = 5672
@@ -37,47 +37,6 @@ FRAME_BODY: Final = 3
 FRAME_HEARTBEAT: Final = 8
 FRAME_MIN_SIZE: Final = 4096
 FRAME_END: Final = 206
-
-
-class ReplyCode(enum.IntEnum):
-    """Reply codes of ``connection.close`` and ``channel.close``.
-
-    Soft errors close the channel; hard errors close the connection.
-    """
-
-    REPLY_SUCCESS = 200
-    CONTENT_TOO_LARGE = 311
-    NO_ROUTE = 312
-    NO_CONSUMERS = 313
-    CONNECTION_FORCED = 320
-    INVALID_PATH = 402
-    ACCESS_REFUSED = 403
-    NOT_FOUND = 404
-    RESOURCE_LOCKED = 405
-    PRECONDITION_FAILED = 406
-    FRAME_ERROR = 501
-    SYNTAX_ERROR = 502
-    COMMAND_INVALID = 503
-    CHANNEL_ERROR = 504
-    UNEXPECTED_FRAME = 505
-    RESOURCE_ERROR = 506
-    NOT_ALLOWED = 530
-    NOT_IMPLEMENTED = 540
-    INTERNAL_ERROR = 541
-
-    @property
-    def is_hard(self) -> bool:
-        """A connection exception: the whole connection must close."""
-        return self.value in _HARD_ERRORS
-
-    @property
-    def is_soft(self) -> bool:
-        """A channel exception: only the channel closes."""
-        return self.value in _SOFT_ERRORS
-
-
-_HARD_ERRORS: Final = frozenset((320, 402, 501, 502, 503, 504, 505, 506, 530, 540, 541))
-_SOFT_ERRORS: Final = frozenset((311, 312, 313, 403, 404, 405, 406))
 _BY_CLIENT: Final = frozenset((Role.CLIENT,))
 _BY_SERVER: Final = frozenset((Role.SERVER,))
 _BY_CLIENT_SERVER: Final = frozenset((Role.CLIENT, Role.SERVER))

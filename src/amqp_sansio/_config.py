@@ -1,0 +1,85 @@
+"""What a :class:`~amqp_sansio.Connection` proposes and accepts, and the limits on it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final, final
+
+import attrs
+
+from ._generated.spec_0_9_1 import FRAME_MIN_SIZE
+
+if TYPE_CHECKING:
+    from ._table import FieldTable
+
+__all__ = [
+    "CHANNEL_MAX_LIMIT",
+    "FRAME_MAX_LIMIT",
+    "SERVER_CHANNEL_MAX",
+    "SERVER_FRAME_MAX",
+    "SERVER_HEARTBEAT",
+    "ConnectionConfig",
+]
+
+#: The highest channel id the wire can carry (a short).
+CHANNEL_MAX_LIMIT: Final = 0xFFFF
+#: The largest frame the wire can describe (a long).
+FRAME_MAX_LIMIT: Final = 0xFFFF_FFFF
+# What the server role proposes when its config leaves a limit at None: RabbitMQ's defaults.
+SERVER_CHANNEL_MAX: Final = 2047
+SERVER_FRAME_MAX: Final = 131072
+SERVER_HEARTBEAT: Final = 60
+
+
+def _check(name: str, value: int | None, low: int, high: int, *, zero: bool = False) -> None:
+    if value is None or (zero and value == 0):
+        return
+    if type(value) is not int or not low <= value <= high:
+        allowed = f"{low}..{high}" + (" or 0" if zero else "")
+        raise ValueError(f"{name} must be in {allowed}, not {value!r}")
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ConnectionConfig:
+    """What a :class:`Connection` proposes and accepts. Never shows a credential in its repr.
+
+    Client role: ``username``/``password`` (PLAIN or AMQPLAIN), or ``sasl_mechanism`` with a
+    ready ``sasl_response`` (EXTERNAL: usually ``b""``); ``virtual_host``; extra
+    ``client_properties`` (merged over product, version, platform, the capabilities table and
+    ``connection_name``); ``locale``.
+
+    Both roles: ``channel_max``, ``frame_max``, ``heartbeat`` (None: the role's default; the
+    client's default accepts the server's proposal, the server proposes 2047, 131072, 60 like
+    RabbitMQ). A client ``heartbeat`` of 0 turns heartbeats off, as in pika and RabbitMQ's
+    clients; any other value negotiates down to the lower non-zero one.
+
+    ``max_message_size``: a content header announcing more is a 506 before anything is
+    buffered. ``chunk_threshold`` (None: bodies always arrive whole; otherwise bodies larger
+    than it arrive as chunk events).
+
+    Server role: ``server_properties``, ``mechanisms``, ``locales``.
+    """
+
+    username: str = "guest"
+    password: str = attrs.field(default="guest", repr=False)
+    sasl_mechanism: str = "PLAIN"
+    sasl_response: bytes | None = attrs.field(default=None, repr=False)
+    virtual_host: str = "/"
+    client_properties: FieldTable = attrs.field(factory=dict)
+    connection_name: str | None = None
+    locale: str = "en_US"
+    channel_max: int | None = None
+    frame_max: int | None = None
+    heartbeat: int | None = None
+    max_message_size: int = 128 * 1024 * 1024
+    chunk_threshold: int | None = None
+    server_properties: FieldTable | None = None
+    mechanisms: tuple[str, ...] = ("PLAIN", "AMQPLAIN")
+    locales: tuple[str, ...] = ("en_US",)
+
+    def __attrs_post_init__(self) -> None:
+        _check("channel_max", self.channel_max, 1, CHANNEL_MAX_LIMIT, zero=True)
+        _check("frame_max", self.frame_max, FRAME_MIN_SIZE, FRAME_MAX_LIMIT, zero=True)
+        _check("heartbeat", self.heartbeat, 0, 0xFFFF)
+        _check("max_message_size", self.max_message_size, 0, 2**64 - 1)
+        _check("chunk_threshold", self.chunk_threshold, 0, 2**64 - 1)

@@ -1,0 +1,258 @@
+"""The handshake as pure functions: what each role says in start/start-ok, tune/tune-ok and
+open, what it accepts, and why it refuses. No state: the connection shell calls these and moves
+its machine; they raise :class:`RemoteProtocolError` with the reply code of a refusal."""
+
+from __future__ import annotations
+
+import platform
+from importlib import metadata
+from typing import TYPE_CHECKING, Final
+
+from ._config import (
+    CHANNEL_MAX_LIMIT,
+    FRAME_MAX_LIMIT,
+    SERVER_CHANNEL_MAX,
+    SERVER_FRAME_MAX,
+    SERVER_HEARTBEAT,
+)
+from ._errors import RemoteProtocolError
+from ._frames import PROTOCOL_HEADER_0_9, ProtocolVersion
+from ._generated.reply_codes import ReplyCode
+from ._generated.spec_0_9_1 import (
+    FRAME_MIN_SIZE,
+    ConnectionStart,
+    ConnectionStartOk,
+    ConnectionTune,
+    ConnectionTuneOk,
+)
+from ._table import decode_table_entries, encode_table_entries
+
+if TYPE_CHECKING:
+    from ._config import ConnectionConfig
+    from ._method import Method
+    from ._protocol import ProtocolSpec
+    from ._table import FieldTable, FieldValue
+
+__all__ = [
+    "Limits",
+    "accepts_header",
+    "check_start",
+    "check_start_ok",
+    "check_tune_ok",
+    "client_properties",
+    "client_tune",
+    "limits",
+    "sasl_response",
+    "server_properties",
+    "server_tune",
+    "shortstr",
+    "username",
+]
+
+
+def _version() -> str:
+    try:
+        return metadata.version("amqp-sansio")
+    except metadata.PackageNotFoundError:  # running from a source tree
+        return "0.0.0"
+
+
+_VERSION: Final = _version()
+
+_CAPABILITIES: Final[FieldTable] = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+    "direct_reply_to": True,
+}
+
+#: ``(channel_max, frame_max, heartbeat)`` as tune/tune-ok carry them (0: no limit / off).
+Limits = tuple[int, int, int]
+
+
+def _refused(text: str, code: int, method: type[Method] | None = None) -> RemoteProtocolError:
+    return RemoteProtocolError(
+        text,
+        reply_code=code,
+        class_id=0 if method is None else method.CLASS_ID,
+        method_id=0 if method is None else method.METHOD_ID,
+    )
+
+
+def shortstr(text: str) -> str:
+    """*text* cut to 255 UTF-8 octets without splitting a character."""
+    data = text.encode()
+    if len(data) <= 0xFF:
+        return text
+    return data[:0xFF].decode(errors="ignore")
+
+
+def _lower_nonzero(ours: int, theirs: int) -> int:
+    """Tune negotiation: the lower value wins, and 0 ("no limit") loses to any limit."""
+    if ours and theirs:
+        return min(ours, theirs)
+    return ours or theirs
+
+
+def _our_properties() -> FieldTable:
+    return {
+        "product": "amqp-sansio",
+        "version": _VERSION,
+        "platform": f"Python {platform.python_version()}",
+        "capabilities": dict(_CAPABILITIES),
+    }
+
+
+# --- Client role ------------------------------------------------------------------------------
+
+
+def check_start(config: ConnectionConfig, start: ConnectionStart, spec: ProtocolSpec) -> str:
+    """The SASL mechanism to answer *start* with.
+
+    :raises RemoteProtocolError: the server speaks another version (540) or does not offer the
+        configured mechanism (530).
+    """
+    major, minor = spec.start_version
+    if (start.version_major, start.version_minor) != (major, minor):
+        raise _refused(
+            f"the server speaks {start.version_major}-{start.version_minor}, not "
+            f"{spec.version.value}",
+            ReplyCode.NOT_IMPLEMENTED,
+            ConnectionStart,
+        )
+    mechanism = config.sasl_mechanism
+    if mechanism.encode() not in start.mechanisms.split():
+        raise _refused(
+            f"the server offers SASL mechanisms {start.mechanisms.decode(errors='replace')!r},"
+            f" not {mechanism}",
+            ReplyCode.NOT_ALLOWED,
+            ConnectionStart,
+        )
+    return mechanism
+
+
+def client_properties(config: ConnectionConfig) -> FieldTable:
+    """What start-ok says about us: product, version, platform, capabilities, the connection
+    name, then the config's own ``client_properties`` over them."""
+    props = _our_properties()
+    if config.connection_name is not None:
+        props["connection_name"] = config.connection_name
+    props.update(config.client_properties)
+    return props
+
+
+def sasl_response(config: ConnectionConfig, mechanism: str) -> bytes:
+    """The SASL response for *mechanism* from the config's credentials."""
+    if config.sasl_response is not None:
+        return config.sasl_response
+    if mechanism == "PLAIN":
+        return b"\0" + config.username.encode() + b"\0" + config.password.encode()
+    if mechanism == "AMQPLAIN":
+        # A field table without its size prefix: RabbitMQ parses the raw response.
+        out = bytearray()
+        encode_table_entries(out, {"LOGIN": config.username, "PASSWORD": config.password})
+        return bytes(out)
+    return b""  # EXTERNAL: the identity comes from the TLS certificate
+
+
+def client_tune(config: ConnectionConfig, tune: ConnectionTune) -> Limits:
+    """The limits to answer *tune* with: the lower non-zero of ours and the server's, and
+    heartbeat 0 when the config asks for none.
+
+    :raises RemoteProtocolError: (530) the server proposes a frame_max below the minimum.
+    """
+    if 0 < tune.frame_max < FRAME_MIN_SIZE:
+        # 530 like RabbitMQ's fail_negotiation: a limit outside what the spec allows is a
+        # refused negotiation, not a malformed frame (the frame itself decoded fine).
+        raise _refused(
+            f"the server proposes frame_max {tune.frame_max}, below the minimum {FRAME_MIN_SIZE}",
+            ReplyCode.NOT_ALLOWED,
+            ConnectionTune,
+        )
+    channel_max = _lower_nonzero(config.channel_max or 0, tune.channel_max)
+    frame_max = _lower_nonzero(config.frame_max or 0, tune.frame_max)
+    if config.heartbeat is None:
+        heartbeat = tune.heartbeat
+    else:  # 0 asks for no heartbeats; the server accepts the client's tune-ok value
+        heartbeat = config.heartbeat and _lower_nonzero(config.heartbeat, tune.heartbeat)
+    return channel_max, frame_max, heartbeat
+
+
+# --- Server role ------------------------------------------------------------------------------
+
+
+def accepts_header(spec: ProtocolSpec, octets: bytes) -> bool:
+    """Whether a client's protocol header asks for *spec*'s version. 0-9-1 also takes the
+    0-9 header, as RabbitMQ does: aioamqp and async_amqp speak 0-9-1 under it."""
+    if octets == spec.header:
+        return True
+    return spec.version is ProtocolVersion.AMQP_0_9_1 and octets == PROTOCOL_HEADER_0_9
+
+
+def server_properties(config: ConnectionConfig) -> FieldTable:
+    """What connection.start says about us."""
+    if config.server_properties is not None:
+        return config.server_properties
+    return _our_properties()
+
+
+def check_start_ok(config: ConnectionConfig, start_ok: ConnectionStartOk) -> None:
+    """:raises RemoteProtocolError: (503) the client chose a mechanism we did not offer."""
+    if start_ok.mechanism not in config.mechanisms:
+        raise _refused(
+            f"unsupported authentication mechanism {start_ok.mechanism!r}",
+            ReplyCode.COMMAND_INVALID,
+            ConnectionStartOk,
+        )
+
+
+def server_tune(config: ConnectionConfig) -> Limits:
+    """What the server proposes in connection.tune (RabbitMQ's defaults where the config has
+    none)."""
+    return (
+        SERVER_CHANNEL_MAX if config.channel_max is None else config.channel_max,
+        SERVER_FRAME_MAX if config.frame_max is None else config.frame_max,
+        SERVER_HEARTBEAT if config.heartbeat is None else config.heartbeat,
+    )
+
+
+def check_tune_ok(config: ConnectionConfig, tune_ok: ConnectionTuneOk) -> None:
+    """:raises RemoteProtocolError: (530) the client's limits exceed what we proposed."""
+    channel_max, frame_max, _ = server_tune(config)
+    for name, value, low, high in (
+        ("channel_max", tune_ok.channel_max, 1, channel_max),
+        ("frame_max", tune_ok.frame_max, FRAME_MIN_SIZE, frame_max),
+    ):
+        # RabbitMQ's validate_negotiated_integer_value: 0 means "no limit", which is above
+        # any limit we proposed.
+        if (value and value < low) or (high and (value == 0 or value > high)):
+            raise _refused(
+                f"negotiated {name} = {value} is outside {low}..{high or 'unlimited'}",
+                ReplyCode.NOT_ALLOWED,
+                ConnectionTuneOk,
+            )
+
+
+def limits(channel_max: int, frame_max: int, heartbeat: int) -> Limits:
+    """Negotiated limits as the connection applies them: 0 means the wire's own maximum."""
+    return channel_max or CHANNEL_MAX_LIMIT, frame_max or FRAME_MAX_LIMIT, heartbeat
+
+
+def username(mechanism: str, response: bytes) -> str | None:
+    """The user a PLAIN or AMQPLAIN response names, or None."""
+    try:
+        if mechanism == "PLAIN":
+            parts = response.split(b"\0")
+            return parts[1].decode() if len(parts) == 3 else None
+        if mechanism == "AMQPLAIN":
+            login: FieldValue = decode_table_entries(response, 0, len(response)).get("LOGIN")
+            if isinstance(login, bytes):
+                return login.decode()
+            return login if isinstance(login, str) else None
+    except (UnicodeDecodeError, RemoteProtocolError):
+        return None
+    return None
