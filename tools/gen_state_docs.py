@@ -88,8 +88,7 @@ def _summary(keys: Sequence[str]) -> str:
 def _table(out: list[str], rows: Iterator[tuple[str, str, str, str, str]]) -> None:
     out.append("| state | method | next state | on receipt | on send |")
     out.append("| --- | --- | --- | --- | --- |")
-    for row in rows:
-        out.append("| " + " | ".join(row) + " |")
+    out.extend("| " + " | ".join(row) + " |" for row in rows)
     out.append("")
 
 

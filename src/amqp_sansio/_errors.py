@@ -32,7 +32,9 @@ class ProtocolError(Exception):
                 "ProtocolError is abstract: raise LocalProtocolError or RemoteProtocolError"
             )
         super().__init__(reply_text)
-        self.reply_code = reply_code
+        # A plain int, whether given as a literal or a ReplyCode member: what users print
+        # and compare is the wire's number.
+        self.reply_code = int(reply_code)
         self.reply_text = reply_text
         self.class_id = class_id
         self.method_id = method_id

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, ClassVar, Final, NoReturn, TypeAlias, final
 import attrs
 
 from ._errors import LocalProtocolError, RemoteProtocolError
+from ._generated.reply_codes import ReplyCode
 from ._generated.spec_0_9_1 import (
     FRAME_BODY,
     FRAME_END,
@@ -61,13 +62,12 @@ __all__ = [
     "parse_protocol_header",
 ]
 
-# Reply codes used here (the generated ReplyCode enum has them too; plain ints keep this module
-# independent of which spec variant is loaded).
-_FRAME_ERROR: Final = 501
-_SYNTAX_ERROR: Final = 502
-_COMMAND_INVALID: Final = 503
-_UNEXPECTED_FRAME: Final = 505
-_NOT_IMPLEMENTED: Final = 540
+# Reply codes used here, from the table every version shares.
+_FRAME_ERROR: Final = ReplyCode.FRAME_ERROR
+_SYNTAX_ERROR: Final = ReplyCode.SYNTAX_ERROR
+_COMMAND_INVALID: Final = ReplyCode.COMMAND_INVALID
+_UNEXPECTED_FRAME: Final = ReplyCode.UNEXPECTED_FRAME
+_NOT_IMPLEMENTED: Final = ReplyCode.NOT_IMPLEMENTED
 
 _MAX_FRAME_SIZE: Final = 0xFFFF_FFFF
 #: 7-octet frame header plus the frame-end octet.

@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Final, TypeAlias, Union, final
 import attrs
 
 from ._errors import LocalProtocolError, RemoteProtocolError
+from ._generated.reply_codes import ReplyCode
 
 if TYPE_CHECKING:
     from ._method import Buffer
@@ -401,7 +402,7 @@ def _decode_relocated(data: bytes, base: int, depth: int) -> tuple[FieldTable, i
         text = exc.reply_text
         cut = max(text.rfind("'"), text.rfind('"')) + 1
         tail = _OFFSET_IN_MESSAGE.sub(lambda m: f"{m[1]}{int(m[2]) + base}", text[cut:])
-        raise RemoteProtocolError(text[:cut] + tail, reply_code=502) from None
+        raise RemoteProtocolError(text[:cut] + tail, reply_code=ReplyCode.SYNTAX_ERROR) from None
 
 
 def _decode_array(buf: bytes | bytearray, start: int, end: int, depth: int, key: str) -> FieldArray:
@@ -493,7 +494,7 @@ def _decode_value(
 
 
 def _error(text: str) -> RemoteProtocolError:
-    return RemoteProtocolError(f"field table: {text}", reply_code=502)
+    return RemoteProtocolError(f"field table: {text}", reply_code=ReplyCode.SYNTAX_ERROR)
 
 
 def _overrun(key: str | None, size: int, offset: int, available: int) -> RemoteProtocolError:
@@ -516,12 +517,16 @@ class _EncodeError(Exception):
 
     def to_local(self) -> LocalProtocolError:
         if not self.path:
-            return LocalProtocolError(f"field table: {self.reason}", reply_code=502)
+            return LocalProtocolError(
+                f"field table: {self.reason}", reply_code=ReplyCode.SYNTAX_ERROR
+            )
         path = self.path[::-1]
         where = repr(path[0]) + "".join(
             f"[{p}]" if isinstance(p, int) else f"[{p!r}]" for p in path[1:]
         )
-        return LocalProtocolError(f"field table: {self.reason} for key {where}", reply_code=502)
+        return LocalProtocolError(
+            f"field table: {self.reason} for key {where}", reply_code=ReplyCode.SYNTAX_ERROR
+        )
 
 
 def encode_table(out: bytearray, table: Mapping[str, FieldValue] | None) -> None:
