@@ -10,7 +10,7 @@ like any other: whether to replay them is the adapter's decision.
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final, TypeAlias, TypeVar, final
+from typing import TYPE_CHECKING, TypeAlias, TypeVar, final
 
 import attrs
 
@@ -36,24 +36,7 @@ if TYPE_CHECKING:
     from ._method import Method
     from ._table import FieldTable
 
-__all__ = ["RECORDED_METHODS", "Topology", "TopologyRecorder"]
-
-#: The requests whose success changes the recorded topology.
-RECORDED_METHODS: Final[frozenset[type[Method]]] = frozenset(
-    (
-        ExchangeDeclare,
-        ExchangeDelete,
-        ExchangeBind,
-        ExchangeUnbind,
-        QueueDeclare,
-        QueueDelete,
-        QueueBind,
-        QueueUnbind,
-        BasicConsume,
-        BasicCancel,
-        BasicQos,
-    )
-)
+__all__ = ["Topology", "TopologyRecorder"]
 
 # A binding is identified by its ends and routing key; its arguments are compared with ``==``
 # (field tables are dicts, so they cannot be part of a hashable key).
