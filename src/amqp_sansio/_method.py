@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, ClassVar, Final, Self, TypeAlias
 
 from ._errors import RemoteProtocolError
 from ._table import decode_table, speedups
+from ._util import Buffer
 
 if TYPE_CHECKING:
     from ._table import FieldTable
@@ -24,8 +25,6 @@ __all__ = [
     "unpack_properties",
 ]
 
-#: Anything the decoders read from: they index and slice, never copy the whole input.
-Buffer: TypeAlias = bytes | bytearray | memoryview
 
 #: The C unpackers the generated decoders try before their own Python code, or None. They give
 #: up (None) on anything but well-formed ``bytes``, so errors always come from the Python code.

@@ -2,8 +2,8 @@
 from collections.abc import Mapping
 from typing import Final, Protocol
 
-from ._method import Buffer
 from ._table import FieldTable, FieldValue
+from ._util import Buffer
 
 VERSION: Final[int]
 MAX_TABLE_DEPTH: Final[int]

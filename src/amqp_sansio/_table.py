@@ -64,8 +64,8 @@ from ._errors import LocalProtocolError, RemoteProtocolError
 from ._generated.reply_codes import ReplyCode
 
 if TYPE_CHECKING:
-    from ._method import Buffer
     from ._speedups import ArgsUnpacker, TableDecoder, TableEncoder
+    from ._util import Buffer
 
 __all__ = [
     "MAX_TABLE_DEPTH",

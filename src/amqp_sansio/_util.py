@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-__all__ = ["fix_module_names"]
+from typing import TypeAlias
+
+__all__ = ["Buffer", "fix_module_names"]
+
+#: Anything the decoders read from: they index and slice, never copy the whole input.
+Buffer: TypeAlias = bytes | bytearray | memoryview
 
 
 def fix_module_names(module: str, namespace: dict[str, object], names: list[str]) -> None:
