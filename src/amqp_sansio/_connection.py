@@ -70,6 +70,7 @@ from ._generated.spec_0_9_1 import (
     ConnectionUpdateSecret,
 )
 from ._generated.spec_0_9_1 import ConnectionBlocked as ConnectionBlockedMethod
+from ._heartbeat import Heartbeat, Tick
 from ._method import Role
 from ._outbox import PASSTHROUGH, Outbox
 from ._protocol import AMQP_0_9_1, ProtocolSpec
@@ -161,22 +162,16 @@ class Connection:
         "_fast_receipts",
         "_fast_sends",
         "_heartbeat",
-        "_heartbeat_octets",
         "_inbox",
-        "_last_seen",
         "_link",
         "_mechanism",
         "_outbox",
         "_peer",
         "_reader",
-        "_received",
-        "_send_check",
-        "_sent",
         "_server_properties",
         "_spec",
         "_state",
         "_tables",
-        "_timer_started",
         "_topology",
         "_virtual_host",
         "config",
@@ -225,7 +220,7 @@ class Connection:
         self._channel0.state = _H.OPEN
         self._channel_open: Final = spec.by_meaning["channel.open"]
         self._channel_max = CHANNEL_MAX_LIMIT
-        self._heartbeat = 0
+        self._heartbeat: Final = Heartbeat()
         self._server_properties: FieldTable = {}
         self._client_properties: FieldTable = {}
         self._virtual_host = ""
@@ -237,13 +232,6 @@ class Connection:
         self._fast_sends: Final = tables.fast_sends
         self._fast_publish: Final = tables.fast_publish
         self._fast_receipts: Final = tables.fast_receipts
-        # Heartbeats (see handle_timer): activity flags since the last timer tick.
-        self._timer_started = False
-        self._sent = False
-        self._received = False
-        self._heartbeat_octets = 0  # heartbeat frames queued by the timer, not yet handed out
-        self._send_check = 0.0
-        self._last_seen = 0.0
         if role is Role.CLIENT:
             self._move(role, Input.PROTOCOL_HEADER)
             self._outbox.data += spec.header
@@ -274,7 +262,7 @@ class Connection:
     @property
     def heartbeat(self) -> int:
         """The negotiated heartbeat interval in seconds; 0 means off."""
-        return self._heartbeat
+        return self._heartbeat.interval
 
     def channel_state(self, channel: int) -> ChannelState:
         """The state of *channel* (``CLOSED`` when not in use)."""
@@ -310,7 +298,7 @@ class Connection:
         if not data:
             self._eof = True
             return
-        self._received = True
+        self._heartbeat.received()
         if self._inbox is not None:
             self._inbox += data
         else:
@@ -618,7 +606,7 @@ class Connection:
         self._virtual_host = self.config.virtual_host
 
     def _tuned(self, channel_max: int, frame_max: int, heartbeat: int) -> None:
-        self._channel_max, frame_max, self._heartbeat = handshake.limits(
+        self._channel_max, frame_max, self._heartbeat.interval = handshake.limits(
             channel_max, frame_max, heartbeat
         )
         self._outbox.frame_max = self._reader.frame_max = frame_max
@@ -643,7 +631,7 @@ class Connection:
             client_properties=self._client_properties,
             channel_max=self._channel_max,
             frame_max=self._outbox.frame_max,
-            heartbeat=self._heartbeat,
+            heartbeat=self._heartbeat.interval,
             virtual_host=self._virtual_host,
         )
 
@@ -956,18 +944,17 @@ class Connection:
         Still works after a protocol error, so the close that answers it can be written.
         """
         data = self._outbox.take()
-        if len(data) > self._heartbeat_octets:  # more than the timer's own heartbeats
-            self._sent = True
-        self._heartbeat_octets = 0
+        self._heartbeat.handed_out(len(data))
         return data
 
     def buffers_to_send(self) -> list[Buffer]:
         """Everything to write, in order, as buffers for ``writelines``/``sendmsg``: large bodies
         stay memoryview slices of the caller's body. Empties the outbound buffer."""
         buffers = self._outbox.take_buffers()
-        if len(buffers) > 1 or (buffers and len(buffers[0]) > self._heartbeat_octets):
-            self._sent = True
-        self._heartbeat_octets = 0
+        if buffers:  # a first buffer is all heartbeats only when it is the only one
+            self._heartbeat.handed_out(
+                sum(map(len, buffers)) if len(buffers) > 1 else len(buffers[0])
+            )
         return buffers
 
     # --- Heartbeats ---------------------------------------------------------------------------
@@ -979,11 +966,9 @@ class Connection:
         Right after tuning this is ``0.0``, in the past on any clock: call ``handle_timer(now)``
         at once, it sets the baseline the later deadlines count from.
         """
-        if not self._heartbeat or self._eof or self._state is _C.CLOSED or self._state is _C.ERROR:
+        if self._eof or self._state is _C.CLOSED or self._state is _C.ERROR:
             return None
-        if not self._timer_started:
-            return 0.0
-        return min(self._send_check, self._last_seen + 2 * self._heartbeat)
+        return self._heartbeat.deadline()
 
     def handle_timer(self, now: float, *, reading: bool = True) -> None:
         """Let time pass: *now* is the adapter's clock in seconds (any origin, never going back).
@@ -1000,27 +985,13 @@ class Connection:
         """
         if self.next_deadline() is None:
             return
-        interval = self._heartbeat
-        if not self._timer_started:
-            self._timer_started = True
-            self._last_seen = now
-            self._send_check = now + interval / 2
-            self._sent = self._received = False
-            return
-        if self._received or not reading:
-            self._received = False
-            self._last_seen = now
-        elif now >= self._last_seen + 2 * interval:
+        tick = self._heartbeat.tick(now, reading=reading)
+        if tick is Tick.SEND_HEARTBEAT:
+            self._outbox.data += HEARTBEAT_FRAME
+        elif tick is Tick.PEER_DEAD:
             self._state = _C.ERROR
             self._decision = HeartbeatTimeout  # parse nothing more
             self._events.append(HeartbeatTimeout())
-            return
-        if now >= self._send_check:
-            if not self._sent:
-                self._outbox.data += HEARTBEAT_FRAME
-                self._heartbeat_octets += len(HEARTBEAT_FRAME)
-            self._sent = False
-            self._send_check = now + interval / 2
 
 
 #: What the shell does with each method the peer sends on channel 0, by the table's effect.

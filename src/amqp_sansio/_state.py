@@ -398,24 +398,10 @@ class CompiledTables:
         by_meaning = spec.by_meaning
         peer = role.peer
         channel = channel_transitions(spec.methods.values())
-
-        def by_class(rows: Mapping[_Key, Transition]) -> dict[type[Method] | Input, Transition]:
-            out: dict[type[Method] | Input, Transition] = {}
-            for key, row in rows.items():
-                if isinstance(key, Input):
-                    out[key] = row
-                elif key in by_meaning:  # a meaning this version lacks has no row
-                    out[by_meaning[key]] = row
-            return out
-
         #: Our sends on channel 0: ``[state][class]``.
-        self.connection_send: Final[_Rows0] = {
-            state: by_class(rows) for state, rows in CONNECTION_TRANSITIONS[role].items()
-        }
+        self.connection_send: Final = _by_class(CONNECTION_TRANSITIONS[role], by_meaning)
         #: The peer's methods on channel 0.
-        self.connection_receive: Final[_Rows0] = {
-            state: by_class(rows) for state, rows in CONNECTION_TRANSITIONS[peer].items()
-        }
+        self.connection_receive: Final = _by_class(CONNECTION_TRANSITIONS[peer], by_meaning)
         self.channel_send: Final[_Rows] = {
             state: {by_meaning[name]: row for name, row in rows.items()}
             for state, rows in channel[role].items()
@@ -433,31 +419,18 @@ class CompiledTables:
         #: Client role: requests that change the recorded topology.
         self.recorded: Final = _classes(by_meaning, RECORDED) if role is _CLIENT else frozenset()
         open_send = self.channel_send[_H.OPEN]
-
-        def plain(cls: type[Method], row: ChannelTransition | None) -> bool:
-            # Leaves an open channel open, does nothing more, answers and expects nothing, and
-            # goes on the wire as its class encodes it.
-            return (
-                row is not None
-                and row.next is _H.OPEN
-                and row.sent is _E.NONE
-                and cls not in self.replies
-                and not cls.RESPONSES
-                and cls not in spec.wire_ids
-            )
-
         #: A consumer's settlements this role may send on an open channel with no check but the
         #: channel's state (send_method's fast path: one struct pack).
         self.fast_sends: Final = frozenset(
             cls
             for name in ("basic.ack", "basic.nack", "basic.reject")
-            if (cls := by_meaning.get(name)) is not None and plain(cls, open_send.get(cls))
+            if (cls := by_meaning.get(name)) is not None and self._plain(spec, cls, open_send)
         )
         publish = by_meaning.get("basic.publish")
         #: Whether publish() may take the fast path (encode_publish) on an open channel.
         self.fast_publish: Final = (
             publish is not None
-            and plain(publish, open_send.get(publish))
+            and self._plain(spec, publish, open_send)
             and publish not in self.recorded
         )
         deliver = by_meaning.get("basic.deliver")
@@ -468,6 +441,36 @@ class CompiledTables:
             () if row is None or row.next is not _H.OPEN or row.received is not _E.DELIVERY
             else (deliver,)
         )  # fmt: skip
+
+    def _plain(
+        self, spec: ProtocolSpec, cls: type[Method], rows: Mapping[type[Method], ChannelTransition]
+    ) -> bool:
+        """Whether *cls* leaves an open channel open, does nothing more, answers and expects
+        nothing, and goes on the wire as its class encodes it: a fast path needs no more."""
+        row = rows.get(cls)
+        return (
+            row is not None
+            and row.next is _H.OPEN
+            and row.sent is _E.NONE
+            and cls not in self.replies
+            and not cls.RESPONSES
+            and cls not in spec.wire_ids
+        )
+
+
+def _by_class(
+    table: Mapping[ConnectionState, Mapping[_Key, Transition]],
+    by_meaning: Mapping[str, type[Method]],
+) -> _Rows0:
+    """Connection rows keyed by one version's classes; a meaning the version lacks has no row."""
+    return {
+        state: {
+            (key if isinstance(key, Input) else by_meaning[key]): row
+            for key, row in rows.items()
+            if isinstance(key, Input) or key in by_meaning
+        }
+        for state, rows in table.items()
+    }
 
 
 def _classes(
