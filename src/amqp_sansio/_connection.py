@@ -810,10 +810,13 @@ class Connection:
                 ReplyCode.COMMAND_INVALID,
                 cls,
             )
-        if type(channel) is not int or not 1 <= channel <= self._channel_max:
+        # The server role answers on whatever number the client opened (RabbitMQ 3.10 opens
+        # channel 65535 under channel_max 2047); the client role stays within channel_max.
+        highest = self._channel_max if self.role is Role.CLIENT else CHANNEL_MAX_LIMIT
+        if type(channel) is not int or not 1 <= channel <= highest:
             raise self._refused(
                 LocalProtocolError,
-                f"channel {channel!r} is outside 1..{self._channel_max}",
+                f"channel {channel!r} is outside 1..{highest}",
                 ReplyCode.CHANNEL_ERROR,
                 cls,
             )
