@@ -1018,6 +1018,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             path.write_text(source)
             print(f"wrote {path.relative_to(ROOT)}")
+    # AMQP 0-10, its own protocol family: emitted by tools/_gen_0_10.py, checked the same way.
+    import _gen_0_10
+
+    for path, source in _gen_0_10.outputs(format_source):
+        if args.check:
+            if not path.exists() or path.read_text() != source:
+                stale.append(path.relative_to(ROOT))
+        else:
+            path.write_text(source)
+            print(f"wrote {path.relative_to(ROOT)}")
     if stale:
         print("Generated sources are stale; run `python tools/gen_spec.py`:", *stale, sep="\n  ")
         return 1
