@@ -1331,10 +1331,7 @@ def generate(formatter: Callable[[str, Path], str]) -> str:
     e("def _redacted(value: object) -> str:")
     e('return "<redacted>"', 1)
     e.lines += body.lines
-    names += ["decode_value", "encode_value", "decode_map", "encode_map", "decode_list"]
-    names += ["encode_list", "decode_array", "encode_array", "decode_struct32", "encode_struct32"]
-    names += ["decode_sequence_set", "encode_sequence_set"]
-    names += ["decode_byte_ranges", "encode_byte_ranges"]
+    # The value codec (decode_map, encode_value, ...) is public through v0_10.framing.
     names += [s.py_name for s in spec.structs]
     names += [op.py_name for op in spec.ops]
 

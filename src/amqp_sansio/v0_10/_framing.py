@@ -58,6 +58,7 @@ __all__ = [
     "encode_command",
     "encode_control",
     "encode_header_segment",
+    "frame_command",
     "is_protocol_header_0_10",
     "split_segment",
 ]
@@ -85,7 +86,6 @@ _SEGMENT_NAMES: Final = ("control", "command", "header", "body")
 _HEADER: Final = struct.Struct(">BBHBBHI")
 _pack_header: Final = _HEADER.pack
 _unpack_header: Final = _HEADER.unpack_from
-_S_H: Final = struct.Struct(">H")
 #: Bodies at least this large are handed to ``buffers_to_send`` as memoryview slices.
 PASSTHROUGH: Final = 64 * 1024
 
@@ -232,10 +232,11 @@ class Assembly:
 
     ``op`` is the control or the command; ``sync`` the command's ``session.header`` sync bit;
     ``headers`` the header segment's structs (None without a header segment) and ``body`` the
-    body segment (None without one: an empty body segment is ``b""``).
+    body segment (None without one: an empty body segment is ``b""``); ``size`` the octets of
+    the header and body segments (what byte credit counts).
     """
 
-    __slots__ = ("body", "channel", "headers", "op", "sync")
+    __slots__ = ("body", "channel", "headers", "op", "size", "sync")
 
     def __init__(
         self,
@@ -244,12 +245,14 @@ class Assembly:
         sync: bool = False,
         headers: tuple[Struct, ...] | None = None,
         body: bytes | None = None,
+        size: int = 0,
     ) -> None:
         self.channel = channel
         self.op = op
         self.sync = sync
         self.headers = headers
         self.body = body
+        self.size = size
 
     def __repr__(self) -> str:
         return (
@@ -348,7 +351,17 @@ def encode_header_segment(out: bytearray, entries: Sequence[Struct]) -> None:
 class _Track:
     """What one channel's track is in the middle of."""
 
-    __slots__ = ("asm", "command", "headers", "parts", "seg_flags", "seg_size", "seg_type", "sync")
+    __slots__ = (
+        "asm",
+        "command",
+        "header_size",
+        "headers",
+        "parts",
+        "seg_flags",
+        "seg_size",
+        "seg_type",
+        "sync",
+    )
 
     def __init__(self) -> None:
         # The segment being received (frames between b and e), or seg_type -1.
@@ -361,6 +374,7 @@ class _Track:
         self.command: Command | None = None
         self.sync = False
         self.headers: tuple[Struct, ...] | None = None
+        self.header_size = 0
 
 
 @final
@@ -506,6 +520,7 @@ class AssemblyReader:
             state.command = command
             state.sync = sync
             state.headers = None
+            state.header_size = 0
             return None
         state.asm += len(payload)
         command_op = state.command
@@ -514,12 +529,14 @@ class AssemblyReader:
             headers = decode_header_segment(payload)
             if not last:
                 state.headers = headers
+                state.header_size = len(payload)
                 return None
             self._end_assembly(state)
-            return Assembly(frame.channel, command_op, state.sync, headers)
+            return Assembly(frame.channel, command_op, state.sync, headers, None, len(payload))
         headers_seen = state.headers
+        size = state.header_size + len(payload)
         self._end_assembly(state)
-        return Assembly(frame.channel, command_op, state.sync, headers_seen, payload)
+        return Assembly(frame.channel, command_op, state.sync, headers_seen, payload, size)
 
     @staticmethod
     def _end_assembly(state: _Track) -> None:
@@ -572,6 +589,61 @@ def encode_control(out: bytearray, channel: int, control: Control, max_frame_siz
     )
 
 
+def frame_command(
+    out: bytearray,
+    channel: int,
+    segment: Buffer,
+    header: Buffer | None,
+    body: Buffer | None,
+    max_frame_size: int,
+) -> None:
+    """Append an encoded command assembly as frames: the command segment's payload, then the
+    header segment's (if not None), then the body (if not None)."""
+    max_payload = max_frame_size - FRAME_HEADER_SIZE
+    more = header is not None or body is not None
+    flags = FIRST_SEGMENT if more else FIRST_SEGMENT | LAST_SEGMENT
+    split_segment(out, SEGMENT_COMMAND, TRACK_COMMAND, channel, segment, flags, max_payload)
+    if header is not None:
+        flags = 0 if body is not None else LAST_SEGMENT
+        split_segment(out, SEGMENT_HEADER, TRACK_COMMAND, channel, header, flags, max_payload)
+    if body is not None:
+        split_segment(out, SEGMENT_BODY, TRACK_COMMAND, channel, body, LAST_SEGMENT, max_payload)
+
+
+def command_buffers(
+    channel: int,
+    segment: Buffer,
+    header: Buffer | None,
+    body: Buffer,
+    max_frame_size: int,
+) -> list[Buffer]:
+    """:func:`frame_command` for a large body: the frames as buffers whose body parts are
+    memoryview slices of *body* (never copied)."""
+    max_payload = max_frame_size - FRAME_HEADER_SIZE
+    head = bytearray()
+    split_segment(
+        head, SEGMENT_COMMAND, TRACK_COMMAND, channel, segment, FIRST_SEGMENT, max_payload
+    )
+    if header is not None:
+        split_segment(head, SEGMENT_HEADER, TRACK_COMMAND, channel, header, 0, max_payload)
+    buffers: list[Buffer] = [head]
+    view = memoryview(body).cast("B")
+    size = len(view)
+    start = 0
+    while True:
+        end = min(start + max_payload, size)
+        flags = (
+            LAST_SEGMENT | (FIRST_FRAME if not start else 0) | (LAST_FRAME if end == size else 0)
+        )
+        buffers.append(
+            _pack_header(flags, SEGMENT_BODY, end - start + 12, 0, TRACK_COMMAND, channel, 0)
+        )
+        buffers.append(view[start:end])
+        start = end
+        if start >= size:
+            return buffers
+
+
 def encode_command(
     out: bytearray,
     channel: int,
@@ -584,72 +656,10 @@ def encode_command(
 ) -> None:
     """Append a command assembly: the command segment, then a header segment if *headers* is
     not None, then a body segment if *body* is not None, each split at *max_frame_size*."""
-    max_payload = max_frame_size - FRAME_HEADER_SIZE
     segment = bytearray()
     command.encode(segment, sync)
-    more = headers is not None or body is not None
-    split_segment(
-        out,
-        SEGMENT_COMMAND,
-        TRACK_COMMAND,
-        channel,
-        segment,
-        FIRST_SEGMENT if more else FIRST_SEGMENT | LAST_SEGMENT,
-        max_payload,
-    )
+    header = None
     if headers is not None:
-        segment = bytearray()
-        encode_header_segment(segment, headers)
-        flags = 0 if body is not None else LAST_SEGMENT
-        split_segment(out, SEGMENT_HEADER, TRACK_COMMAND, channel, segment, flags, max_payload)
-    if body is not None:
-        split_segment(out, SEGMENT_BODY, TRACK_COMMAND, channel, body, LAST_SEGMENT, max_payload)
-
-
-def command_buffers(
-    channel: int,
-    command: Command,
-    max_frame_size: int,
-    *,
-    sync: bool = False,
-    headers: Sequence[Struct] | None = None,
-    body: Buffer,
-) -> list[Buffer]:
-    """:func:`encode_command` for a large body: the frames as buffers whose body parts are
-    memoryview slices of *body* (never copied)."""
-    max_payload = max_frame_size - FRAME_HEADER_SIZE
-    head = bytearray()
-    encode_command(head, channel, command, max_frame_size, sync=sync, headers=headers)
-    # encode_command marked the last segment before the body as last: the body follows.
-    _clear_last_segment(head, channel)
-    buffers: list[Buffer] = [head]
-    view = memoryview(body).cast("B")
-    size = len(view)
-    start = 0
-    while True:
-        end = min(start + max_payload, size)
-        flags = (
-            LAST_SEGMENT | (FIRST_FRAME if start == 0 else 0) | (LAST_FRAME if end == size else 0)
-        )
-        buffers.append(
-            _pack_header(flags, SEGMENT_BODY, end - start + 12, 0, TRACK_COMMAND, channel, 0)
-        )
-        buffers.append(view[start:end])
-        start = end
-        if start >= size:
-            return buffers
-
-
-def _clear_last_segment(frames: bytearray, channel: int) -> None:
-    """Clear the last-segment flag on the frames of the last segment in *frames*."""
-    offset = 0
-    last_segment_start = 0
-    while offset < len(frames):
-        size = _S_H.unpack_from(frames, offset + 2)[0]
-        if frames[offset] & FIRST_FRAME:
-            last_segment_start = offset
-        offset += size
-    offset = last_segment_start
-    while offset < len(frames):
-        frames[offset] &= ~LAST_SEGMENT & 0xFF
-        offset += _S_H.unpack_from(frames, offset + 2)[0]
+        header = bytearray()
+        encode_header_segment(header, headers)
+    frame_command(out, channel, segment, header, body, max_frame_size)
