@@ -650,10 +650,16 @@ class Session:
     # --- The core's side: completion ------------------------------------------------------
 
     def _complete(self, n: int) -> None:
-        """Complete received command *n* (unwrapped), then any execution.sync it unblocks."""
+        """Complete received command *n* (unwrapped) and the execution.syncs it unblocks;
+        report at once if any of them had the sync bit."""
+        if self._mark_complete(n):
+            self._report()
+
+    def _mark_complete(self, n: int) -> bool:
+        """Complete *n* and what it unblocks; whether one of them asked for a sync report."""
         entry = self._incomplete.pop(n, None)
         if entry is None:
-            return
+            return False
         self._completed.add(n, n)
         self._unreported = True
         command, sync = entry
@@ -662,19 +668,23 @@ class Session:
             flow = self._credit.get(command.destination or "")
             if flow is not None:
                 flow.zero()
-        if sync:
-            self._report()
-        if self._syncs:
-            self._release_syncs()
-
-    def _release_syncs(self) -> None:
         syncs = self._syncs
         while syncs:
             first = syncs[0]
-            if any(n < first for n in self._incomplete):
-                return
+            if any(other < first for other in self._incomplete):
+                break
             syncs.pop(0)
-            self._complete(first)
+            sync = self._mark_complete(first) or sync
+        return sync
+
+    def _release_syncs(self) -> None:
+        """Complete the execution.syncs no earlier command holds back any more."""
+        syncs = self._syncs
+        report = False
+        while syncs and not any(n < syncs[0] for n in self._incomplete):
+            report = self._mark_complete(syncs.pop(0)) or report
+        if report:
+            self._report()
 
     def _report(self) -> None:
         """Send ``session.completed`` with every completed id the peer does not know of."""
