@@ -354,6 +354,9 @@ class Connection:
             while True:
                 if self._decision is not None:
                     return self._end_of_input()
+                if self._state is _S.CLOSED:
+                    self._reader.discard()  # the conversation is over: later octets mean nothing
+                    return self._end_of_input()
                 if self._inbox is not None and not self._read_header():
                     return self._end_of_input()
                 frame = next_frame()
@@ -598,10 +601,7 @@ class Connection:
             self._tell_not_attached(assembly.channel, b"")
             return None
         if session._state is SessionState.ATTACHING:
-            raise self._remote(
-                f"{op.NAME} on channel {assembly.channel} before the session was attached",
-                type(op),
-            )
+            return None  # the rest of the channel's previous session, as above
         return session.on_command(assembly)
 
     def _tell_not_attached(self, channel: int, name: bytes) -> None:
@@ -963,9 +963,9 @@ class Connection:
             self._tell_not_attached(channel, b"")
             return None
         if session._state is SessionState.ATTACHING:
-            raise self._remote(
-                f"{cls.NAME} on channel {channel} before the session was attached", cls
-            )
+            # Before attached, the peer can only be finishing the channel's previous session
+            # (qpid-python sends session.completed after its own detach): nothing for this one.
+            return None
         return session.on_control(control)
 
     def _on_attach(self, channel: int, attach: SessionAttach) -> Event | None:

@@ -176,6 +176,11 @@ class FrameReader:
         self._data = grown
         self._pos = 0
 
+    def discard(self) -> None:
+        """Forget every octet received and not yet returned as a frame."""
+        self._data = b""
+        self._pos = 0
+
     def next_frame(self) -> Frame | None:
         """The next whole frame, or None until more octets arrive.
 

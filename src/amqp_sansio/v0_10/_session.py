@@ -661,7 +661,9 @@ class Session:
         if entry is None:
             return False
         self._completed.add(n, n)
-        self._unreported = True
+        if not self._unreported:
+            self._unreported = True
+            self._conn._mark_dirty(self)
         command, sync = entry
         if type(command) is MessageFlush:
             assert isinstance(command, MessageFlush)
@@ -784,7 +786,9 @@ class Session:
             if assembly.sync:
                 self._report()
             else:
-                self._unreported = True
+                if not self._unreported:
+                    self._unreported = True
+                    self._conn._dirty.add(self)
                 if self._grants:
                     self._count_window(command.destination or "", size)
             if self._syncs:

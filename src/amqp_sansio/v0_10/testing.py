@@ -162,7 +162,9 @@ class ConnectionPair:
     """A 0-10 client core and server core joined by a perfect in-memory link.
 
     Nothing moves by itself: :meth:`transfer` moves what one side queued to the other and
-    returns the events the receiver produced, so a test sees every step.
+    returns the events the receiver produced, so a test sees every step. Everything moved is
+    also kept in ``client_sent`` and ``server_sent``, for replaying a conversation into one
+    role (fuzzing, regression tests).
     """
 
     def __init__(
@@ -175,6 +177,8 @@ class ConnectionPair:
         self.client = Connection(Role.CLIENT, client_config)
         self.server = Connection(Role.SERVER, server_config)
         self.byte_at_a_time = byte_at_a_time
+        self.client_sent = bytearray()
+        self.server_sent = bytearray()
 
     def peer(self, conn: Connection) -> Connection:
         """The other end of *conn*."""
@@ -183,10 +187,15 @@ class ConnectionPair:
     def transfer(self, sender: Connection) -> list[Event]:
         """Move everything *sender* queued to its peer; return the peer's events (none when
         nothing was queued: an empty transfer is not an end of stream)."""
-        data = sender.data_to_send()
+        data = self._take(sender)
         if not data:
             return []
         return feed(self.peer(sender), data, byte_at_a_time=self.byte_at_a_time)
+
+    def _take(self, sender: Connection) -> bytes:
+        data = sender.data_to_send()
+        (self.client_sent if sender is self.client else self.server_sent).extend(data)
+        return data
 
     def exchange(self, first: Connection | None = None, *, rounds: int = 50) -> list[Event]:
         """Move data both ways, starting with *first* (default the client), until neither side
@@ -195,7 +204,7 @@ class ConnectionPair:
         events: list[Event] = []
         idle = 0
         for _ in range(rounds):
-            data = sender.data_to_send()
+            data = self._take(sender)
             receiver = self.peer(sender)
             if data:
                 events += feed(receiver, data, byte_at_a_time=self.byte_at_a_time)

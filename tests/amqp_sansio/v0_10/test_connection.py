@@ -248,6 +248,16 @@ def test_close_both_ways_and_crossing(byte_at_a_time: bool) -> None:
     assert pair.client.state is pair.server.state is ConnectionState.CLOSED
 
 
+def test_octets_after_the_close_handshake_are_ignored() -> None:
+    pair = ConnectionPair()
+    pair.handshake()
+    pair.server.close()
+    pair.transfer(pair.server)
+    assert pair.client.state is ConnectionState.CLOSED
+    assert feed(pair.client, b"\xff" * 40) == []  # not even parsed: no framing error
+    assert pair.client.data_to_send() != b""  # the close-ok, written before
+
+
 def test_end_of_stream_is_connection_lost() -> None:
     pair = ConnectionPair()
     pair.handshake()

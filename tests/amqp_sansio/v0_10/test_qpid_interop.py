@@ -15,6 +15,7 @@ tests skip, saying so, only where no Python 2.7 exists.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -72,15 +73,23 @@ def completed(ids: int | list[int]) -> Callable[[list[Event]], bool]:
     return check
 
 
+def _stop(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.kill()
+    process.communicate()
+
+
 def test_our_client_against_qpids_server() -> None:
     require_qpid()
     server = start_py2(SUPPORT / "qpid_server_0_10.py2")
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.callback(_stop, server)
         assert server.stdout is not None
         line = server.stdout.readline()
         assert line.startswith("PORT "), line + (server.stderr.read() if server.stderr else "")
         port = int(line.split()[1])
         sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        stack.callback(sock.close)
         conn = Connection(Role.CLIENT, ConnectionConfig(client_properties={"test": "interop"}))
         driver = SocketDriver(sock, conn)
         opened = driver.pump(lambda ev: any(isinstance(e, ConnectionOpened) for e in ev))
@@ -163,10 +172,6 @@ def test_our_client_against_qpids_server() -> None:
         assert not closed.by_peer
         sock.close()
         out, err = server.communicate(timeout=30)
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
     log_line = next((line for line in out.splitlines() if line.startswith("LOG ")), None)
     assert log_line is not None, out + err
     log = json.loads(log_line[4:])

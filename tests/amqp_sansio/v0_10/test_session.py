@@ -423,3 +423,17 @@ def test_execution_sync_from_the_peer_is_handled_by_the_core() -> None:
     [done] = pair.transfer(pair.client)
     assert done == CommandsCompleted(channel=1, commands=SequenceSet.of(server_sync))
     assert isinstance(ExecutionSync(), ExecutionSync)
+
+
+def test_stragglers_of_a_channels_previous_session_are_ignored_while_attaching() -> None:
+    # qpid-python sends session.completed after its own detach: the channel may be attaching
+    # again when it arrives.
+    pair = opened()
+    session = pair.client.attach("again")
+    pair.client.data_to_send()
+    late = control_frames(1, SessionCompleted(commands=SequenceSet.of(0))) + command_frames(
+        1, QueuePurge(queue="q")
+    )
+    assert feed(pair.client, late) == []
+    assert session.state.value == "ATTACHING"
+    assert pair.client.data_to_send() == b""
