@@ -552,7 +552,7 @@ def emit_decode_field(e: Emitter, m: Model, f: Field, bit: int | None, indent: i
         e(f"{target} = buf[offset] != 0", i)
         e("offset += 1", i)
     elif t == "uuid":
-        e(f"{target} = UUID(bytes=bytes(buf[offset : offset + 16]))", i)
+        e(f"{target} = uuid_from_bytes(bytes(buf[offset : offset + 16]))", i)
         e("offset += 16", i)
     elif t in STR_TYPES or t in VBIN_TYPES:
         width = STR_TYPES[t][0] if t in STR_TYPES else VBIN_TYPES[t]
@@ -822,7 +822,8 @@ def encode_value(out: bytearray, value: Value, depth: int) -> int:
 def decode_map(buf: ByteString, offset: int, depth: int) -> tuple[Map, int]:
     """A ``map`` (u32 size, u32 count, entries of str8 key, type code, value): every value a
     :class:`Typed`. A map of size 0 (no count) reads as empty."""
-    _too_deep(depth)
+    if depth > MAX_DEPTH:
+        raise ValueError(f"maps, lists and arrays nest deeper than {MAX_DEPTH}")
     (size,) = _S_I.unpack_from(buf, offset)
     offset += 4
     end = offset + size
@@ -834,14 +835,32 @@ def decode_map(buf: ByteString, offset: int, depth: int) -> tuple[Map, int]:
     (count,) = _S_I.unpack_from(buf, offset)
     offset += 4
     _count(count, end - offset, 2)
+    decoders = _DECODERS
     for _ in range(count):
         n = buf[offset] + 1
         key = buf[offset + 1 : offset + n].decode()
-        code = buf[offset + n]
-        value, offset = decode_value(buf, offset + n + 1, code, depth + 1)
+        offset += n
+        code = buf[offset]
+        # qpid-python's str, int and bool inline; every other code through its decoder.
+        value: Value
+        if code == 0x95:
+            n = offset + 3 + (buf[offset + 1] << 8 | buf[offset + 2])
+            value = buf[offset + 3 : n].decode()
+            offset = n
+        elif code == 0x31:
+            value = _S_q.unpack_from(buf, offset + 1)[0]
+            offset += 9
+        elif code == 0x08:
+            value = buf[offset + 1] != 0
+            offset += 2
+        else:
+            decoder = decoders.get(code)
+            if decoder is None:
+                raise ValueError(f"type code {code:#04x} is reserved: its width is unknown")
+            value, offset = decoder(buf, offset + 1, depth + 1)
         if offset > end:
             raise ValueError("a map entry runs past the end of the map")
-        result[key] = Typed(code, value)
+        result[key] = _tuple_new(Typed, (code, value))
     if offset != end:
         raise _size_mismatch("map", end, offset)
     return result, end
@@ -882,7 +901,7 @@ def decode_list(buf: ByteString, offset: int, depth: int) -> tuple[list[Value], 
         value, offset = decode_value(buf, offset + 1, code, depth + 1)
         if offset > end:
             raise ValueError("a list item runs past the end of the list")
-        result.append(Typed(code, value))
+        result.append(_tuple_new(Typed, (code, value)))
     if offset != end:
         raise _size_mismatch("list", end, offset)
     return result, end
@@ -1121,7 +1140,7 @@ def emit_value_codec(e: Emitter, m: Model) -> None:
         elif name == "uuid":
             define(
                 name,
-                ["return UUID(bytes=bytes(buf[offset : offset + 16])), offset + 16"],
+                ["return uuid_from_bytes(bytes(buf[offset : offset + 16])), offset + 16"],
                 [
                     "if not isinstance(value, UUID):",
                     '    raise ValueError(f"a UUID, not {type(value).__name__}")',
@@ -1220,7 +1239,7 @@ def generate(formatter: Callable[[str, Path], str]) -> str:
     m = Model(spec)
     body = Emitter()
     # The codec's own structs, first so their names are stable.
-    for code in ("I", "H", "II", "IBI", "QQ"):
+    for code in ("I", "H", "II", "IBI", "QQ", "q"):
         body.struct(code)
     emit_value_codec(body, m)
     for s in spec.structs:
@@ -1265,6 +1284,7 @@ def generate(formatter: Callable[[str, Path], str]) -> str:
         "Value",
         "code_of",
         "datetime_seconds",
+        "uuid_from_bytes",
     ):
         e(f"{name},", 1)
     e(")")
@@ -1324,6 +1344,7 @@ def generate(formatter: Callable[[str, Path], str]) -> str:
     e("_BY_CLIENT_SERVER: Final = frozenset((Role.CLIENT, Role.SERVER))")
     e("# Decoders build instances without __init__ and store each field once.")
     e("_new: Final = object.__new__")
+    e("_tuple_new: Final = tuple.__new__")
     for code, sname in body.structs.items():
         e(f"{sname}: Final = struct.Struct('{code if code.startswith('<') else '>' + code}')")
     e()

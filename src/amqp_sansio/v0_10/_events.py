@@ -16,13 +16,10 @@ from typing import TYPE_CHECKING, TypeAlias, final
 
 import attrs
 
+from ._generated.spec_0_10 import DeliveryProperties, MessageProperties
+
 if TYPE_CHECKING:
-    from ._generated.spec_0_10 import (
-        DeliveryProperties,
-        ExecutionException,
-        MessageProperties,
-        MessageTransfer,
-    )
+    from ._generated.spec_0_10 import ExecutionException, MessageTransfer
     from ._types import Command, Map, SequenceSet, Struct
 
 __all__ = [
@@ -237,8 +234,6 @@ class MessageReceived:
     @property
     def delivery_properties(self) -> DeliveryProperties | None:
         """The header segment's ``delivery-properties``, if any."""
-        from ._generated.spec_0_10 import DeliveryProperties
-
         for entry in self.headers:
             if type(entry) is DeliveryProperties:
                 return entry
@@ -247,8 +242,6 @@ class MessageReceived:
     @property
     def message_properties(self) -> MessageProperties | None:
         """The header segment's ``message-properties``, if any."""
-        from ._generated.spec_0_10 import MessageProperties
-
         for entry in self.headers:
             if type(entry) is MessageProperties:
                 return entry

@@ -165,6 +165,13 @@ class FrameReader:
             self._data = data if type(data) is bytes else bytes(data)
             self._pos = 0
             return
+        if type(held) is bytes and len(held) - pos <= len(data):
+            # A partial frame and a read at least as large: one bytes of both, so frames are
+            # sliced from bytes (one copy each). Smaller reads go to a growing bytearray, so a
+            # large frame arriving in small pieces is not copied again for each piece.
+            self._data = held[pos:] + (data if type(data) is bytes else bytes(data))
+            self._pos = 0
+            return
         if type(held) is bytes:
             grown = bytearray(memoryview(held)[pos:])
         else:
@@ -206,8 +213,10 @@ class FrameReader:
         frame.type = seg_type
         frame.track = track
         frame.channel = channel
-        payload = data[pos + FRAME_HEADER_SIZE : end]
-        frame.payload = payload if type(payload) is bytes else bytes(payload)
+        if type(data) is bytes:
+            frame.payload = data[pos + FRAME_HEADER_SIZE : end]
+        else:  # a bytearray: one copy, through a view released at once
+            frame.payload = bytes(memoryview(data)[pos + FRAME_HEADER_SIZE : end])
         self._pos = end
         return frame
 
@@ -414,27 +423,33 @@ class AssemblyReader:
             decode; (320) an assembly exceeds ``max_message_size``.
         """
         seg_type = frame.type
-        if (seg_type == SEGMENT_CONTROL) != (frame.track == TRACK_CONTROL):
+        track = frame.track
+        if (seg_type == 0) != (track == 0):
             raise _framing_error(
-                f"a {_SEGMENT_NAMES[seg_type]} segment on track {frame.track} "
+                f"a {_SEGMENT_NAMES[seg_type]} segment on track {track} "
                 f"(channel {frame.channel}): controls go on track 0, commands on track 1"
             )
-        key = frame.channel << 1 | frame.track
+        key = frame.channel << 1 | track
         state = self._tracks.get(key)
         if state is None:
             state = self._tracks[key] = _Track()
         flags = frame.flags
         payload = frame.payload
         if state.seg_type < 0:
+            if flags & 3 == 3:  # the usual case: a whole segment in one frame
+                if seg_type == 1 and state.asm < 0 and flags & FIRST_SEGMENT:
+                    # a command segment: one frame, assembly begins (checks of _begin_segment)
+                    if len(payload) > self.max_message_size:
+                        self._check_size(state, len(payload), frame.channel)
+                    return self._segment_done(state, frame, payload)
+                self._begin_segment(state, frame)
+                return self._segment_done(state, frame, payload)
             if not flags & FIRST_FRAME:
                 raise _framing_error(
                     f"a {_SEGMENT_NAMES[seg_type]} frame on channel {frame.channel} continues a "
                     "segment that never began"
                 )
             self._begin_segment(state, frame)
-            if flags & LAST_FRAME:  # the usual case: a segment in one frame
-                state.seg_type = -1
-                return self._segment_done(state, frame, payload)
             state.seg_type = seg_type
             state.seg_flags = flags & (FIRST_SEGMENT | LAST_SEGMENT)
             state.parts = [payload]

@@ -32,6 +32,7 @@ from .._types import (
     Value,
     code_of,
     datetime_seconds,
+    uuid_from_bytes,
 )
 
 PROTOCOL_VERSION: Final = (0, 10)
@@ -352,17 +353,18 @@ _BY_SERVER: Final = frozenset((Role.SERVER,))
 _BY_CLIENT_SERVER: Final = frozenset((Role.CLIENT, Role.SERVER))
 # Decoders build instances without __init__ and store each field once.
 _new: Final = object.__new__
+_tuple_new: Final = tuple.__new__
 _S_I: Final = struct.Struct(">I")
 _S_H: Final = struct.Struct(">H")
 _S_II: Final = struct.Struct(">II")
 _S_IBI: Final = struct.Struct(">IBI")
 _S_QQ: Final = struct.Struct(">QQ")
+_S_q: Final = struct.Struct(">q")
 _S_b: Final = struct.Struct(">b")
 _S_B: Final = struct.Struct(">B")
 _S_h: Final = struct.Struct(">h")
 _S_i: Final = struct.Struct(">i")
 _S_f: Final = struct.Struct(">f")
-_S_q: Final = struct.Struct(">q")
 _S_Q: Final = struct.Struct(">Q")
 _S_d: Final = struct.Struct(">d")
 _S_LE_H: Final = struct.Struct("<H")
@@ -417,7 +419,8 @@ def encode_value(out: bytearray, value: Value, depth: int) -> int:
 def decode_map(buf: ByteString, offset: int, depth: int) -> tuple[Map, int]:
     """A ``map`` (u32 size, u32 count, entries of str8 key, type code, value): every value a
     :class:`Typed`. A map of size 0 (no count) reads as empty."""
-    _too_deep(depth)
+    if depth > MAX_DEPTH:
+        raise ValueError(f"maps, lists and arrays nest deeper than {MAX_DEPTH}")
     (size,) = _S_I.unpack_from(buf, offset)
     offset += 4
     end = offset + size
@@ -429,14 +432,32 @@ def decode_map(buf: ByteString, offset: int, depth: int) -> tuple[Map, int]:
     (count,) = _S_I.unpack_from(buf, offset)
     offset += 4
     _count(count, end - offset, 2)
+    decoders = _DECODERS
     for _ in range(count):
         n = buf[offset] + 1
         key = buf[offset + 1 : offset + n].decode()
-        code = buf[offset + n]
-        value, offset = decode_value(buf, offset + n + 1, code, depth + 1)
+        offset += n
+        code = buf[offset]
+        # qpid-python's str, int and bool inline; every other code through its decoder.
+        value: Value
+        if code == 0x95:
+            n = offset + 3 + (buf[offset + 1] << 8 | buf[offset + 2])
+            value = buf[offset + 3 : n].decode()
+            offset = n
+        elif code == 0x31:
+            value = _S_q.unpack_from(buf, offset + 1)[0]
+            offset += 9
+        elif code == 0x08:
+            value = buf[offset + 1] != 0
+            offset += 2
+        else:
+            decoder = decoders.get(code)
+            if decoder is None:
+                raise ValueError(f"type code {code:#04x} is reserved: its width is unknown")
+            value, offset = decoder(buf, offset + 1, depth + 1)
         if offset > end:
             raise ValueError("a map entry runs past the end of the map")
-        result[key] = Typed(code, value)
+        result[key] = _tuple_new(Typed, (code, value))
     if offset != end:
         raise _size_mismatch("map", end, offset)
     return result, end
@@ -477,7 +498,7 @@ def decode_list(buf: ByteString, offset: int, depth: int) -> tuple[list[Value], 
         value, offset = decode_value(buf, offset + 1, code, depth + 1)
         if offset > end:
             raise ValueError("a list item runs past the end of the list")
-        result.append(Typed(code, value))
+        result.append(_tuple_new(Typed, (code, value)))
     if offset != end:
         raise _size_mismatch("list", end, offset)
     return result, end
@@ -787,7 +808,7 @@ def _e_fixed16(out: bytearray, value: Value, depth: int) -> None:
 
 
 def _d_uuid(buf: ByteString, offset: int, depth: int) -> tuple[Value, int]:
-    return UUID(bytes=bytes(buf[offset : offset + 16])), offset + 16
+    return uuid_from_bytes(bytes(buf[offset : offset + 16])), offset + 16
 
 
 def _e_uuid(out: bytearray, value: Value, depth: int) -> None:
@@ -2283,7 +2304,7 @@ class MessageProperties(Struct):
         else:
             self.content_length = None
         if flags & 0x2:
-            self.message_id = UUID(bytes=bytes(buf[offset : offset + 16]))
+            self.message_id = uuid_from_bytes(bytes(buf[offset : offset + 16]))
             offset += 16
         else:
             self.message_id = None
