@@ -875,9 +875,22 @@ def encode_map(out: bytearray, value: Map, depth: int) -> None:
         b = key.encode()
         out.append(len(b))  # ValueError past 255 octets
         out += b
-        at = len(out)
-        out.append(0)
-        out[at] = encode_value(out, item, depth + 1)
+        # str, int and bool inline (code_of's str16, int64 and boolean); the rest by code_of.
+        if type(item) is str:
+            b = item.encode()
+            out.append(0x95)
+            out += _S_H.pack(len(b))
+            out += b
+        elif type(item) is int:
+            out.append(0x31)
+            out += _S_q.pack(item)
+        elif type(item) is bool:
+            out.append(0x08)
+            out.append(1 if item else 0)
+        else:
+            at = len(out)
+            out.append(0)
+            out[at] = encode_value(out, item, depth + 1)
     _S_I.pack_into(out, start, len(out) - start - 4)
 
 
