@@ -713,10 +713,6 @@ class Session:
             self._known_pending = _Ranges()
             self._conn._send_control(self.channel, SessionKnownCompleted(commands=pending.to_set()))
 
-    @property
-    def needs_flush(self) -> bool:
-        return self._unreported or bool(self._known_pending)
-
     # --- The core's side: received commands ---------------------------------------------
 
     def on_command(self, assembly: Assembly) -> Event | None:

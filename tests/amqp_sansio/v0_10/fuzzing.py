@@ -197,9 +197,10 @@ def _respond(conn: Connection, event: Event) -> None:
             raise AssertionError(f"an application call raised {exc!r}") from exc
 
 
-def replay(role: Role, data: bytes, rng: random.Random | None, *, eof: bool) -> Outcome:
-    """Feed *data* to a new connection of *role* (in random pieces when *rng* is given) and
-    check the property; raises AssertionError if it breaks."""
+def replay(role: Role, data: bytes, rng: random.Random | int | None, *, eof: bool) -> Outcome:
+    """Feed *data* to a new connection of *role* (whole; in random pieces of 1 to 64 octets
+    when *rng* is a Random; in pieces of *rng* octets when it is an int) and check the
+    property; raises AssertionError if it breaks."""
     conn = Connection(role, ConnectionConfig(heartbeat=5, heartbeat_min=1, heartbeat_max=10))
     conn.data_to_send()
     events: list[Event] = []
@@ -208,7 +209,7 @@ def replay(role: Role, data: bytes, rng: random.Random | None, *, eof: bool) -> 
     error: RemoteProtocolError | None = None
     chunks = [data] if rng is None and data else []
     while rng is not None and offset < len(data):
-        size = rng.randint(1, 64)
+        size = rng if isinstance(rng, int) else rng.randint(1, 64)
         chunks.append(data[offset : offset + size])
         offset += size
     if eof:
