@@ -859,6 +859,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="wall (default): time.perf_counter; cpu: time.process_time, this process's CPU "
         "time, steadier when other jobs share the machine",
     )
+    parser.add_argument(
+        "--amqp-0-10",
+        choices=("with-qpid", "ours", "off"),
+        default="with-qpid",
+        help="the AMQP 0-10 transfer cases (bench/_codec_0_10.py): ours next to qpid-python "
+        "1.36 under Python 2.7 (default), ours alone, or none",
+    )
     args = parser.parse_args(argv)
 
     libs = [lib for lib in args.libs.split(",") if lib]
@@ -970,6 +977,32 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for lib in samples
             )
 
+    notes = list(NOTES)
+    if args.amqp_0_10 != "off" and problem is None:
+        # AMQP 0-10 next to qpid-python, with our 0-9-1 figures of this run beside them.
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import _codec_0_10
+
+        sizes_0_10 = {
+            label: (SIZES[label][0], args.n or SIZES[label][2 if args.quick else 1])
+            for label in sizes
+        }
+        ours_0_9_1 = {key: rates["ours"] for key, rates in medians.items() if "ours" in rates}
+        try:
+            results += _codec_0_10.run(
+                sizes_0_10,
+                repeat,
+                args.read_size,
+                args.timer,
+                TIMERS[args.timer],
+                qpid=args.amqp_0_10 == "with-qpid",
+                ours_0_9_1=ours_0_9_1,
+            )
+        except RuntimeError as exc:
+            print(f"\nFAILED (0-10): {exc}", file=sys.stderr)
+            return 1
+        notes += _codec_0_10.NOTES
+
     goals: list[dict[str, object]] = []
     if "ours" in libs:
         for (op, peer), target in GOALS.items():
@@ -1001,7 +1034,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 + (f", ceiling {ceiling:.2f}x" if isinstance(ceiling, float) else "")
             )
     print("\nNotes:")
-    for note in NOTES:
+    for note in notes:
         print(textwrap.fill(note, 100, initial_indent="  - ", subsequent_indent="    "))
 
     if args.json:
@@ -1020,7 +1053,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             },
             "results": results,
             "goals": goals,
-            "notes": list(NOTES),
+            "notes": notes,
         }
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=2)

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
+import _gen_0_10
+
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
@@ -1023,6 +1025,8 @@ def outputs() -> Iterator[tuple[Path, str]]:
     for target in TARGETS:
         yield OUT_DIR / f"{target.module}.py", generate(target)
     yield OUT_DIR / "reply_codes.py", generate_reply_codes(TARGETS)
+    # AMQP 0-10, its own protocol family: emitted by tools/_gen_0_10.py, checked the same way.
+    yield from _gen_0_10.outputs(format_source)
 
 
 def format_source(source: str, path: Path) -> str:

@@ -136,3 +136,15 @@ def test_demo_rejects_bad_arguments() -> None:
     )
     assert done.returncode == 2
     assert "--size at least 10" in done.stderr
+
+
+def test_amqp_0_10_session_runs_without_a_broker() -> None:
+    # Both ends are our 0-10 core over a socket pair: no broker, no URL.
+    out = run_example("amqp_0_10_session.py", "3", url="unused").stdout
+    assert "published 3 messages; queue.query says 3" in out
+    assert re.findall(r"received '(task \d)'", out) == ["task 0", "task 1", "task 2"]
+    assert out.splitlines()[-3:] == [
+        "synced: the server completed every command",
+        "detached",
+        "closed: 200",
+    ]

@@ -1,0 +1,1 @@
+"""Generated AMQP 0-10 tables (tools/gen_spec.py)."""
