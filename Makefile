@@ -49,7 +49,7 @@ pyenv_python = $(firstword $(wildcard $(HOME)/.pyenv/versions/$(1).*/bin/python$
 .venv-%/.installed: pyproject.toml hatch_build.py src/amqp_sansio/_speedups.c
 	$(call pyenv_python,$*) -m venv .venv-$*
 	.venv-$*/bin/python -m pip install --quiet --upgrade pip
-	.venv-$*/bin/python -m pip install --quiet -e '.[trio]' --group test
+	.venv-$*/bin/python -m pip install --quiet -e '.[trio]' --group test --group package
 	touch $@
 
 .PRECIOUS: .venv-%/.installed
