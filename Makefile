@@ -12,7 +12,7 @@ $(BIN)/python:
 # Reinstall when the project's dependencies change, and to rebuild the C table decoder.
 $(STAMP): pyproject.toml hatch_build.py src/amqp_sansio/_speedups.c | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[trio,spark]' --group dev
+	$(BIN)/python -m pip install --quiet -e '.[trio,spark,tools]' --group dev
 	touch $(STAMP)
 
 test: $(STAMP) lint typecheck gencheck pytest pytest-other-pythons docs
@@ -49,7 +49,7 @@ pyenv_python = $(firstword $(wildcard $(HOME)/.pyenv/versions/$(1).*/bin/python$
 .venv-%/.installed: pyproject.toml hatch_build.py src/amqp_sansio/_speedups.c
 	$(call pyenv_python,$*) -m venv .venv-$*
 	.venv-$*/bin/python -m pip install --quiet --upgrade pip
-	.venv-$*/bin/python -m pip install --quiet -e '.[trio]' --group test --group package
+	.venv-$*/bin/python -m pip install --quiet -e '.[trio,tools]' --group test --group package
 	touch $@
 
 .PRECIOUS: .venv-%/.installed
