@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo lint typecheck gencheck pytest pytest-other-pythons docs bench clean
+.PHONY: test demo lint typecheck gencheck pytest pytest-other-pythons package-check docs bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml hatch_build.py src/amqp_sansio/_speedups.c | $(BIN)/pyt
 	$(BIN)/python -m pip install --quiet -e '.[trio,spark,tools]' --group dev
 	touch $(STAMP)
 
-test: $(STAMP) lint typecheck gencheck pytest pytest-other-pythons docs
+test: $(STAMP) lint typecheck gencheck pytest pytest-other-pythons package-check docs
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests tools bench examples fuzz hatch_build.py
@@ -59,6 +59,13 @@ pytest-%: .venv-%/.installed
 pytest-other-pythons:
 	$(MAKE) -j2 --no-print-directory pytest-3.12 pytest-3.13
 
+# The sdist built once, a wheel built from it on 3.11, 3.12 and 3.13 and smoke-tested in a fresh
+# virtual environment with and without the C speedups, and the sdist installed with no compiler
+# (tools/check_package.py): about half a minute. The fresh environments borrow the dependencies
+# of the ones the tests use, so nothing is downloaded.
+package-check: $(STAMP) .venv-3.12/.installed .venv-3.13/.installed
+	$(BIN)/python tools/check_package.py $(VENV) .venv-3.12 .venv-3.13
+
 docs: $(STAMP)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 
@@ -86,4 +93,4 @@ bench: $(STAMP) $(ASYNC_AMQP_VENV)/.installed
 	$(BIN)/python bench/spark.py
 
 clean:
-	rm -rf $(VENV) .venv-3.12 .venv-3.13 docs/_build .mypy_cache .pytest_cache .ruff_cache .coverage .hypothesis
+	rm -rf $(VENV) .venv-3.12 .venv-3.13 build/package-check docs/_build .mypy_cache .pytest_cache .ruff_cache .coverage .hypothesis

@@ -26,7 +26,7 @@ def _link_command() -> list[str]:
         os.environ.get("LDSHARED") or sysconfig.get_config_var("LDSHARED") or "cc -shared"
     )
     compiler = os.environ.get("CC")
-    if compiler and "LDSHARED" not in os.environ:
+    if compiler and not os.environ.get("LDSHARED"):
         link = [*shlex.split(compiler), *link[1:]]
     flags = os.environ.get("CFLAGS", sysconfig.get_config_var("CFLAGS") or "")
     return [*link, *shlex.split(flags)]
