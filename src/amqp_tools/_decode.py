@@ -244,10 +244,7 @@ def decode_segments(
             if report.kind is ReportKind.ERROR:
                 summary.errors += 1
             arrow = "" if side is None else view.arrow(side)
-            text = report.text
-            if report.kind is ReportKind.ERROR and report.offset is not None:
-                text = f"{text} (stream offset {report.offset})"
-            emit(Line(report.kind, text, packet, time, view.conn.number, arrow))
+            emit(Line(report.kind, report.text, packet, time, view.conn.number, arrow))
 
     for segment in segments:
         for chunk in reassembler.add(segment):
@@ -277,7 +274,7 @@ def decode_segments(
 def _gap_report(gap: StreamGap) -> Report:
     return Report(
         ReportKind.ERROR,
-        f"{gap.missing} octets missing from the capture; the {gap.stranded} captured octets "
-        "after them are not decoded",
+        f"{gap.missing} octets missing from the capture at stream offset {gap.offset}; the "
+        f"{gap.stranded} captured octets after them are not decoded",
         gap.offset,
     )
