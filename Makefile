@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo lint typecheck gencheck pytest pytest-other-pythons docs bench clean
+.PHONY: test demo lint typecheck gencheck pytest pytest-other-pythons package-check docs bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -12,10 +12,10 @@ $(BIN)/python:
 # Reinstall when the project's dependencies change, and to rebuild the C table decoder.
 $(STAMP): pyproject.toml hatch_build.py src/amqp_sansio/_speedups.c | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[trio,spark]' --group dev
+	$(BIN)/python -m pip install --quiet -e '.[trio,spark,tools]' --group dev
 	touch $(STAMP)
 
-test: $(STAMP) lint typecheck gencheck pytest pytest-other-pythons docs
+test: $(STAMP) lint typecheck gencheck pytest pytest-other-pythons package-check docs
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests tools bench examples fuzz hatch_build.py
@@ -49,7 +49,7 @@ pyenv_python = $(firstword $(wildcard $(HOME)/.pyenv/versions/$(1).*/bin/python$
 .venv-%/.installed: pyproject.toml hatch_build.py src/amqp_sansio/_speedups.c
 	$(call pyenv_python,$*) -m venv .venv-$*
 	.venv-$*/bin/python -m pip install --quiet --upgrade pip
-	.venv-$*/bin/python -m pip install --quiet -e '.[trio]' --group test
+	.venv-$*/bin/python -m pip install --quiet -e '.[trio,tools]' --group test --group package
 	touch $@
 
 .PRECIOUS: .venv-%/.installed
@@ -58,6 +58,13 @@ pytest-%: .venv-%/.installed
 
 pytest-other-pythons:
 	$(MAKE) -j2 --no-print-directory pytest-3.12 pytest-3.13
+
+# The sdist built once, a wheel built from it on 3.11, 3.12 and 3.13 and smoke-tested in a fresh
+# virtual environment with and without the C speedups, and the sdist installed with no compiler
+# (tools/check_package.py): about half a minute. The fresh environments borrow the dependencies
+# of the ones the tests use, so nothing is downloaded.
+package-check: $(STAMP) .venv-3.12/.installed .venv-3.13/.installed
+	$(BIN)/python tools/check_package.py $(VENV) .venv-3.12 .venv-3.13
 
 docs: $(STAMP)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
@@ -86,4 +93,4 @@ bench: $(STAMP) $(ASYNC_AMQP_VENV)/.installed
 	$(BIN)/python bench/spark.py
 
 clean:
-	rm -rf $(VENV) .venv-3.12 .venv-3.13 docs/_build .mypy_cache .pytest_cache .ruff_cache .coverage .hypothesis
+	rm -rf $(VENV) .venv-3.12 .venv-3.13 build/package-check docs/_build .mypy_cache .pytest_cache .ruff_cache .coverage .hypothesis

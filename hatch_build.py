@@ -2,8 +2,10 @@
 
 Hatchling runs this for wheels and editable installs. It compiles
 ``src/amqp_sansio/_speedups.c`` next to the source with the compiler and flags Python itself was
-built with (``sysconfig``). Without a compiler, or with ``AMQP_SANSIO_NO_EXTENSIONS`` set, it
-says so and the package stays pure Python: ``amqp_sansio._table`` works either way.
+built with (``sysconfig``), or the ones the environment names as setuptools honours them:
+``LDSHARED`` (the whole link command), else ``CC`` (the compiler in it), and ``CFLAGS``. With
+``AMQP_SANSIO_NO_EXTENSIONS`` set it does not try; when the compiler is missing or fails it says
+so. Either way the package stays pure Python: ``amqp_sansio._table`` works without it.
 """
 
 from __future__ import annotations
@@ -14,10 +16,23 @@ import subprocess
 import sysconfig
 from pathlib import Path
 
+from hatchling.builders.config import BuilderConfig
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 
-class SpeedupsBuildHook(BuildHookInterface):  # type: ignore[misc]
+def _link_command() -> list[str]:
+    """The compiler and linker invocation, from the environment first, as setuptools reads it."""
+    link = shlex.split(
+        os.environ.get("LDSHARED") or sysconfig.get_config_var("LDSHARED") or "cc -shared"
+    )
+    compiler = os.environ.get("CC")
+    if compiler and not os.environ.get("LDSHARED"):
+        link = [*shlex.split(compiler), *link[1:]]
+    flags = os.environ.get("CFLAGS", sysconfig.get_config_var("CFLAGS") or "")
+    return [*link, *shlex.split(flags)]
+
+
+class SpeedupsBuildHook(BuildHookInterface[BuilderConfig]):
     PLUGIN_NAME = "custom"
 
     def initialize(self, version: str, build_data: dict[str, object]) -> None:
@@ -26,11 +41,8 @@ class SpeedupsBuildHook(BuildHookInterface):  # type: ignore[misc]
         source = Path(self.root, "src", "amqp_sansio", "_speedups.c")
         suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
         target = source.with_name(f"_speedups{suffix}")
-        link = sysconfig.get_config_var("LDSHARED") or "cc -shared"
-        flags = sysconfig.get_config_var("CFLAGS") or ""
         command = [
-            *shlex.split(link),
-            *shlex.split(flags),
+            *_link_command(),
             sysconfig.get_config_var("CCSHARED") or "-fPIC",
             f"-I{sysconfig.get_paths()['include']}",
             str(source),

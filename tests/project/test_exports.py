@@ -11,11 +11,12 @@ import pytest
 import amqp_sansio
 import amqp_sansio.framing
 import amqp_sansio.testing
+import amqp_tools
 
 if TYPE_CHECKING:
     import types
 
-PUBLIC_MODULES = [amqp_sansio, amqp_sansio.framing, amqp_sansio.testing]
+PUBLIC_MODULES = [amqp_sansio, amqp_sansio.framing, amqp_sansio.testing, amqp_tools]
 
 
 @pytest.mark.parametrize("module", PUBLIC_MODULES, ids=lambda m: m.__name__)
