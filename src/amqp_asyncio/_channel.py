@@ -22,21 +22,22 @@ from amqp_sansio import (
     TxRollback,
     TxSelect,
 )
-from amqp_sansio import _client_requests as request
-from amqp_sansio._client_message import AsyncMessage
-from amqp_sansio._client_shared import PublisherCounts, PublishTicketState
 from amqp_sansio.client import (
     AMQPError,
+    AsyncMessage,
     ChannelClosedError,
     ConsumerCancelledError,
+    PublisherCounts,
+    PublishTicketState,
 )
+from amqp_sansio.client import _requests as request
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from types import TracebackType
 
     from amqp_sansio import FieldTable, Method
-    from amqp_sansio._client_shared import ChannelBook, Reply
+    from amqp_sansio.client import ChannelBook, Reply
 
     from ._connection import Connection
 

@@ -36,8 +36,6 @@ from amqp_sansio import (
     UnblockedByPeer,
 )
 from amqp_sansio import Connection as CoreConnection
-from amqp_sansio._client_requests import connection_parameters
-from amqp_sansio._client_shared import ClientBook
 from amqp_sansio.client import (
     DEFAULT_URL,
     AMQPError,
@@ -45,6 +43,8 @@ from amqp_sansio.client import (
     ConnectionLostError,
     ConnectionParameters,
     ConnectionTimeoutError,
+    Router,
+    connection_parameters,
     error_from,
 )
 
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from amqp_sansio import Event, FieldTable
-    from amqp_sansio._client_shared import Reply
+    from amqp_sansio.client import Reply
 
 __all__ = ["Connection", "connect"]
 
@@ -119,7 +119,7 @@ class Connection:
         self.params: Final = params
         self._loop = loop
         self._core = CoreConnection(Role.CLIENT, params.to_config())
-        self._book = ClientBook(self._core)
+        self._book = Router(self._core)
         self._transport: asyncio.Transport | None = None
         self._opened: asyncio.Future[ConnectionOpened] = loop.create_future()
         self._finished: asyncio.Future[None] = loop.create_future()

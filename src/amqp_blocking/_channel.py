@@ -21,14 +21,15 @@ from amqp_sansio import (
     TxRollback,
     TxSelect,
 )
-from amqp_sansio import _client_requests as request
-from amqp_sansio._client_shared import PublisherCounts, PublishTicketState
 from amqp_sansio.client import (
     AMQPError,
     ChannelClosedError,
     ConsumerCancelledError,
+    PublisherCounts,
+    PublishTicketState,
 )
 from amqp_sansio.client import Message as _BaseMessage
+from amqp_sansio.client import _requests as request
 
 from ._waiter import Waiter
 
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from amqp_sansio import FieldTable, Method
-    from amqp_sansio._client_shared import ChannelBook, Reply
+    from amqp_sansio.client import ChannelBook, Reply
 
     from ._connection import Connection
 

@@ -22,14 +22,15 @@ from amqp_sansio import (
     TxRollback,
     TxSelect,
 )
-from amqp_sansio import _client_requests as request
-from amqp_sansio._client_shared import PublisherCounts, PublishTicketState
 from amqp_sansio.client import (
     AMQPError,
     ChannelClosedError,
     ConfirmTracker,
+    PublisherCounts,
     PublishOutcome,
+    PublishTicketState,
 )
+from amqp_sansio.client import _requests as request
 
 from ._message import Message
 from ._wire import YIELD_EVERY
@@ -38,8 +39,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
     from types import TracebackType
 
-    from amqp_sansio import FieldTable, Method
-    from amqp_sansio._method import Buffer
+    from amqp_sansio import Buffer, FieldTable, Method
 
     from ._connection import Connection
 

@@ -35,7 +35,6 @@ from amqp_sansio import (
     SecureRequested,
     UnblockedByPeer,
 )
-from amqp_sansio._client_requests import connection_parameters
 from amqp_sansio.client import (
     DEFAULT_URL,
     AMQPError,
@@ -46,6 +45,7 @@ from amqp_sansio.client import (
     ConnectionParameters,
     ConnectionTimeoutError,
     ConsumerCancelledError,
+    connection_parameters,
     error_from,
 )
 

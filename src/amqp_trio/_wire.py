@@ -21,8 +21,7 @@ from amqp_sansio.client import ConnectionLostError
 from amqp_sansio.framing import encode_method_frame
 
 if TYPE_CHECKING:
-    from amqp_sansio import Connection, Event, Sentinel
-    from amqp_sansio._method import Buffer
+    from amqp_sansio import Buffer, Connection, Event, Sentinel
 
 __all__ = ["RECEIVE_SIZE", "Wire"]
 

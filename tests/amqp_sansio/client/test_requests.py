@@ -38,15 +38,15 @@ from amqp_sansio import (
     QueuePurgeOk,
     QueueUnbind,
 )
-from amqp_sansio import _client_requests as request
-from amqp_sansio._client_shared import PublisherCounts
 from amqp_sansio.client import (
     ConnectionLostError,
     ConnectionParameters,
     Message,
     MessageReturnedError,
+    PublisherCounts,
     PublishNackedError,
 )
+from amqp_sansio.client import _requests as request
 from amqp_sansio.testing import ConnectionPair
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
-"""Bookkeeping shared by the asyncio and blocking client adapters: no I/O, no clock, no threads.
+"""The event router every client adapter shares: no I/O, no clock, no threads.
 
-:class:`ClientBook` routes the core's events to what an adapter registered: a waiter per
+:class:`Router` routes the core's events to what an adapter registered: a waiter per
 request (in the core's per-channel FIFO order, so a reply always finds the request it answers),
 a sink per consumer, and a sink per unconfirmed publish. The adapters differ only in the waiter
 and sink types (``asyncio.Future`` or a thread-safe waiter, an ``asyncio`` or a thread queue), so
@@ -12,21 +12,15 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Final, NoReturn, Protocol, TypeAlias, final
+from typing import TYPE_CHECKING, Final, Protocol, TypeAlias, final
 
-from ._client_errors import (
-    AMQPError,
-    ChannelClosedError,
-    ConnectionClosedError,
-    ConnectionLostError,
-    ConsumerCancelledError,
-    MessageReturnedError,
-    PublishNackedError,
-    error_from,
-)
-from ._client_message import ConfirmTracker
-from ._client_requests import check_window
-from ._events import (
+from .. import (
+    BasicCancel,
+    BasicCancelOk,
+    BasicConsumeOk,
+    BasicDeliver,
+    BasicGet,
+    BasicGetOk,
     BlockedByPeer,
     ChannelClosed,
     ChannelFlowChanged,
@@ -41,29 +35,27 @@ from ._events import (
     PublishReturned,
     UnblockedByPeer,
 )
-from ._generated.spec_0_9_1 import (
-    BasicCancel,
-    BasicCancelOk,
-    BasicConsumeOk,
-    BasicDeliver,
-    BasicGet,
-    BasicGetOk,
+from ._confirms import ConfirmTracker
+from ._errors import (
+    AMQPError,
+    ChannelClosedError,
+    ConnectionClosedError,
+    ConnectionLostError,
+    ConsumerCancelledError,
+    MessageReturnedError,
+    error_from,
 )
 
 if TYPE_CHECKING:
-    from ._connection import Connection
-    from ._events import Event
-    from ._method import Method
+    from .. import Connection, Event, Method
 
 __all__ = [
     "ChannelBook",
-    "ClientBook",
     "ConfirmSink",
     "ConsumerSink",
-    "PublishTicketState",
-    "PublisherCounts",
     "Reply",
     "ReturnSink",
+    "Router",
     "Waiter",
 ]
 
@@ -103,103 +95,6 @@ class ReturnSink(Protocol):
     """Receives mandatory publishes the broker returned outside confirm mode."""
 
     def returned(self, error: MessageReturnedError, /) -> None: ...
-
-
-class PublisherCounts:
-    """The outcome counters and the kept failures of every adapter's pipelined ``Publisher``;
-    the adapter adds publishing and the waiting."""
-
-    def __init__(self, window: int) -> None:
-        #: The most publishes kept unconfirmed at once.
-        self.window: Final = check_window(window)
-        #: Publishes written.
-        self.published = 0
-        #: Publishes the broker acked (returned ones excluded).
-        self.confirmed = 0
-        #: Publishes the broker nacked.
-        self.nacked = 0
-        #: Mandatory publishes returned unroutable.
-        self.returned = 0
-        #: Publishes that failed for any reason (nacked, returned, connection or channel gone).
-        self.failed = 0
-        self._in_flight = 0
-        self._failures: list[AMQPError] = []
-
-    @property
-    def in_flight(self) -> int:
-        """Publishes written and not settled yet."""
-        return self._in_flight
-
-    def take_failures(self) -> list[AMQPError]:
-        """The failures kept so far, oldest first; they are forgotten here."""
-        failures, self._failures = self._failures, []
-        return failures
-
-    def _raise_failures(self) -> NoReturn:
-        failures, self._failures = self._failures, []
-        raise ExceptionGroup(f"{len(failures)} publishes failed", failures)
-
-    def _count_published(self) -> None:
-        self.published += 1
-        self._in_flight += 1
-
-    def _settled(self, outcome: AMQPError | None) -> None:
-        """A publish of this publisher was settled: count it (adapters also wake waiters)."""
-        self._count_settled(outcome)
-
-    def _count_settled(self, outcome: AMQPError | None) -> None:
-        """Count a publish the broker settled (None: confirmed) and keep a failure until the
-        publisher's owner takes it."""
-        self._in_flight -= 1
-        if outcome is None:
-            self.confirmed += 1
-            return
-        self.failed += 1
-        if isinstance(outcome, PublishNackedError):
-            self.nacked += 1
-        elif isinstance(outcome, MessageReturnedError):
-            self.returned += 1
-        self._failures.append(outcome)
-
-
-class PublishTicketState:
-    """What every adapter's ``PublishTicket`` knows: the publish number and, once the broker
-    settled it, the outcome; the adapter adds the waiting."""
-
-    __slots__ = ("_done", "_error", "_owner", "number")
-
-    def __init__(self, number: int, owner: PublisherCounts | None) -> None:
-        #: The channel's publish sequence number (1 for the first publish after confirm.select).
-        self.number: Final = number
-        self._owner = owner
-        self._done = False
-        self._error: AMQPError | None = None
-
-    def __repr__(self) -> str:
-        state = "pending" if not self._done else ("failed" if self._error else "confirmed")
-        return f"<PublishTicket {self.number} {state}>"
-
-    @property
-    def done(self) -> bool:
-        """Whether the broker settled the publish (or the connection ended)."""
-        return self._done
-
-    @property
-    def error(self) -> AMQPError | None:
-        """The failure (:class:`~amqp_sansio.client.PublishNackedError`,
-        :class:`~amqp_sansio.client.MessageReturnedError`, a connection error); None while
-        pending or when confirmed."""
-        return self._error
-
-    def _record(self, outcome: AMQPError | None) -> bool:
-        """Keep the outcome and count it on the owning publisher; False if already settled."""
-        if self._done:
-            return False
-        self._done = True
-        self._error = outcome
-        if self._owner is not None:
-            self._owner._settled(outcome)
-        return True
 
 
 @final
@@ -301,7 +196,7 @@ def _settle_all(book: ChannelBook, error: AMQPError, *, by_us: bool) -> None:
 
 
 @final
-class ClientBook:
+class Router:
     """Routes client-role events to waiters and sinks, per channel.
 
     When a ``channel.open-ok`` or ``basic.consume-ok`` arrives for a caller that stopped waiting

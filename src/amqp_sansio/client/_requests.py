@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 
 import attrs
 
-from ._client_params import ConnectionParameters
-from ._generated.spec_0_9_1 import (
+from .. import (
     BasicCancel,
     BasicConsume,
     BasicGet,
@@ -42,13 +41,13 @@ from ._generated.spec_0_9_1 import (
     QueuePurgeOk,
     QueueUnbind,
 )
+from ._params import ConnectionParameters
 
 if TYPE_CHECKING:
     import logging
     from collections.abc import Container
 
-    from ._method import Method
-    from ._table import FieldTable
+    from .. import FieldTable, Method
 
 __all__ = [
     "DEFAULT_CONSUMER_BUFFER",
