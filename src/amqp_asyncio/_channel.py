@@ -261,22 +261,30 @@ class Consumer:
 
     # --- ConsumerSink: called while the connection routes events ------------------------------
 
-    def deliver(self, event: MessageReceived, /) -> None:
+    def deliver(self, event: MessageReceived, /) -> bool:
         if self._ended:
             self.dropped += 1
-            return
+            return True
         self._buffer.append(self._channel._message(event))
         if len(self._buffer) >= self.buffer_size and not self._pausing:
+            # Never "full" for the router: the transport stops reading instead.
             self._pausing = True
             self._channel._conn._pause_reading(self)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        return True
 
-    def finish(self, error: AMQPError | None, /) -> None:
-        # A closed channel or connection ends iteration at once (the buffered deliveries can
-        # no longer be acked); a broker cancel comes after what is buffered.
+    def finish(self, error: AMQPError | None, by_us: bool, /) -> None:
+        # Ended by us (a cancel, a close we asked for): iteration stops after the buffered
+        # deliveries. A closed channel or connection ends iteration at once (the buffered
+        # deliveries can no longer be acked); a broker cancel comes after what is buffered.
+        if by_us:
+            error = None
         self._end(error, fatal=error is not None and not isinstance(error, ConsumerCancelledError))
+
+    def cancelling(self) -> None:
+        """Deliveries until cancel-ok are buffered as before."""
 
     def _end(self, error: AMQPError | None, *, fatal: bool) -> None:
         if self._ended:

@@ -443,7 +443,7 @@ class Channel:
             self._request(method, timeout, consumer)
         except TimeoutError:
             # If the broker still confirms the consume, the I/O thread cancels it.
-            consumer.finish(None)
+            consumer.finish(None, True)
             raise
         return consumer
 
@@ -547,13 +547,19 @@ class Consumer:
 
     # called by the I/O thread (connection lock held): must not block
 
-    def deliver(self, event: MessageReceived, /) -> None:
+    def deliver(self, event: MessageReceived, /) -> bool:
         self._buffer.append(self._channel._message(event))
         if self._waiting:
             with self._cond:
                 self._cond.notify()
+        return True  # never full: the buffer is bounded by the channel's prefetch
 
-    def finish(self, error: AMQPError | None, /) -> None:
+    def cancelling(self) -> None:
+        """Deliveries until cancel-ok are buffered as before."""
+
+    def finish(self, error: AMQPError | None, by_us: bool, /) -> None:
+        if by_us:
+            error = None  # our cancel or close: iteration stops after the buffer
         with self._cond:
             if self._ended:
                 return

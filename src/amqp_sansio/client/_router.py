@@ -1,11 +1,12 @@
 """The event router every client adapter shares: no I/O, no clock, no threads.
 
-:class:`Router` routes the core's events to what an adapter registered: a waiter per
-request (in the core's per-channel FIFO order, so a reply always finds the request it answers),
-a sink per consumer, and a sink per unconfirmed publish. The adapters differ only in the waiter
-and sink types (``asyncio.Future`` or a thread-safe waiter, an ``asyncio`` or a thread queue), so
-this module sees them through small protocols. The caller serialises access (the blocking
-adapter holds its connection lock; asyncio runs on one loop).
+:class:`Router` routes the core's events to what an adapter registered: a waiter per request
+(matched by the request each reply names, so a reply always finds the request it answers), a
+sink per consumer, and a sink per unconfirmed publish. The adapters differ only in the waiter and
+sink types (a Trio event, an ``asyncio.Future``, a thread-safe waiter; a Trio memory channel, a
+deque and a transport pause, a thread queue), so this module sees them through small protocols.
+The caller serialises access (Trio and asyncio run on one thread; the blocking adapter holds its
+connection lock).
 """
 
 from __future__ import annotations
@@ -17,16 +18,20 @@ from typing import TYPE_CHECKING, Final, Protocol, TypeAlias, final
 from .. import (
     BasicCancel,
     BasicCancelOk,
+    BasicConsume,
     BasicConsumeOk,
     BasicDeliver,
-    BasicGet,
-    BasicGetOk,
+    BasicQos,
+    BasicQosOk,
     BlockedByPeer,
     ChannelClosed,
     ChannelFlowChanged,
     ChannelOpened,
+    ChannelState,
+    ConfirmSelect,
     ConnectionClosed,
     ConnectionLost,
+    ConnectionState,
     ConsumerCancelled,
     MessageReceived,
     MethodReceived,
@@ -67,7 +72,12 @@ Reply: TypeAlias = "Method | MessageReceived | None"
 
 
 class Waiter(Protocol):
-    """One request's outcome; ``asyncio.Future`` fits, and so does the blocking waiter."""
+    """One request's outcome: ``asyncio.Future`` fits, and so do the Trio and blocking waiters.
+
+    A waiter that reports :meth:`done` before its reply came was given up by its caller
+    (cancelled, timed out): the router then drops the reply, and undoes what it would have
+    started (a channel nobody will use, a consumer nobody iterates).
+    """
 
     def done(self) -> bool: ...
 
@@ -79,10 +89,20 @@ class Waiter(Protocol):
 class ConsumerSink(Protocol):
     """Where a consumer's deliveries go."""
 
-    def deliver(self, event: MessageReceived, /) -> None: ...
+    def deliver(self, event: MessageReceived, /) -> bool:
+        """Take one delivery. False means "I'm full": the sink kept the delivery and the
+        adapter must let it in (waiting for room, with the transport unread) before it routes
+        the next event; :meth:`Router.handle` hands such a sink back."""
 
-    def finish(self, error: AMQPError | None, /) -> None:
-        """No more deliveries: cancelled by us (None) or ended by *error*."""
+    def finish(self, error: AMQPError | None, by_us: bool, /) -> None:
+        """No more deliveries. *error* is None after our ``basic.cancel`` was answered, else
+        why the consumer ended: :class:`ConsumerCancelledError` (the broker cancelled it), or
+        the close of the channel or the connection; *by_us* says whether we ended it (our
+        cancel, or a close we asked for)."""
+
+    def cancelling(self) -> None:
+        """Our ``basic.cancel`` for this consumer was just sent: deliveries until its
+        cancel-ok may be dropped rather than waited for."""
 
 
 class ConfirmSink(Protocol):
@@ -92,57 +112,85 @@ class ConfirmSink(Protocol):
 
 
 class ReturnSink(Protocol):
-    """Receives mandatory publishes the broker returned outside confirm mode."""
+    """Receives mandatory publishes the broker returned outside confirm mode (without one, the
+    router logs them)."""
 
     def returned(self, error: MessageReturnedError, /) -> None: ...
 
 
+_Entry: TypeAlias = "tuple[Waiter, ConsumerSink | None, Method | None]"
+
+
 @final
 class ChannelBook:
-    """What one open channel waits for."""
+    """What one open channel waits for, and what the router learnt about it."""
 
     __slots__ = (
         "close_waiter",
+        "confirm_mode",
         "confirms",
         "consumers",
         "error",
         "flow_active",
         "number",
+        "prefetch_count",
         "return_sink",
         "rpcs",
         "tracker",
     )
 
     def __init__(self, number: int) -> None:
-        self.number = number
+        #: The channel id.
+        self.number: Final = number
         #: Waiters for our requests, oldest first, each with the consumer sink a
         #: ``basic.consume`` registers when its ok arrives and the request itself (None for
         #: channel.open): replies are matched to it by identity (see :meth:`take`).
-        self.rpcs: deque[tuple[Waiter, ConsumerSink | None, Method | None]] = deque()
+        self.rpcs: deque[_Entry] = deque()
+        #: The consumers the broker confirmed, by tag.
         self.consumers: dict[str, ConsumerSink] = {}
+        #: The sink of each unconfirmed publish, by publish number.
         self.confirms: dict[int, ConfirmSink] = {}
         self.tracker = ConfirmTracker()
+        #: The waiter of our ``channel.close`` (set by :meth:`Router.expect_close`).
         self.close_waiter: Waiter | None = None
+        #: Where returns outside confirm mode go (None: logged).
         self.return_sink: ReturnSink | None = None
         #: Why the channel is unusable, once it is.
         self.error: AMQPError | None = None
+        #: False while the broker paused the channel (``channel.flow``).
         self.flow_active = True
+        #: Whether ``confirm.select`` was sent on the channel.
+        self.confirm_mode = False
+        #: The ``prefetch_count`` of the last ``basic.qos`` the broker accepted.
+        self.prefetch_count = 0
 
     def expect(self, request: Method, waiter: Waiter, consumer: ConsumerSink | None = None) -> None:
-        """*request*, which expects a reply, was sent on this channel."""
+        """*request*, which expects a reply, was sent on this channel; *consumer* is the sink
+        of a ``basic.consume``, registered when the broker confirms it."""
         self.rpcs.append((waiter, consumer, request))
+        cls = type(request)
+        if cls is BasicCancel:
+            assert isinstance(request, BasicCancel)
+            sink = self.consumers.get(request.consumer_tag)
+            if sink is not None:
+                sink.cancelling()
+        elif cls is ConfirmSelect:
+            self.confirm_mode = True
 
-    def waiting(self, request: Method | None) -> Waiter | None:
-        """The waiter of *request* (None: the oldest), if it is still outstanding."""
-        for waiter, _, sent in self.rpcs:
-            if request is None or sent is request:
-                return waiter
-        return None
+    def consumer_tags(self) -> set[str]:
+        """The tags of the channel's consumers, confirmed or still waiting for consume-ok."""
+        tags = set(self.consumers)
+        for _, sink, request in self.rpcs:
+            if sink is not None and type(request) is BasicConsume:
+                assert isinstance(request, BasicConsume)
+                tags.add(request.consumer_tag)
+        return tags
 
-    def take(self, request: Method | None) -> tuple[Waiter, ConsumerSink | None, Method | None]:
+    def take(self, request: Method | None) -> _Entry:
         """Remove and return the entry of *request*, which the core named as the one a reply
-        answers (``MethodReceived.request``). The core lets RabbitMQ's consume-ok and
-        cancel-ok arrive after later replies, so the answer is not always the oldest entry."""
+        answers (``MethodReceived.request``, ``MessageReceived.request`` for a get-ok; None
+        for channel.open-ok). The core lets RabbitMQ's consume-ok and cancel-ok arrive after
+        later replies, so the answer is not always the oldest entry."""
         rpcs = self.rpcs
         if rpcs[0][2] is request:
             return rpcs.popleft()
@@ -151,14 +199,6 @@ class ChannelBook:
                 del rpcs[index]
                 return entry
         raise AssertionError(f"no waiter on channel {self.number} for {request!r}")
-
-    def take_get(self) -> Waiter:
-        """Remove the oldest ``basic.get``'s waiter: get-ok comes as content, which names
-        no request, and may pass an outstanding consume or cancel like any reply."""
-        for entry in self.rpcs:
-            if isinstance(entry[2], BasicGet):
-                return self.take(entry[2])[0]
-        raise AssertionError(f"get-ok on channel {self.number} with no basic.get waiting")
 
 
 @final
@@ -188,11 +228,13 @@ def _settle_all(book: ChannelBook, error: AMQPError, *, by_us: bool) -> None:
             waiter.set_exception(error)
     consumers, book.consumers = book.consumers, {}
     for sink in consumers.values():
-        sink.finish(None if by_us else error)
+        sink.finish(error, by_us)
     confirms, book.confirms = book.confirms, {}
     for number, confirm in sorted(confirms.items()):
         confirm.settle(number, error)
     book.tracker = ConfirmTracker()
+    if book.close_waiter is not None and not book.close_waiter.done():
+        book.close_waiter.set_result(None)
 
 
 @final
@@ -200,14 +242,16 @@ class Router:
     """Routes client-role events to waiters and sinks, per channel.
 
     When a ``channel.open-ok`` or ``basic.consume-ok`` arrives for a caller that stopped waiting
-    (timed out or cancelled), the book undoes it on *core*: it closes the channel nobody will
-    use and cancels the consumer nobody iterates. The adapter flushes the core as usual.
+    (timed out or cancelled), the router undoes it on *core*: it closes the channel nobody will
+    use and cancels the consumer nobody iterates (only while the connection and the channel are
+    open). The adapter flushes the core as usual.
     """
 
     __slots__ = ("_core", "blocked", "channels", "error")
 
     def __init__(self, core: Connection) -> None:
         self._core = core
+        #: The books of the open channels, by number.
         self.channels: dict[int, ChannelBook] = {0: ChannelBook(0)}
         #: The reason RabbitMQ gave in ``connection.blocked``, None while not blocked.
         self.blocked: str | None = None
@@ -229,7 +273,8 @@ class Router:
         waiter: Waiter,
         consumer: ConsumerSink | None = None,
     ) -> None:
-        """*request*, which expects a reply, was sent on *channel*."""
+        """*request*, which expects a reply, was sent on *channel* (see
+        :meth:`ChannelBook.expect`)."""
         self.channels[channel].expect(request, waiter, consumer)
 
     def expect_close(self, channel: int, waiter: Waiter) -> None:
@@ -240,15 +285,29 @@ class Router:
         """A publish in confirm mode got *publish_number*."""
         self.channels[channel].confirms[publish_number] = sink
 
+    def cancel_consumer(self, channel: int, consumer_tag: str, sink: ConsumerSink) -> bool:
+        """The caller gave up a consumer the broker already confirmed (its wait for consume-ok
+        ended just as the ok arrived): forget *sink* and send ``basic.cancel`` when the channel
+        is open; its reply is dropped. True when something was sent (flush the core)."""
+        book = self.channels.get(channel)
+        if book is None or book.consumers.get(consumer_tag) is not sink:
+            return False
+        del book.consumers[consumer_tag]
+        return self._send_unawaited(channel, BasicCancel(consumer_tag=consumer_tag))
+
     # --- events --------------------------------------------------------------------------------
 
-    def handle(self, event: Event) -> None:
-        """Resolve whatever *event* answers; events about the transport are the adapter's."""
+    def handle(self, event: Event) -> ConsumerSink | None:
+        """Resolve whatever *event* answers; events about the transport are the adapter's.
+
+        Returns the consumer sink that said it is full (see :meth:`ConsumerSink.deliver`): the
+        adapter lets the delivery in before it routes the next event. None otherwise.
+        """
         cls = type(event)
         if cls is MessageReceived:
             assert isinstance(event, MessageReceived)
-            self._on_message(event)
-        elif cls is MethodReceived:
+            return self._on_message(event)
+        if cls is MethodReceived:
             assert isinstance(event, MethodReceived)
             self._on_method(event)
         elif cls is PublishConfirmed:
@@ -269,7 +328,8 @@ class Router:
             waiter = self.channels[event.channel].take(None)[0]
             if not waiter.done():
                 waiter.set_result(None)
-            else:  # open_channel() gave up: nobody will use or close this channel
+            elif self._core.state is ConnectionState.OPEN:
+                # open_channel() gave up: nobody will use or close this channel.
                 self._core.close_channel(event.channel, 200, "Normal shutdown")
                 self.expect_close(event.channel, _UNAWAITED)
         elif cls is ChannelClosed:
@@ -280,7 +340,7 @@ class Router:
             book = self.channels.get(event.channel)
             consumer = None if book is None else book.consumers.pop(event.consumer_tag, None)
             if consumer is not None:
-                consumer.finish(ConsumerCancelledError(event.consumer_tag))
+                consumer.finish(ConsumerCancelledError(event.consumer_tag), False)
         elif cls is ChannelFlowChanged:
             assert isinstance(event, ChannelFlowChanged)
             book = self.channels.get(event.channel)
@@ -299,13 +359,15 @@ class Router:
                 self.closed_by_us()
         elif cls is ConnectionLost:
             self.fail(ConnectionLostError("the connection to the broker was lost"))
+        return None
 
     def closed_by_us(self) -> None:
         """Our ``connection.close`` was answered: everything still waiting fails, consumers end."""
         self._fail(ConnectionClosedError("the connection was closed", reply_code=200), by_us=True)
 
     def fail(self, error: AMQPError) -> None:
-        """The connection is gone: every waiter, consumer and unconfirmed publish gets *error*."""
+        """The connection is gone: every waiter, consumer and unconfirmed publish gets *error*
+        (the first error given is the one kept in :attr:`error`)."""
         self._fail(error, by_us=False)
 
     def _fail(self, error: AMQPError, *, by_us: bool) -> None:
@@ -314,49 +376,64 @@ class Router:
         channels, self.channels = self.channels, {}
         for book in channels.values():
             _settle_all(book, error, by_us=by_us)
-            if book.close_waiter is not None and not book.close_waiter.done():
-                book.close_waiter.set_result(None)
 
-    def _on_message(self, event: MessageReceived) -> None:
-        method = event.method
+    def _send_unawaited(self, channel: int, request: Method) -> bool:
+        """Send *request*, whose reply nobody waits for, while the channel is open."""
+        core = self._core
+        if core.state is not ConnectionState.OPEN or core.channel_state(channel) is not (
+            ChannelState.OPEN
+        ):
+            return False
+        core.send_method(channel, request)
+        self.channels[channel].expect(request, _UNAWAITED)
+        return True
+
+    def _on_message(self, event: MessageReceived) -> ConsumerSink | None:
         book = self.channels.get(event.channel)
         if book is None:
-            return
+            return None  # a closing channel's delivery: the broker requeues it
+        method = event.method
         if type(method) is BasicDeliver:
             consumer = book.consumers.get(method.consumer_tag)
             if consumer is not None:
-                consumer.deliver(event)
-            else:
-                # Between our basic.cancel and its ok; never rejected, so a stream queue's
-                # offsets stay untouched and a classic queue requeues it at channel close.
-                logger.debug(
-                    "delivery %d for a cancelled consumer %r kept unacknowledged",
-                    method.delivery_tag,
-                    method.consumer_tag,
-                )
-            return
-        if type(method) is BasicGetOk:
-            waiter = book.take_get()
-            if not waiter.done():
-                waiter.set_result(event)
+                return None if consumer.deliver(event) else consumer
+            # Between our basic.cancel and its ok; never rejected, so a stream queue's offsets
+            # stay untouched and a classic queue requeues it at channel close.
+            logger.debug(
+                "delivery %d for a cancelled consumer %r kept unacknowledged",
+                method.delivery_tag,
+                method.consumer_tag,
+            )
+            return None
+        # A get-ok names its basic.get, which may have been passed by an outstanding consume
+        # or cancel like any reply.
+        waiter = book.take(event.request)[0]
+        if not waiter.done():
+            waiter.set_result(event)
+        return None
 
     def _on_method(self, event: MethodReceived) -> None:
         book = self.channels.get(event.channel)
         if book is None or event.request is None:
             logger.debug("unsolicited %s on channel %d", event.method.NAME, event.channel)
             return
-        waiter, consumer, _ = book.take(event.request)
+        waiter, consumer, request = book.take(event.request)
         method = event.method
-        if consumer is not None and type(method) is BasicConsumeOk:
+        cls = type(method)
+        if consumer is not None and cls is BasicConsumeOk:
+            assert isinstance(method, BasicConsumeOk)
             book.consumers[method.consumer_tag] = consumer
             if waiter.done():  # basic_consume() gave up: nobody iterates this consumer
-                cancel = BasicCancel(consumer_tag=method.consumer_tag)
-                self._core.send_method(event.channel, cancel)
-                book.expect(cancel, _UNAWAITED)
-        elif type(method) is BasicCancelOk:
+                # It stays registered until cancel-ok: what comes before goes to its sink.
+                self._send_unawaited(event.channel, BasicCancel(consumer_tag=method.consumer_tag))
+        elif cls is BasicCancelOk:
+            assert isinstance(method, BasicCancelOk)
             cancelled = book.consumers.pop(method.consumer_tag, None)
             if cancelled is not None:
-                cancelled.finish(None)
+                cancelled.finish(None, True)
+        elif cls is BasicQosOk:
+            assert isinstance(request, BasicQos)
+            book.prefetch_count = request.prefetch_count
         if not waiter.done():
             waiter.set_result(method)
 
@@ -391,5 +468,3 @@ class Router:
         else:
             error = ChannelClosedError("the channel was closed", reply_code=200)
         _settle_all(book, error, by_us=not event.by_peer)
-        if book.close_waiter is not None and not book.close_waiter.done():
-            book.close_waiter.set_result(None)
