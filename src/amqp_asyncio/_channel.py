@@ -12,15 +12,12 @@ from typing import TYPE_CHECKING, Final, final
 import attrs
 
 from amqp_sansio import (
-    BasicAck,
+    BasicCancel,
+    BasicConsume,
     BasicProperties,
     BasicPublish,
-    ConfirmSelect,
     MessageReceived,
-    QueueDeclareOk,
-    TxCommit,
-    TxRollback,
-    TxSelect,
+    client,
 )
 from amqp_sansio.client import (
     AMQPError,
@@ -30,7 +27,8 @@ from amqp_sansio.client import (
     PublisherCounts,
     PublishTicketState,
 )
-from amqp_sansio.client import _requests as request
+
+from ._generated_channel import ChannelMethods
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -315,7 +313,7 @@ class Consumer:
 
 
 @final
-class Channel:
+class Channel(ChannelMethods):
     """An open AMQP channel. Every method waits for the broker's reply where the protocol has
     one; cancelling a call (``asyncio.timeout``, a task group) is always safe: the request is
     either not sent or its late reply is dropped.
@@ -331,8 +329,6 @@ class Channel:
         self._book = book
         #: The channel id.
         self.number: Final = book.number
-        self._prefetch_count = 0
-        self._confirming = False
         self._flow_resumed: asyncio.Future[None] | None = None
 
     def __repr__(self) -> str:
@@ -347,7 +343,7 @@ class Channel:
     @property
     def in_confirm_mode(self) -> bool:
         """Whether :meth:`confirm_select` was called."""
-        return self._confirming
+        return self._book.confirm_mode
 
     # --- plumbing -----------------------------------------------------------------------------
 
@@ -382,6 +378,10 @@ class Channel:
         message._owner = self
         return message
 
+    def _got_message(self, reply: Reply) -> Message | None:
+        event = client.got_message(reply, MessageReceived)
+        return None if event is None else self._message(event)
+
     def _flow_changed(self, active: bool) -> None:
         if active:
             resumed, self._flow_resumed = self._flow_resumed, None
@@ -405,145 +405,6 @@ class Channel:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self._conn.params.connection_timeout):
                 await asyncio.shield(future)
-
-    # --- exchange -----------------------------------------------------------------------------
-
-    async def exchange_declare(
-        self,
-        exchange: str,
-        exchange_type: str = "direct",
-        *,
-        passive: bool = False,
-        durable: bool = False,
-        auto_delete: bool = False,
-        internal: bool = False,
-        arguments: FieldTable | None = None,
-    ) -> None:
-        """Declare an exchange (``passive``: only check that it exists)."""
-        await self._call(
-            request.exchange_declare(
-                exchange,
-                exchange_type,
-                passive=passive,
-                durable=durable,
-                auto_delete=auto_delete,
-                internal=internal,
-                arguments=arguments,
-            )
-        )
-
-    async def exchange_delete(self, exchange: str, *, if_unused: bool = False) -> None:
-        """Delete an exchange."""
-        await self._call(request.exchange_delete(exchange, if_unused=if_unused))
-
-    async def exchange_bind(
-        self,
-        destination: str,
-        source: str,
-        routing_key: str = "",
-        *,
-        arguments: FieldTable | None = None,
-    ) -> None:
-        """Bind exchange *destination* to exchange *source* (RabbitMQ extension)."""
-        await self._call(
-            request.exchange_bind(destination, source, routing_key, arguments=arguments)
-        )
-
-    async def exchange_unbind(
-        self,
-        destination: str,
-        source: str,
-        routing_key: str = "",
-        *,
-        arguments: FieldTable | None = None,
-    ) -> None:
-        """Remove an exchange-to-exchange binding."""
-        await self._call(
-            request.exchange_unbind(destination, source, routing_key, arguments=arguments)
-        )
-
-    # --- queue --------------------------------------------------------------------------------
-
-    async def queue_declare(
-        self,
-        queue: str = "",
-        *,
-        passive: bool = False,
-        durable: bool = False,
-        exclusive: bool = False,
-        auto_delete: bool = False,
-        arguments: FieldTable | None = None,
-    ) -> QueueDeclareOk:
-        """Declare a queue (``""``: the broker names it); returns its name and counts."""
-        reply = await self._call(
-            request.queue_declare(
-                queue,
-                passive=passive,
-                durable=durable,
-                exclusive=exclusive,
-                auto_delete=auto_delete,
-                arguments=arguments,
-            )
-        )
-        return request.declared_queue(reply)
-
-    async def queue_bind(
-        self,
-        queue: str,
-        exchange: str,
-        routing_key: str = "",
-        *,
-        arguments: FieldTable | None = None,
-    ) -> None:
-        """Bind a queue to an exchange."""
-        await self._call(request.queue_bind(queue, exchange, routing_key, arguments=arguments))
-
-    async def queue_unbind(
-        self,
-        queue: str,
-        exchange: str,
-        routing_key: str = "",
-        *,
-        arguments: FieldTable | None = None,
-    ) -> None:
-        """Remove a queue binding."""
-        await self._call(request.queue_unbind(queue, exchange, routing_key, arguments=arguments))
-
-    async def queue_purge(self, queue: str) -> int:
-        """Remove a queue's ready messages; returns how many."""
-        return request.message_count(await self._call(request.queue_purge(queue)))
-
-    async def queue_delete(
-        self, queue: str, *, if_unused: bool = False, if_empty: bool = False
-    ) -> int:
-        """Delete a queue; returns how many messages it held."""
-        reply = await self._call(
-            request.queue_delete(queue, if_unused=if_unused, if_empty=if_empty)
-        )
-        return request.message_count(reply)
-
-    # --- basic: settings ----------------------------------------------------------------------
-
-    async def basic_qos(
-        self, prefetch_count: int = 0, *, prefetch_size: int = 0, global_: bool = False
-    ) -> None:
-        """Limit unacknowledged deliveries (per consumer; ``global_``: per channel). Consumers
-        started afterwards get a buffer of ``prefetch_count`` messages."""
-        await self._call(
-            request.basic_qos(prefetch_count, prefetch_size=prefetch_size, global_=global_)
-        )
-        self._prefetch_count = prefetch_count
-
-    async def confirm_select(self) -> None:
-        """Put the channel in confirm mode: :meth:`basic_publish` then waits for the broker's
-        ack, and :meth:`publisher` pipelines. Calling it again does nothing."""
-        if self._confirming:
-            self._check_open()
-            return
-        future = self._send(ConfirmSelect())
-        self._confirming = True  # the core numbers publishes from here on
-        self._conn._flush()
-        await future
 
     # --- basic: publishing --------------------------------------------------------------------
 
@@ -638,11 +499,15 @@ class Channel:
         unacknowledged and are redelivered when the channel closes (or after
         :meth:`basic_recover`).
         """
-        size = request.consumer_buffer_size(buffer_size, self._prefetch_count)
-        tag = request.consumer_tag(consumer_tag, "amqp-asyncio", self._book.consumers)
+        size = client.consumer_buffer_size(buffer_size, self._book.prefetch_count)
+        tag = client.consumer_tag(consumer_tag, "amqp-asyncio", self._book.consumers)
         consumer = Consumer(self, tag, no_ack=no_ack, buffer_size=size, reading=self._conn._reading)
-        method = request.basic_consume(
-            queue, tag, no_ack=no_ack, exclusive=exclusive, arguments=arguments
+        method = BasicConsume(
+            queue=queue,
+            consumer_tag=tag,
+            no_ack=no_ack,
+            exclusive=exclusive,
+            arguments=arguments or {},
         )
         future = self._send(method, consumer)
         self._conn._flush()
@@ -662,69 +527,16 @@ class Channel:
         if self._book.consumers.get(tag) is consumer and not self.is_closed:
             with contextlib.suppress(AMQPError, TimeoutError):
                 async with asyncio.timeout(self._conn.params.connection_timeout):
-                    await asyncio.shield(self._call(request.basic_cancel(tag)))
+                    await asyncio.shield(self._call(BasicCancel(consumer_tag=tag)))
         consumer._end(None, fatal=True)
         consumer._drop_buffer()
         self._report_dropped(consumer)
 
     def _report_dropped(self, consumer: Consumer) -> None:
-        request.report_dropped(
+        client.report_dropped(
             logger,
             consumer.consumer_tag,
             consumer.dropped,
             no_ack=consumer.no_ack,
             channel=self.number,
         )
-
-    async def basic_cancel(self, consumer_tag: str) -> None:
-        """Cancel a consumer: its iterator hands out what is buffered, then stops."""
-        await self._call(request.basic_cancel(consumer_tag))
-
-    async def basic_get(self, queue: str, *, no_ack: bool = False) -> Message | None:
-        """Fetch one message (None when the queue is empty)."""
-        event = request.got_message(
-            await self._call(request.basic_get(queue, no_ack=no_ack)), MessageReceived
-        )
-        return None if event is None else self._message(event)
-
-    # --- basic: settling ----------------------------------------------------------------------
-
-    async def basic_ack(self, delivery_tag: int, *, multiple: bool = False) -> None:
-        """Acknowledge a delivery (``multiple``: and every earlier one)."""
-        await self._send_no_reply(BasicAck(delivery_tag=delivery_tag, multiple=multiple))
-
-    async def basic_nack(
-        self, delivery_tag: int, *, multiple: bool = False, requeue: bool = True
-    ) -> None:
-        """Negatively acknowledge deliveries (RabbitMQ extension)."""
-        await self._send_no_reply(
-            request.basic_nack(delivery_tag, multiple=multiple, requeue=requeue)
-        )
-
-    async def basic_reject(self, delivery_tag: int, *, requeue: bool = True) -> None:
-        """Reject one delivery."""
-        await self._send_no_reply(request.basic_reject(delivery_tag, requeue=requeue))
-
-    async def basic_recover(self, requeue: bool = True) -> None:
-        """Redeliver every unacknowledged message of the channel (RabbitMQ supports only
-        ``requeue=True``)."""
-        await self._call(request.basic_recover(requeue))
-
-    # --- tx and flow --------------------------------------------------------------------------
-
-    async def tx_select(self) -> None:
-        """Put the channel in transaction mode."""
-        await self._call(TxSelect())
-
-    async def tx_commit(self) -> None:
-        """Commit the current transaction."""
-        await self._call(TxCommit())
-
-    async def tx_rollback(self) -> None:
-        """Roll back the current transaction."""
-        await self._call(TxRollback())
-
-    async def flow(self, active: bool) -> bool:
-        """Ask the broker to pause (False) or resume (True) deliveries; returns the state the
-        broker confirmed. RabbitMQ refuses ``flow(False)`` with 540, closing the connection."""
-        return request.flow_state(await self._call(request.flow(active)))

@@ -9,17 +9,14 @@ from typing import TYPE_CHECKING, Final, NoReturn, final
 import trio
 
 from amqp_sansio import (
-    BasicAck,
+    BasicCancel,
+    BasicConsume,
     BasicProperties,
     BasicPublish,
     ChannelState,
-    ConfirmSelect,
     LocalProtocolError,
     MessageReceived,
-    QueueDeclareOk,
-    TxCommit,
-    TxRollback,
-    TxSelect,
+    client,
 )
 from amqp_sansio.client import (
     AMQPError,
@@ -30,8 +27,8 @@ from amqp_sansio.client import (
     PublishOutcome,
     PublishTicketState,
 )
-from amqp_sansio.client import _requests as request
 
+from ._generated_channel import ChannelMethods
 from ._message import Message
 from ._waiter import Waiter
 from ._wire import YIELD_EVERY
@@ -230,7 +227,7 @@ class Consumer:
 
     def _report_dropped(self) -> None:
         """Log the deliveries never handed out (when the consumer's block is left)."""
-        request.report_dropped(
+        client.report_dropped(
             logger,
             self.consumer_tag,
             self.dropped,
@@ -322,7 +319,7 @@ class Publisher(PublisherCounts):
 
 
 @final
-class Channel:
+class Channel(ChannelMethods):
     """An open AMQP channel. Every method waits for the broker's reply where the protocol has
     one; cancelling a call (a cancel scope, a timeout) is always safe: the request is either
     not sent or its late reply is consumed and dropped.
@@ -415,6 +412,10 @@ class Channel:
         message._owner = self
         return message
 
+    def _got_message(self, reply: Reply) -> Message | None:
+        event = client.got_message(reply, MessageReceived)
+        return None if event is None else self._message(event)
+
     # --- Called by the reader task ------------------------------------------------------------
 
     def _ended(self) -> None:
@@ -449,143 +450,6 @@ class Channel:
                 waiter = self._book.close_waiter = Waiter()
                 with suppress(AMQPError):  # the transport failed: closed all the same
                     await waiter.wait(self._wire.flush)
-
-    # --- exchange -----------------------------------------------------------------------------
-
-    async def exchange_declare(
-        self,
-        exchange: str,
-        exchange_type: str = "direct",
-        *,
-        passive: bool = False,
-        durable: bool = False,
-        auto_delete: bool = False,
-        internal: bool = False,
-        arguments: FieldTable | None = None,
-    ) -> None:
-        """Declare an exchange (``passive``: only check that it exists, else NotFound)."""
-        await self._call(
-            request.exchange_declare(
-                exchange,
-                exchange_type,
-                passive=passive,
-                durable=durable,
-                auto_delete=auto_delete,
-                internal=internal,
-                arguments=arguments,
-            )
-        )
-
-    async def exchange_delete(self, exchange: str, *, if_unused: bool = False) -> None:
-        """Delete an exchange."""
-        await self._call(request.exchange_delete(exchange, if_unused=if_unused))
-
-    async def exchange_bind(
-        self,
-        destination: str,
-        source: str,
-        routing_key: str = "",
-        *,
-        arguments: FieldTable | None = None,
-    ) -> None:
-        """Bind exchange *destination* to exchange *source* (RabbitMQ extension)."""
-        await self._call(
-            request.exchange_bind(destination, source, routing_key, arguments=arguments)
-        )
-
-    async def exchange_unbind(
-        self,
-        destination: str,
-        source: str,
-        routing_key: str = "",
-        *,
-        arguments: FieldTable | None = None,
-    ) -> None:
-        """Remove an exchange-to-exchange binding."""
-        await self._call(
-            request.exchange_unbind(destination, source, routing_key, arguments=arguments)
-        )
-
-    # --- queue --------------------------------------------------------------------------------
-
-    async def queue_declare(
-        self,
-        queue: str = "",
-        *,
-        passive: bool = False,
-        durable: bool = False,
-        exclusive: bool = False,
-        auto_delete: bool = False,
-        arguments: FieldTable | None = None,
-    ) -> QueueDeclareOk:
-        """Declare a queue (``""``: the broker names it); returns ``queue.declare-ok`` with
-        ``queue``, ``message_count`` and ``consumer_count``."""
-        reply = await self._call(
-            request.queue_declare(
-                queue,
-                passive=passive,
-                durable=durable,
-                exclusive=exclusive,
-                auto_delete=auto_delete,
-                arguments=arguments,
-            )
-        )
-        return request.declared_queue(reply)
-
-    async def queue_bind(
-        self,
-        queue: str,
-        exchange: str,
-        routing_key: str = "",
-        *,
-        arguments: FieldTable | None = None,
-    ) -> None:
-        """Bind a queue to an exchange."""
-        await self._call(request.queue_bind(queue, exchange, routing_key, arguments=arguments))
-
-    async def queue_unbind(
-        self,
-        queue: str,
-        exchange: str,
-        routing_key: str = "",
-        *,
-        arguments: FieldTable | None = None,
-    ) -> None:
-        """Remove a queue binding."""
-        await self._call(request.queue_unbind(queue, exchange, routing_key, arguments=arguments))
-
-    async def queue_purge(self, queue: str) -> int:
-        """Remove every ready message from a queue; returns how many."""
-        return request.message_count(await self._call(request.queue_purge(queue)))
-
-    async def queue_delete(
-        self, queue: str, *, if_unused: bool = False, if_empty: bool = False
-    ) -> int:
-        """Delete a queue; returns how many messages it held."""
-        reply = await self._call(
-            request.queue_delete(queue, if_unused=if_unused, if_empty=if_empty)
-        )
-        return request.message_count(reply)
-
-    # --- basic: settings ----------------------------------------------------------------------
-
-    async def basic_qos(
-        self, prefetch_count: int = 0, *, prefetch_size: int = 0, global_: bool = False
-    ) -> None:
-        """Limit unacknowledged deliveries (per consumer; ``global_``: per channel). Consumers
-        started afterwards get a buffer of ``prefetch_count`` messages."""
-        await self._call(
-            request.basic_qos(prefetch_count, prefetch_size=prefetch_size, global_=global_)
-        )
-
-    async def confirm_select(self) -> None:
-        """Put the channel in confirm mode: :meth:`basic_publish` then waits for the broker's
-        ack, and :meth:`publisher` pipelines. Calling it again does nothing."""
-        if self._book.confirm_mode:
-            self._check_open()
-            return
-        # The book is in confirm mode once it is sent: the core numbers publishes from there.
-        await self._call(ConfirmSelect())
 
     # --- basic: publishing --------------------------------------------------------------------
 
@@ -718,17 +582,19 @@ class Channel:
         :meth:`basic_recover`).
         """
         book = self._book
-        size = request.consumer_buffer_size(buffer_size, book.prefetch_count)
-        tag = request.consumer_tag(consumer_tag, "amqp-trio", book.consumer_tags())
+        size = client.consumer_buffer_size(buffer_size, book.prefetch_count)
+        tag = client.consumer_tag(consumer_tag, "amqp-trio", book.consumer_tags())
         consumer = Consumer(self, tag, no_ack=no_ack, buffer_size=size)
+        method = BasicConsume(
+            queue=queue,
+            consumer_tag=tag,
+            no_ack=no_ack,
+            exclusive=exclusive,
+            arguments=arguments or {},
+        )
         # The router registers the consumer at consume-ok, before the deliveries that may
         # follow it in the same read.
-        waiter = self._send(
-            request.basic_consume(
-                queue, tag, no_ack=no_ack, exclusive=exclusive, arguments=arguments
-            ),
-            consumer,
-        )
+        waiter = self._send(method, consumer)
         try:
             await waiter.wait(self._wire.flush)
         except BaseException:
@@ -751,64 +617,12 @@ class Channel:
             with trio.CancelScope(shield=True):
                 with trio.move_on_after(self._conn.params.connection_timeout):
                     with suppress(AMQPError):
-                        await self._call(request.basic_cancel(tag))
+                        await self._call(BasicCancel(consumer_tag=tag))
         consumers = self._book.consumers  # replaced when the channel closed meanwhile
         if consumers.get(tag) is consumer:
             del consumers[tag]
         consumer._end(None, fatal=True)
         consumer._report_dropped()
-
-    async def basic_cancel(self, consumer_tag: str) -> None:
-        """Cancel a consumer: its iterator hands out what is buffered, then stops."""
-        await self._call(request.basic_cancel(consumer_tag))
-
-    async def basic_get(self, queue: str, *, no_ack: bool = False) -> Message | None:
-        """Fetch one message (None when the queue is empty)."""
-        reply = await self._call(request.basic_get(queue, no_ack=no_ack))
-        event = request.got_message(reply, MessageReceived)
-        return None if event is None else self._message(event)
-
-    # --- basic: settling ----------------------------------------------------------------------
-
-    async def basic_ack(self, delivery_tag: int, *, multiple: bool = False) -> None:
-        """Acknowledge a delivery (``multiple``: and every earlier one)."""
-        await self._send_no_reply(BasicAck(delivery_tag=delivery_tag, multiple=multiple))
-
-    async def basic_nack(
-        self, delivery_tag: int, *, multiple: bool = False, requeue: bool = True
-    ) -> None:
-        """Negatively acknowledge deliveries (RabbitMQ extension)."""
-        await self._send_no_reply(
-            request.basic_nack(delivery_tag, multiple=multiple, requeue=requeue)
-        )
-
-    async def basic_reject(self, delivery_tag: int, *, requeue: bool = True) -> None:
-        """Reject one delivery."""
-        await self._send_no_reply(request.basic_reject(delivery_tag, requeue=requeue))
-
-    async def basic_recover(self, requeue: bool = True) -> None:
-        """Redeliver every unacknowledged message of the channel (RabbitMQ supports only
-        ``requeue=True``)."""
-        await self._call(request.basic_recover(requeue))
-
-    # --- tx and flow --------------------------------------------------------------------------
-
-    async def tx_select(self) -> None:
-        """Put the channel in transaction mode."""
-        await self._call(TxSelect())
-
-    async def tx_commit(self) -> None:
-        """Commit the current transaction."""
-        await self._call(TxCommit())
-
-    async def tx_rollback(self) -> None:
-        """Roll back the current transaction."""
-        await self._call(TxRollback())
-
-    async def flow(self, active: bool) -> bool:
-        """Ask the broker to pause (False) or resume (True) deliveries; returns the state the
-        broker confirmed. RabbitMQ refuses ``flow(False)`` with 540, closing the connection."""
-        return request.flow_state(await self._call(request.flow(active)))
 
 
 @final

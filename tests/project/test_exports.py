@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import enum
 import pickle
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -31,6 +33,7 @@ PUBLIC_MODULES = [
     amqp_blocking,
 ]
 ADAPTERS = [amqp_trio, amqp_asyncio, amqp_blocking]
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 @pytest.mark.parametrize("module", PUBLIC_MODULES, ids=lambda m: m.__name__)
@@ -89,3 +92,40 @@ def test_client_layer_names_its_public_module() -> None:
     assert amqp_trio.NotFound.__module__ == "amqp_sansio.client"
     assert amqp_trio.Channel.__module__ == "amqp_trio"
     assert amqp_blocking.Channel.__module__ == "amqp_blocking"
+
+
+def _private_sansio_imports(path: Path) -> list[str]:
+    """The imports in *path* that reach a private module or name of amqp_sansio."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+            names: list[str] = []
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules = [node.module]
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        for module in modules:
+            parts = module.split(".")
+            if parts[0] != "amqp_sansio":
+                continue
+            private = [part for part in parts[1:] if part.startswith("_")]
+            private += [name for name in names if name.startswith("_")]
+            if private:
+                found.append(f"{path.relative_to(SRC)}:{node.lineno}: {module} {private}")
+    return found
+
+
+def test_sibling_packages_import_only_public_amqp_sansio_names() -> None:
+    siblings = [p for p in SRC.iterdir() if p.is_dir() and p.name != "amqp_sansio"]
+    assert {"amqp_trio", "amqp_asyncio", "amqp_blocking", "amqp_spark"} <= {
+        p.name for p in siblings
+    }
+    found = [
+        hit
+        for package in siblings
+        for path in package.rglob("*.py")
+        for hit in _private_sansio_imports(path)
+    ]
+    assert found == []

@@ -6,7 +6,8 @@ For users: connection parameters and AMQP URLs, the exception classes every adap
 :class:`Router` that turns the core's events into replies, deliveries and confirms (an adapter
 supplies its waiters and sinks through the :class:`Waiter`, :class:`ConsumerSink`,
 :class:`ConfirmSink` and :class:`ReturnSink` protocols), the counting behind pipelined publishers,
-and the channel requests.
+and the channel API declared once: :data:`REQUESTS`, from which ``tools/gen_channels.py``
+generates each adapter's channel methods.
 
 The names every adapter re-exports at its top level are listed once, in
 :mod:`amqp_sansio.client.exports`.
@@ -27,6 +28,9 @@ from ._message import AsyncMessage, AsyncSettler, Message
 from ._params import DEFAULT_URL, AuthMechanism
 from ._requests import (
     DEFAULT_CONSUMER_BUFFER,
+    REQUESTS,
+    Param,
+    Request,
     check_window,
     connection_parameters,
     consumer_buffer_size,
@@ -51,6 +55,7 @@ from .exports import *  # noqa: F403  (the exceptions and ConnectionParameters)
 __all__ = [
     "DEFAULT_CONSUMER_BUFFER",
     "DEFAULT_URL",
+    "REQUESTS",
     "AsyncMessage",
     "AsyncSettler",
     "AuthMechanism",
@@ -60,10 +65,12 @@ __all__ = [
     "ConfirmTracker",
     "ConsumerSink",
     "Message",
+    "Param",
     "PublishOutcome",
     "PublishTicketState",
     "PublisherCounts",
     "Reply",
+    "Request",
     "ReturnSink",
     "Router",
     "Waiter",
