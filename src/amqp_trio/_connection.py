@@ -51,7 +51,7 @@ from ._wire import Wire
 
 if TYPE_CHECKING:
     import ssl
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
 
     from amqp_sansio import Event, FieldTable
 
@@ -293,63 +293,13 @@ class Connection:
             self._finished.set()
 
     async def _on_event(self, event: Event) -> bool:
-        """Route an event other than a message or a confirm; True when the connection is
-        finished."""
-        router = self._router
+        """Route an event other than a message or a confirm, then keep the Trio side in step
+        (:data:`_REACTIONS`); True when the connection is finished."""
         kind = type(event)
-        if kind is MethodReceived or kind is ChannelOpened:
-            router.handle(event)
-            self._needs_flush = True  # the router may have undone an abandoned open or consume
-        elif kind is ChannelClosed:
-            assert isinstance(event, ChannelClosed)
-            router.handle(event)
-            ch = self._channels.pop(event.channel, None)
-            if event.by_peer:
-                self._needs_flush = True  # the core answered with close-ok
-                error = error_from(event, connection=False)
-                logger.info("the broker closed channel %d: %s", event.channel, error)
-            if ch is not None:
-                ch._ended()
-        elif kind is ConsumerCancelled:
-            self._needs_flush = True  # the core answered with cancel-ok
-            router.handle(event)
-        elif kind is ChannelFlowChanged:
-            assert isinstance(event, ChannelFlowChanged)
-            self._needs_flush = True  # the core answered with flow-ok
-            router.handle(event)
-            ch = self._channels.get(event.channel)
-            if ch is not None:
-                ch._flow_changed(event.active)
-        elif kind is BlockedByPeer:
-            assert isinstance(event, BlockedByPeer)
-            logger.warning("the broker blocks publishing: %s", event.reason)
-            router.handle(event)
-            if self._blocked is None:
-                self._blocked = trio.Event()
-        elif kind is UnblockedByPeer:
-            logger.info("the broker unblocked publishing")
-            router.handle(event)
-            if self._blocked is not None:
-                self._blocked.set()
-                self._blocked = None
-        elif kind is ConnectionOpened:
-            assert isinstance(event, ConnectionOpened)
-            self.server_properties = event.server_properties
-            self._handshaking = False
-            self._opened.set()
-        elif kind is ConnectionClosed:
-            assert isinstance(event, ConnectionClosed)
-            if event.by_peer:
-                logger.warning(
-                    "the broker closed the connection: %s", error_from(event, connection=True)
-                )
-            router.handle(event)
-            self._ended()
-            return True
-        elif kind is ConnectionLost:
+        if kind is ConnectionLost:  # before the router, whose error would not say why
             self._die(ConnectionLostError(self._lost_text()))
             return True
-        elif kind is HeartbeatTimeout:
+        if kind is HeartbeatTimeout:
             logger.warning(
                 "no bytes from %s for two heartbeat intervals (%d s): dropping the connection",
                 self.params.address,
@@ -358,13 +308,74 @@ class Connection:
             self._heartbeat_timed_out = True
             await self._wire.close_transport()
             self._wire.end_of_stream()
-        elif kind is SecureRequested:
-            # PLAIN, AMQPLAIN and EXTERNAL never get a challenge.
-            with suppress(LocalProtocolError):  # the core failed meanwhile: nothing to say
-                self._core.close(540, "NOT_IMPLEMENTED - SASL challenges are not supported")
-                self._needs_flush = True
-        else:
+            return False
+        self._router.handle(event)
+        react = _REACTIONS.get(kind)
+        if react is None:
             raise AssertionError(f"unexpected event {event!r}")
+        return react(self, event)
+
+    # --- After the router: the Trio side of an event (True: the connection is finished) -------
+
+    def _flush_soon(self, event: Event) -> bool:
+        """The core answered (cancel-ok), or the router undid an abandoned open or consume: the
+        writer flushes when the reader next waits for the transport."""
+        self._needs_flush = True
+        return False
+
+    def _on_channel_closed(self, event: Event) -> bool:
+        assert isinstance(event, ChannelClosed)
+        ch = self._channels.pop(event.channel, None)
+        if event.by_peer:
+            self._needs_flush = True  # the core answered with close-ok
+            error = error_from(event, connection=False)
+            logger.info("the broker closed channel %d: %s", event.channel, error)
+        if ch is not None:
+            ch._ended()
+        return False
+
+    def _on_flow_changed(self, event: Event) -> bool:
+        assert isinstance(event, ChannelFlowChanged)
+        self._needs_flush = True  # the core answered with flow-ok
+        ch = self._channels.get(event.channel)
+        if ch is not None:
+            ch._flow_changed(event.active)
+        return False
+
+    def _on_blocked(self, event: Event) -> bool:
+        assert isinstance(event, BlockedByPeer)
+        logger.warning("the broker blocks publishing: %s", event.reason)
+        if self._blocked is None:
+            self._blocked = trio.Event()
+        return False
+
+    def _on_unblocked(self, event: Event) -> bool:
+        logger.info("the broker unblocked publishing")
+        if self._blocked is not None:
+            self._blocked.set()
+            self._blocked = None
+        return False
+
+    def _on_opened(self, event: Event) -> bool:
+        assert isinstance(event, ConnectionOpened)
+        self.server_properties = event.server_properties
+        self._handshaking = False
+        self._opened.set()
+        return False
+
+    def _on_closed(self, event: Event) -> bool:
+        assert isinstance(event, ConnectionClosed)
+        if event.by_peer:
+            error = error_from(event, connection=True)
+            logger.warning("the broker closed the connection: %s", error)
+        self._ended()
+        return True
+
+    def _on_secure_requested(self, event: Event) -> bool:
+        # PLAIN, AMQPLAIN and EXTERNAL never get a challenge.
+        with suppress(LocalProtocolError):  # the core failed meanwhile: nothing to say
+            self._core.close(540, "NOT_IMPLEMENTED - SASL challenges are not supported")
+            self._needs_flush = True
         return False
 
     def _lost_text(self) -> str:
@@ -376,6 +387,21 @@ class Connection:
         if self._handshaking:
             return f"{self.params.address} closed the transport during the handshake"
         return f"the transport to {self.params.address} closed without a close handshake"
+
+
+#: What the reader does after the router handled an event, by the event's type.
+_REACTIONS: Final[dict[type[object], Callable[[Connection, Event], bool]]] = {
+    MethodReceived: Connection._flush_soon,
+    ChannelOpened: Connection._flush_soon,
+    ConsumerCancelled: Connection._flush_soon,
+    ChannelClosed: Connection._on_channel_closed,
+    ChannelFlowChanged: Connection._on_flow_changed,
+    BlockedByPeer: Connection._on_blocked,
+    UnblockedByPeer: Connection._on_unblocked,
+    ConnectionOpened: Connection._on_opened,
+    ConnectionClosed: Connection._on_closed,
+    SecureRequested: Connection._on_secure_requested,
+}
 
 
 @asynccontextmanager
