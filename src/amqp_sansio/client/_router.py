@@ -52,6 +52,8 @@ from ._errors import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .. import Connection, Event, Method
 
 __all__ = [
@@ -303,63 +305,67 @@ class Router:
         Returns the consumer sink that said it is full (see :meth:`ConsumerSink.deliver`): the
         adapter lets the delivery in before it routes the next event. None otherwise.
         """
-        cls = type(event)
-        if cls is MessageReceived:
+        if type(event) is MessageReceived:  # the hot path: no table lookup
             assert isinstance(event, MessageReceived)
             return self._on_message(event)
-        if cls is MethodReceived:
-            assert isinstance(event, MethodReceived)
-            self._on_method(event)
-        elif cls is PublishConfirmed:
-            assert isinstance(event, PublishConfirmed)
-            book = self.channels.get(event.channel)
-            if book is not None:
-                self._settle(book, book.tracker.confirmed(event.publish_numbers))
-        elif cls is PublishNacked:
-            assert isinstance(event, PublishNacked)
-            book = self.channels.get(event.channel)
-            if book is not None:
-                self._settle(book, book.tracker.nacked(event.publish_numbers))
-        elif cls is PublishReturned:
-            assert isinstance(event, PublishReturned)
-            self._on_returned(event)
-        elif cls is ChannelOpened:
-            assert isinstance(event, ChannelOpened)
-            waiter = self.channels[event.channel].take(None)[0]
-            if not waiter.done():
-                waiter.set_result(None)
-            elif self._core.state is ConnectionState.OPEN:
-                # open_channel() gave up: nobody will use or close this channel.
-                self._core.close_channel(event.channel, 200, "Normal shutdown")
-                self.expect_close(event.channel, _UNAWAITED)
-        elif cls is ChannelClosed:
-            assert isinstance(event, ChannelClosed)
-            self._on_channel_closed(event)
-        elif cls is ConsumerCancelled:
-            assert isinstance(event, ConsumerCancelled)
-            book = self.channels.get(event.channel)
-            consumer = None if book is None else book.consumers.pop(event.consumer_tag, None)
-            if consumer is not None:
-                consumer.finish(ConsumerCancelledError(event.consumer_tag), False)
-        elif cls is ChannelFlowChanged:
-            assert isinstance(event, ChannelFlowChanged)
-            book = self.channels.get(event.channel)
-            if book is not None:
-                book.flow_active = event.active
-        elif cls is BlockedByPeer:
-            assert isinstance(event, BlockedByPeer)
-            self.blocked = event.reason
-        elif cls is UnblockedByPeer:
-            self.blocked = None
-        elif cls is ConnectionClosed:
-            assert isinstance(event, ConnectionClosed)
-            if event.by_peer:
-                self.fail(error_from(event, connection=True))
-            else:
-                self.closed_by_us()
-        elif cls is ConnectionLost:
-            self.fail(ConnectionLostError("the connection to the broker was lost"))
+        route = _ROUTES.get(type(event))
+        if route is not None:
+            route(self, event)
         return None
+
+    # --- one method per event type (see _ROUTES) -----------------------------------------------
+
+    def _on_confirmed(self, event: Event) -> None:
+        assert isinstance(event, PublishConfirmed)
+        book = self.channels.get(event.channel)
+        if book is not None:
+            self._settle(book, book.tracker.confirmed(event.publish_numbers))
+
+    def _on_nacked(self, event: Event) -> None:
+        assert isinstance(event, PublishNacked)
+        book = self.channels.get(event.channel)
+        if book is not None:
+            self._settle(book, book.tracker.nacked(event.publish_numbers))
+
+    def _on_channel_opened(self, event: Event) -> None:
+        assert isinstance(event, ChannelOpened)
+        waiter = self.channels[event.channel].take(None)[0]
+        if not waiter.done():
+            waiter.set_result(None)
+        elif self._core.state is ConnectionState.OPEN:
+            # open_channel() gave up: nobody will use or close this channel.
+            self._core.close_channel(event.channel, 200, "Normal shutdown")
+            self.expect_close(event.channel, _UNAWAITED)
+
+    def _on_consumer_cancelled(self, event: Event) -> None:
+        assert isinstance(event, ConsumerCancelled)
+        book = self.channels.get(event.channel)
+        consumer = None if book is None else book.consumers.pop(event.consumer_tag, None)
+        if consumer is not None:
+            consumer.finish(ConsumerCancelledError(event.consumer_tag), False)
+
+    def _on_flow_changed(self, event: Event) -> None:
+        assert isinstance(event, ChannelFlowChanged)
+        book = self.channels.get(event.channel)
+        if book is not None:
+            book.flow_active = event.active
+
+    def _on_blocked(self, event: Event) -> None:
+        assert isinstance(event, BlockedByPeer)
+        self.blocked = event.reason
+
+    def _on_unblocked(self, event: Event) -> None:
+        self.blocked = None
+
+    def _on_connection_closed(self, event: Event) -> None:
+        assert isinstance(event, ConnectionClosed)
+        if event.by_peer:
+            self.fail(error_from(event, connection=True))
+        else:
+            self.closed_by_us()
+
+    def _on_connection_lost(self, event: Event) -> None:
+        self.fail(ConnectionLostError("the connection to the broker was lost"))
 
     def closed_by_us(self) -> None:
         """Our ``connection.close`` was answered: everything still waiting fails, consumers end."""
@@ -412,7 +418,8 @@ class Router:
             waiter.set_result(event)
         return None
 
-    def _on_method(self, event: MethodReceived) -> None:
+    def _on_method(self, event: Event) -> None:
+        assert isinstance(event, MethodReceived)
         book = self.channels.get(event.channel)
         if book is None or event.request is None:
             logger.debug("unsolicited %s on channel %d", event.method.NAME, event.channel)
@@ -445,7 +452,8 @@ class Router:
             if sink is not None:
                 sink.settle(number, outcome)
 
-    def _on_returned(self, event: PublishReturned) -> None:
+    def _on_returned(self, event: Event) -> None:
+        assert isinstance(event, PublishReturned)
         book = self.channels.get(event.channel)
         if book is None:
             return
@@ -459,7 +467,8 @@ class Router:
         else:
             logger.warning("%s", error)
 
-    def _on_channel_closed(self, event: ChannelClosed) -> None:
+    def _on_channel_closed(self, event: Event) -> None:
+        assert isinstance(event, ChannelClosed)
         book = self.channels.pop(event.channel, None)
         if book is None:
             return
@@ -468,3 +477,21 @@ class Router:
         else:
             error = ChannelClosedError("the channel was closed", reply_code=200)
         _settle_all(book, error, by_us=not event.by_peer)
+
+
+#: How :meth:`Router.handle` routes each event type but ``MessageReceived``; the others
+#: (heartbeat timeouts, the handshake's) are the adapter's alone.
+_ROUTES: Final[dict[type[object], Callable[[Router, Event], None]]] = {
+    MethodReceived: Router._on_method,
+    PublishConfirmed: Router._on_confirmed,
+    PublishNacked: Router._on_nacked,
+    PublishReturned: Router._on_returned,
+    ChannelOpened: Router._on_channel_opened,
+    ChannelClosed: Router._on_channel_closed,
+    ConsumerCancelled: Router._on_consumer_cancelled,
+    ChannelFlowChanged: Router._on_flow_changed,
+    BlockedByPeer: Router._on_blocked,
+    UnblockedByPeer: Router._on_unblocked,
+    ConnectionClosed: Router._on_connection_closed,
+    ConnectionLost: Router._on_connection_lost,
+}
