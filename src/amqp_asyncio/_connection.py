@@ -36,8 +36,6 @@ from amqp_sansio import (
     UnblockedByPeer,
 )
 from amqp_sansio import Connection as CoreConnection
-from amqp_sansio._client_requests import connection_parameters
-from amqp_sansio._client_shared import ClientBook
 from amqp_sansio.client import (
     DEFAULT_URL,
     AMQPError,
@@ -45,6 +43,8 @@ from amqp_sansio.client import (
     ConnectionLostError,
     ConnectionParameters,
     ConnectionTimeoutError,
+    Router,
+    connection_parameters,
     error_from,
 )
 
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from amqp_sansio import Event, FieldTable
-    from amqp_sansio._client_shared import Reply
+    from amqp_sansio.client import Reply
 
 __all__ = ["Connection", "connect"]
 
@@ -79,6 +79,7 @@ class _Protocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._conn._transport = transport
+        self._conn._reading.transport = transport
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -106,6 +107,37 @@ class _Protocol(asyncio.Protocol):
 
 
 @final
+class ReadingPause:
+    """A connection's transport reading, paused while any consumer's buffer is full
+    (backpressure: a slow consumer slows the broker down); each consumer gets it when it is
+    made."""
+
+    __slots__ = ("_pausers", "transport")
+
+    def __init__(self) -> None:
+        self._pausers: set[object] = set()
+        #: The transport, from when it is made until the connection finished.
+        self.transport: asyncio.Transport | None = None
+
+    @property
+    def paused(self) -> bool:
+        """Whether a consumer holds the reading paused."""
+        return bool(self._pausers)
+
+    def pause(self, consumer: object) -> None:
+        """*consumer*'s buffer is full: stop reading until it has room again."""
+        if not self._pausers and self.transport is not None:
+            self.transport.pause_reading()
+        self._pausers.add(consumer)
+
+    def resume(self, consumer: object) -> None:
+        """*consumer* has room again (or ended)."""
+        self._pausers.discard(consumer)
+        if not self._pausers and self.transport is not None:
+            self.transport.resume_reading()
+
+
+@final
 class Connection:
     """An open AMQP connection on an asyncio event loop (made by :func:`connect`).
 
@@ -119,7 +151,7 @@ class Connection:
         self.params: Final = params
         self._loop = loop
         self._core = CoreConnection(Role.CLIENT, params.to_config())
-        self._book = ClientBook(self._core)
+        self._book = Router(self._core)
         self._transport: asyncio.Transport | None = None
         self._opened: asyncio.Future[ConnectionOpened] = loop.create_future()
         self._finished: asyncio.Future[None] = loop.create_future()
@@ -129,8 +161,8 @@ class Connection:
         self._closing = False
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
-        self._pausers: set[object] = set()
-        self._unflushed = 0
+        # Consumers get it when they are made: a full buffer pauses the transport's reading.
+        self._reading = ReadingPause()
         self._flush_scheduled = False
         self._timer: asyncio.TimerHandle | None = None
         self._heartbeat_timed_out = False
@@ -250,15 +282,14 @@ class Connection:
 
     def _flush(self) -> None:
         """Write everything the core queued."""
-        self._unflushed = 0
         data = self._core.data_to_send()
         if data and self._transport is not None and not self._finished.done():
             self._transport.write(data)
 
-    def _flush_soon(self, size: int) -> None:
-        """Publishes and acks: write within this loop iteration, or now past 64 KiB."""
-        self._unflushed += size
-        if self._unflushed >= _BATCH:
+    def _flush_soon(self) -> None:
+        """Publishes and acks: write within this loop iteration, or now once the core holds
+        64 KiB."""
+        if self._core.outbound_size >= _BATCH:
             self._flush()
         elif not self._flush_scheduled:
             self._flush_scheduled = True
@@ -274,17 +305,6 @@ class Connection:
             waiter: asyncio.Future[None] = self._loop.create_future()
             self._drain_waiters.append(waiter)
             await waiter
-
-    def _pause_reading(self, consumer: object) -> None:
-        """A consumer's buffer is full: stop reading until it has room again."""
-        if not self._pausers and self._transport is not None:
-            self._transport.pause_reading()
-        self._pausers.add(consumer)
-
-    def _resume_reading(self, consumer: object) -> None:
-        self._pausers.discard(consumer)
-        if not self._pausers and self._transport is not None and not self._finished.done():
-            self._transport.resume_reading()
 
     def _wake_drain_waiters(self) -> None:
         waiters, self._drain_waiters = self._drain_waiters, []
@@ -408,6 +428,7 @@ class Connection:
                 )
             )
             self._opened.exception()  # retrieved here: connect() may be gone already
+        self._reading.transport = None  # closed: never paused or resumed again
         self._release_unblocked()
         self._wake_drain_waiters()
         for ch in self._channels.values():
@@ -428,7 +449,7 @@ class Connection:
     def _on_timer(self) -> None:
         self._timer = None
         # Reads paused for a full consumer buffer: the peer's silence proves nothing.
-        self._core.handle_timer(self._loop.time(), reading=not self._pausers)
+        self._core.handle_timer(self._loop.time(), reading=not self._reading.paused)
         self._process_events()
         self._arm_timer()
 

@@ -19,78 +19,28 @@ adapters in :mod:`amqp_sansio.client` and re-exported here.
 
 from __future__ import annotations
 
-from amqp_sansio._util import fix_module_names
-from amqp_sansio.client import (
-    AccessRefused,
-    AMQPError,
-    AMQPNotImplemented,
-    AMQPSyntaxError,
-    ChannelClosedError,
-    ChannelError,
-    CommandInvalid,
-    ConnectionClosedError,
-    ConnectionForced,
-    ConnectionLostError,
-    ConnectionParameters,
-    ConnectionTimeoutError,
-    ConsumerCancelledError,
-    ContentTooLarge,
-    FrameError,
-    InternalError,
-    InvalidPath,
-    MessageReturnedError,
-    NoConsumers,
-    NoRoute,
-    NotAllowed,
-    NotFound,
-    PreconditionFailed,
-    PublishNackedError,
-    ResourceError,
-    ResourceLocked,
-    UnexpectedFrame,
-)
+from amqp_sansio.client import exports as _exports
+from amqp_sansio.client.exports import *  # noqa: F403  (the exceptions, ConnectionParameters)
 
 from ._channel import Channel, Consumer, Message, Publisher, PublishTicket
 from ._connection import Connection, OpenedCore, connect, connect_core
 
 __all__ = [
-    "AMQPError",
-    "AMQPNotImplemented",
-    "AMQPSyntaxError",
-    "AccessRefused",
     "Channel",
-    "ChannelClosedError",
-    "ChannelError",
-    "CommandInvalid",
     "Connection",
-    "ConnectionClosedError",
-    "ConnectionForced",
-    "ConnectionLostError",
-    "ConnectionParameters",
-    "ConnectionTimeoutError",
     "Consumer",
-    "ConsumerCancelledError",
-    "ContentTooLarge",
-    "FrameError",
-    "InternalError",
-    "InvalidPath",
     "Message",
-    "MessageReturnedError",
-    "NoConsumers",
-    "NoRoute",
-    "NotAllowed",
-    "NotFound",
     "OpenedCore",
-    "PreconditionFailed",
-    "PublishNackedError",
     "PublishTicket",
     "Publisher",
-    "ResourceError",
-    "ResourceLocked",
-    "UnexpectedFrame",
     "connect",
     "connect_core",
 ]
+__all__ += _exports.__all__
 
-
-fix_module_names(__name__, globals(), __all__)
+# Public objects say where users import them from (repr, pickling, autodoc).
+for _name in __all__:
+    _obj = globals()[_name]
+    if getattr(_obj, "__module__", "").startswith(f"{__name__}._"):
+        _obj.__module__ = __name__
+del _name, _obj

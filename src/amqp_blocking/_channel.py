@@ -10,26 +10,17 @@ from typing import TYPE_CHECKING, Final, final
 
 import attrs
 
-from amqp_sansio import (
-    BasicAck,
-    BasicProperties,
-    BasicPublish,
-    ConfirmSelect,
-    MessageReceived,
-    QueueDeclareOk,
-    TxCommit,
-    TxRollback,
-    TxSelect,
-)
-from amqp_sansio import _client_requests as request
-from amqp_sansio._client_shared import PublisherCounts, PublishTicketState
+from amqp_sansio import BasicConsume, BasicProperties, BasicPublish, MessageReceived, client
 from amqp_sansio.client import (
     AMQPError,
     ChannelClosedError,
     ConsumerCancelledError,
+    PublisherCounts,
+    PublishTicketState,
 )
 from amqp_sansio.client import Message as _BaseMessage
 
+from ._generated_channel import ChannelMethods
 from ._waiter import Waiter
 
 if TYPE_CHECKING:
@@ -37,7 +28,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from amqp_sansio import FieldTable, Method
-    from amqp_sansio._client_shared import ChannelBook, Reply
+    from amqp_sansio.client import ChannelBook, Reply
 
     from ._connection import Connection
 
@@ -74,7 +65,7 @@ class Message(_BaseMessage):
 
 
 @final
-class Channel:
+class Channel(ChannelMethods):
     """An open channel. Thread-safe; a context manager that closes it.
 
     Every call that waits for the broker takes ``timeout`` (seconds, None: no limit) and
@@ -85,7 +76,6 @@ class Channel:
         self._connection = connection
         self._book = book
         self._number = book.number
-        self._confirming = False
 
     def __repr__(self) -> str:
         return f"<amqp_blocking.Channel {self._number}>"
@@ -103,7 +93,7 @@ class Channel:
     @property
     def in_confirm_mode(self) -> bool:
         """Whether :meth:`confirm_select` was called."""
-        return self._confirming
+        return self._book.confirm_mode
 
     @property
     def connection(self) -> Connection:
@@ -181,172 +171,30 @@ class Channel:
             conn._flush_locked()
         return waiter.wait(timeout, conn._lock)
 
-    def _send(self, method: Method) -> None:
+    def _call(self, method: Method, timeout: float | None) -> Reply:
+        return self._request(method, timeout)
+
+    def _send_no_reply(self, method: Method) -> None:
         conn = self._connection
         with conn._lock:
             self._check_locked()
             conn._core.send_method(self._number, method)
             conn._flush_locked()
 
-    # --- exchanges ----------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        with self._connection._lock:
+            self._check_locked()
 
-    def exchange_declare(
-        self,
-        exchange: str,
-        exchange_type: str = "direct",
-        *,
-        passive: bool = False,
-        durable: bool = False,
-        auto_delete: bool = False,
-        internal: bool = False,
-        arguments: FieldTable | None = None,
-        timeout: float | None = None,
-    ) -> None:
-        """Declare an exchange (``passive``: only check that it exists)."""
-        self._request(
-            request.exchange_declare(
-                exchange,
-                exchange_type,
-                passive=passive,
-                durable=durable,
-                auto_delete=auto_delete,
-                internal=internal,
-                arguments=arguments,
-            ),
-            timeout,
-        )
+    def _message(self, event: MessageReceived) -> Message:
+        message = Message.from_content(event.channel, event.method, event.properties, event.body)
+        message._owner = self
+        return message
 
-    def exchange_delete(
-        self, exchange: str, *, if_unused: bool = False, timeout: float | None = None
-    ) -> None:
-        """Delete an exchange."""
-        self._request(request.exchange_delete(exchange, if_unused=if_unused), timeout)
+    def _got_message(self, reply: Reply) -> Message | None:
+        event = client.got_message(reply, MessageReceived)
+        return None if event is None else self._message(event)
 
-    def exchange_bind(
-        self,
-        destination: str,
-        source: str,
-        routing_key: str = "",
-        *,
-        arguments: FieldTable | None = None,
-        timeout: float | None = None,
-    ) -> None:
-        """Bind exchange *destination* to exchange *source* (a RabbitMQ extension)."""
-        self._request(
-            request.exchange_bind(destination, source, routing_key, arguments=arguments), timeout
-        )
-
-    def exchange_unbind(
-        self,
-        destination: str,
-        source: str,
-        routing_key: str = "",
-        *,
-        arguments: FieldTable | None = None,
-        timeout: float | None = None,
-    ) -> None:
-        """Remove an exchange-to-exchange binding."""
-        self._request(
-            request.exchange_unbind(destination, source, routing_key, arguments=arguments), timeout
-        )
-
-    # --- queues -------------------------------------------------------------------------------
-
-    def queue_declare(
-        self,
-        queue: str = "",
-        *,
-        passive: bool = False,
-        durable: bool = False,
-        exclusive: bool = False,
-        auto_delete: bool = False,
-        arguments: FieldTable | None = None,
-        timeout: float | None = None,
-    ) -> QueueDeclareOk:
-        """Declare a queue (``""``: the broker names it); returns its name and counts."""
-        reply = self._request(
-            request.queue_declare(
-                queue,
-                passive=passive,
-                durable=durable,
-                exclusive=exclusive,
-                auto_delete=auto_delete,
-                arguments=arguments,
-            ),
-            timeout,
-        )
-        return request.declared_queue(reply)
-
-    def queue_bind(
-        self,
-        queue: str,
-        exchange: str,
-        routing_key: str = "",
-        *,
-        arguments: FieldTable | None = None,
-        timeout: float | None = None,
-    ) -> None:
-        """Bind a queue to an exchange."""
-        self._request(
-            request.queue_bind(queue, exchange, routing_key, arguments=arguments), timeout
-        )
-
-    def queue_unbind(
-        self,
-        queue: str,
-        exchange: str,
-        routing_key: str = "",
-        *,
-        arguments: FieldTable | None = None,
-        timeout: float | None = None,
-    ) -> None:
-        """Remove a queue binding."""
-        self._request(
-            request.queue_unbind(queue, exchange, routing_key, arguments=arguments), timeout
-        )
-
-    def queue_purge(self, queue: str, *, timeout: float | None = None) -> int:
-        """Remove a queue's ready messages; returns how many."""
-        return request.message_count(self._request(request.queue_purge(queue), timeout))
-
-    def queue_delete(
-        self,
-        queue: str,
-        *,
-        if_unused: bool = False,
-        if_empty: bool = False,
-        timeout: float | None = None,
-    ) -> int:
-        """Delete a queue; returns how many messages it held."""
-        reply = self._request(
-            request.queue_delete(queue, if_unused=if_unused, if_empty=if_empty), timeout
-        )
-        return request.message_count(reply)
-
-    # --- basic --------------------------------------------------------------------------------
-
-    def basic_qos(
-        self,
-        prefetch_count: int = 0,
-        *,
-        prefetch_size: int = 0,
-        global_: bool = False,
-        timeout: float | None = None,
-    ) -> None:
-        """Limit unacknowledged deliveries (per consumer; ``global_``: per channel)."""
-        self._request(
-            request.basic_qos(prefetch_count, prefetch_size=prefetch_size, global_=global_), timeout
-        )
-
-    def confirm_select(self, *, timeout: float | None = None) -> None:
-        """Put the channel in confirm mode: :meth:`basic_publish` then waits for the broker's
-        ack, and :meth:`publisher` pipelines. Calling it again does nothing."""
-        if self._confirming:
-            with self._connection._lock:
-                self._check_locked()
-            return
-        self._confirming = True
-        self._request(ConfirmSelect(), timeout)
+    # --- publishing and consuming --------------------------------------------------------------
 
     def basic_publish(
         self,
@@ -433,69 +281,22 @@ class Channel:
         timeout: float | None,
         inactivity_timeout: float | None,
     ) -> Consumer:
-        tag = request.consumer_tag(consumer_tag, "amqp-blocking", ())
+        tag = client.consumer_tag(consumer_tag, "amqp-blocking", ())
         consumer = Consumer(self, tag, no_ack, inactivity_timeout)
-        method = request.basic_consume(
-            queue, tag, no_ack=no_ack, exclusive=exclusive, arguments=arguments
+        method = BasicConsume(
+            queue=queue,
+            consumer_tag=tag,
+            no_ack=no_ack,
+            exclusive=exclusive,
+            arguments=arguments or {},
         )
         try:
             self._request(method, timeout, consumer)
         except TimeoutError:
             # If the broker still confirms the consume, the I/O thread cancels it.
-            consumer.finish(None)
+            consumer.finish(None, True)
             raise
         return consumer
-
-    def basic_get(
-        self, queue: str, *, no_ack: bool = False, timeout: float | None = None
-    ) -> Message | None:
-        """Fetch one message, or None when the queue is empty."""
-        reply = self._request(request.basic_get(queue, no_ack=no_ack), timeout)
-        event = request.got_message(reply, MessageReceived)
-        return None if event is None else self._message(event)
-
-    def _message(self, event: MessageReceived) -> Message:
-        message = Message.from_content(event.channel, event.method, event.properties, event.body)
-        message._owner = self
-        return message
-
-    def basic_ack(self, delivery_tag: int, *, multiple: bool = False) -> None:
-        """Acknowledge a delivery (with *multiple*: every one up to it)."""
-        self._send(BasicAck(delivery_tag=delivery_tag, multiple=multiple))
-
-    def basic_nack(
-        self, delivery_tag: int, *, multiple: bool = False, requeue: bool = True
-    ) -> None:
-        """Refuse a delivery (with *multiple*: every one up to it). Never on a stream queue."""
-        self._send(request.basic_nack(delivery_tag, multiple=multiple, requeue=requeue))
-
-    def basic_reject(self, delivery_tag: int, *, requeue: bool = True) -> None:
-        """Refuse one delivery. Never on a stream queue."""
-        self._send(request.basic_reject(delivery_tag, requeue=requeue))
-
-    def basic_recover(self, requeue: bool = True, *, timeout: float | None = None) -> None:
-        """Redeliver every unacknowledged delivery of the channel."""
-        self._request(request.basic_recover(requeue), timeout)
-
-    def basic_cancel(self, consumer_tag: str, *, timeout: float | None = None) -> None:
-        """Cancel a consumer by tag (``Consumer.cancel()`` does the same)."""
-        self._request(request.basic_cancel(consumer_tag), timeout)
-
-    def tx_select(self, *, timeout: float | None = None) -> None:
-        """Put the channel in transaction mode."""
-        self._request(TxSelect(), timeout)
-
-    def tx_commit(self, *, timeout: float | None = None) -> None:
-        """Commit the current transaction."""
-        self._request(TxCommit(), timeout)
-
-    def tx_rollback(self, *, timeout: float | None = None) -> None:
-        """Roll the current transaction back."""
-        self._request(TxRollback(), timeout)
-
-    def flow(self, active: bool, *, timeout: float | None = None) -> bool:
-        """Ask the broker to stop (False) or resume (True) deliveries; returns its answer."""
-        return request.flow_state(self._request(request.flow(active), timeout))
 
 
 @final
@@ -546,13 +347,19 @@ class Consumer:
 
     # called by the I/O thread (connection lock held): must not block
 
-    def deliver(self, event: MessageReceived, /) -> None:
+    def deliver(self, event: MessageReceived, /) -> bool:
         self._buffer.append(self._channel._message(event))
         if self._waiting:
             with self._cond:
                 self._cond.notify()
+        return True  # never full: the buffer is bounded by the channel's prefetch
 
-    def finish(self, error: AMQPError | None, /) -> None:
+    def cancelling(self) -> None:
+        """Deliveries until cancel-ok are buffered as before."""
+
+    def finish(self, error: AMQPError | None, by_us: bool, /) -> None:
+        if by_us:
+            error = None  # our cancel or close: iteration stops after the buffer
         with self._cond:
             if self._ended:
                 return

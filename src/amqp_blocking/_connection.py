@@ -2,10 +2,10 @@
 
 Threading model
 ---------------
-* ``_lock`` guards the core, the :class:`ClientBook` and the outbound buffer. Every public call
-  takes it for a few microseconds: it asks the core for the method's bytes, registers a waiter,
-  tries one non-blocking ``send`` and releases the lock; then it sleeps on its waiter (with the
-  call's timeout) while the I/O thread reads the reply.
+* ``_lock`` guards the core, the :class:`~amqp_sansio.client.Router` and the outbound buffer.
+  Every public call takes it for a few microseconds: it asks the core for the method's bytes,
+  registers a waiter, tries one non-blocking ``send`` and releases the lock; then it sleeps on its
+  waiter (with the call's timeout) while the I/O thread reads the reply.
 * The I/O thread sleeps in ``select`` on the socket (and, while bytes are left over, on its
   writability), on a wake-up socketpair, and until the core's next heartbeat deadline. It reads
   with the lock held only long enough to feed the core and route the events: it never runs
@@ -43,8 +43,6 @@ from amqp_sansio import (
 from amqp_sansio import (
     Connection as CoreConnection,
 )
-from amqp_sansio._client_requests import connection_parameters
-from amqp_sansio._client_shared import ClientBook
 from amqp_sansio.client import (
     DEFAULT_URL,
     AMQPError,
@@ -52,6 +50,8 @@ from amqp_sansio.client import (
     ConnectionLostError,
     ConnectionParameters,
     ConnectionTimeoutError,
+    Router,
+    connection_parameters,
     error_from,
 )
 
@@ -240,7 +240,7 @@ class Connection:
         self._lock = threading.Lock()
         #: Publishers wait on this while too much is queued for the socket.
         self._writable = threading.Condition(self._lock)
-        self._book = ClientBook(core)
+        self._book = Router(core)
         self._out = bytearray()
         self._wake_pending = False
         self._close_waiter: Waiter | None = None

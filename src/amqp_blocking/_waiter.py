@@ -6,8 +6,7 @@ import threading
 from typing import TYPE_CHECKING, final
 
 if TYPE_CHECKING:
-    from amqp_sansio._client_shared import Reply
-    from amqp_sansio.client import AMQPError
+    from amqp_sansio.client import AMQPError, Reply
 
 __all__ = ["Waiter"]
 

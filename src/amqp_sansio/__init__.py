@@ -38,7 +38,7 @@ from ._events import (
 )
 from ._generated.spec_0_9_1 import *  # noqa: F403  (the generated module's __all__)
 from ._generated.spec_0_9_1 import __all__ as _spec_all
-from ._method import ContentProperties, Method, Role
+from ._method import Buffer, ContentProperties, Method, Role
 from ._state import ChannelState, ConnectionState
 from ._table import (
     MAX_TABLE_DEPTH,
@@ -65,6 +65,7 @@ from ._util import fix_module_names
 __all__ = [
     "MAX_TABLE_DEPTH",
     "MAX_TABLE_ENTRIES",
+    "Buffer",
     "ContentProperties",
     "FieldArray",
     "FieldTable",

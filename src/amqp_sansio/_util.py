@@ -15,13 +15,21 @@ def fix_module_names(module: str, namespace: dict[str, object], names: list[str]
 
     ``repr``, pickling, tracebacks and autodoc then show ``amqp_sansio.QueueDeclare`` rather than
     a private path. Only objects defined in a private module of *module*'s own top-level package
-    are renamed (``amqp_trio._channel.Channel`` becomes ``amqp_trio.Channel``; the shared
-    exceptions it re-exports keep ``amqp_sansio.client``).
+    are renamed (``amqp_trio._channel.Channel`` becomes ``amqp_trio.Channel``,
+    ``amqp_sansio.client._errors.NotFound`` becomes ``amqp_sansio.client.NotFound``; the shared
+    exceptions ``amqp_trio`` re-exports keep ``amqp_sansio.client``).
     """
-    private = module.partition(".")[0] + "._"
+    package = module.partition(".")[0]
     for name in names:
         obj = namespace[name]
         if isinstance(obj, type) or callable(obj):
             current = getattr(obj, "__module__", "")
-            if isinstance(current, str) and current.startswith(private):
+            if isinstance(current, str) and _is_private_module_of(current, package):
                 obj.__module__ = module
+
+
+def _is_private_module_of(module: str, package: str) -> bool:
+    """Whether *module* is *package* or below it with a private part (``amqp_sansio._events``,
+    ``amqp_sansio.client._errors``)."""
+    head, _, rest = module.partition(".")
+    return head == package and any(part.startswith("_") for part in rest.split("."))

@@ -12,36 +12,8 @@ The server role: :func:`serve` runs a handler per accepted connection, each a
 
 from __future__ import annotations
 
-from amqp_sansio._util import fix_module_names
-from amqp_sansio.client import (
-    AccessRefused,
-    AMQPError,
-    AMQPNotImplemented,
-    AMQPSyntaxError,
-    ChannelClosedError,
-    ChannelError,
-    CommandInvalid,
-    ConnectionClosedError,
-    ConnectionForced,
-    ConnectionLostError,
-    ConnectionParameters,
-    ConnectionTimeoutError,
-    ConsumerCancelledError,
-    ContentTooLarge,
-    FrameError,
-    InternalError,
-    InvalidPath,
-    MessageReturnedError,
-    NoConsumers,
-    NoRoute,
-    NotAllowed,
-    NotFound,
-    PreconditionFailed,
-    PublishNackedError,
-    ResourceError,
-    ResourceLocked,
-    UnexpectedFrame,
-)
+from amqp_sansio.client import exports as _exports
+from amqp_sansio.client.exports import *  # noqa: F403  (the exceptions, ConnectionParameters)
 
 from ._channel import Channel, Consumer, Publisher, PublishTicket
 from ._connection import Connection, connect, connect_stream
@@ -49,46 +21,24 @@ from ._message import Message
 from ._server import ConnectionHandler, ServerConnection, serve, serve_stream
 
 __all__ = [
-    "AMQPError",
-    "AMQPNotImplemented",
-    "AMQPSyntaxError",
-    "AccessRefused",
     "Channel",
-    "ChannelClosedError",
-    "ChannelError",
-    "CommandInvalid",
     "Connection",
-    "ConnectionClosedError",
-    "ConnectionForced",
     "ConnectionHandler",
-    "ConnectionLostError",
-    "ConnectionParameters",
-    "ConnectionTimeoutError",
     "Consumer",
-    "ConsumerCancelledError",
-    "ContentTooLarge",
-    "FrameError",
-    "InternalError",
-    "InvalidPath",
     "Message",
-    "MessageReturnedError",
-    "NoConsumers",
-    "NoRoute",
-    "NotAllowed",
-    "NotFound",
-    "PreconditionFailed",
-    "PublishNackedError",
     "PublishTicket",
     "Publisher",
-    "ResourceError",
-    "ResourceLocked",
     "ServerConnection",
-    "UnexpectedFrame",
     "connect",
     "connect_stream",
     "serve",
     "serve_stream",
 ]
+__all__ += _exports.__all__
 
-
-fix_module_names(__name__, globals(), __all__)
+# Public objects say where users import them from (repr, pickling, autodoc).
+for _name in __all__:
+    _obj = globals()[_name]
+    if getattr(_obj, "__module__", "").startswith(f"{__name__}._"):
+        _obj.__module__ = __name__
+del _name, _obj

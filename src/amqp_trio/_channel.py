@@ -3,91 +3,49 @@
 from __future__ import annotations
 
 import logging
-from collections import deque
 from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Final, NoReturn, final
 
 import trio
 
 from amqp_sansio import (
-    BasicAck,
-    BasicGet,
+    BasicCancel,
+    BasicConsume,
     BasicProperties,
     BasicPublish,
     ChannelState,
-    ConfirmSelect,
     LocalProtocolError,
-    QueueDeclareOk,
-    TxCommit,
-    TxRollback,
-    TxSelect,
+    MessageReceived,
+    client,
 )
-from amqp_sansio import _client_requests as request
-from amqp_sansio._client_shared import PublisherCounts, PublishTicketState
 from amqp_sansio.client import (
     AMQPError,
     ChannelClosedError,
-    ConfirmTracker,
+    ConsumerCancelledError,
+    MessageReturnedError,
+    PublisherCounts,
     PublishOutcome,
+    PublishTicketState,
 )
 
+from ._generated_channel import ChannelMethods
 from ._message import Message
+from ._waiter import Waiter
 from ._wire import YIELD_EVERY
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncIterator
     from types import TracebackType
 
-    from amqp_sansio import FieldTable, Method
-    from amqp_sansio._method import Buffer
+    from amqp_sansio import Buffer, FieldTable, Method
+    from amqp_sansio.client import ChannelBook, Reply
 
     from ._connection import Connection
+    from ._wire import Wire
 
 __all__ = ["Channel", "Consumer", "PublishTicket", "Publisher"]
 
 logger: Final = logging.getLogger("amqp_trio")
-
-
-@final
-class _Reply:
-    """One synchronous request's outcome, resolved by the reader task.
-
-    A caller cancelled while waiting leaves it in the channel's FIFO: the reply still arrives
-    (the core matches it to ``request``) and is consumed and dropped here.
-    """
-
-    __slots__ = ("_done", "abandoned", "error", "request", "value")
-
-    def __init__(self, request: Method | None = None) -> None:
-        #: What this reply answers (None: channel.open); replies are found by it, not by
-        #: position, because the core lets RabbitMQ's consume-ok/cancel-ok come late.
-        self.request = request
-        self._done = trio.Event()
-        self.value: Method | Message | None = None
-        self.error: AMQPError | None = None
-        self.abandoned = False
-
-    def resolve(self, value: Method | Message | None) -> None:
-        self.value = value
-        self._done.set()
-
-    def fail(self, error: AMQPError) -> None:
-        if not self._done.is_set():
-            self.error = error
-            self._done.set()
-
-    async def wait(self, flush: Callable[[], Awaitable[None]]) -> Method | Message | None:
-        """Flush the request out, then wait for the reply; a caller that leaves early
-        (cancelled, or the flush failed) abandons the reply."""
-        try:
-            await flush()
-            await self._done.wait()
-        except BaseException:
-            self.abandoned = True
-            raise
-        if self.error is not None:
-            raise self.error
-        return self.value
 
 
 @final
@@ -116,8 +74,9 @@ class PublishTicket(PublishTicketState):
         if self._error is not None:
             raise self._error
 
-    def _settle(self, outcome: PublishOutcome) -> None:
-        if self._record(outcome) and self._event is not None:
+    def settle(self, publish_number: int, error: PublishOutcome, /) -> None:
+        """The router's :class:`~amqp_sansio.client.ConfirmSink`: the broker settled it."""
+        if self._record(error) and self._event is not None:
             self._event.set()
 
 
@@ -146,7 +105,10 @@ class Consumer:
         self._stopping = False
         self._ended = False
         self._send_scope: trio.CancelScope | None = None
+        # The delivery deliver() could not buffer: the reader lets it in (_wait_for_room).
+        self._pending: Message | None = None
         self._unyielded = 0
+        #: Deliveries received but dropped undelivered (after the consumer was stopped).
         self.dropped = 0
 
     def __repr__(self) -> str:
@@ -188,28 +150,49 @@ class Consumer:
         """Messages received from the broker and not handed out yet."""
         return self._receive.statistics().current_buffer_used
 
-    # --- Called by the reader task --------------------------------------------------------
+    # --- The router's ConsumerSink, called in the reader task ------------------------------
 
-    def _offer(self, message: Message) -> bool:
-        """Buffer or drop *message* without waiting; False when the buffer is full (then
-        :meth:`_deliver` waits for room)."""
+    def deliver(self, event: MessageReceived, /) -> bool:
+        """Buffer or drop a delivery without waiting; False when the buffer is full (then the
+        reader awaits :meth:`_wait_for_room`)."""
         if self._stopping:
-            self._drop(1)
+            self.dropped += 1
             return True
+        channel = self._channel
+        message = _from_content(event.channel, event.method, event.properties, event.body)
+        message._owner = channel
         try:
             self._send.send_nowait(message)
         except trio.WouldBlock:
+            self._pending = message
             return False
         except (trio.BrokenResourceError, trio.ClosedResourceError):
-            self._drop(1)
+            self.dropped += 1
         return True
 
-    async def _deliver(self, message: Message) -> None:
-        if self._offer(message):
-            return
-        # Backpressure: the reader waits here, so the socket is not read until the
-        # application takes a message (or stops the consumer, which cancels this scope).
-        self._channel._conn._wire.pause_reading()
+    def finish(self, error: AMQPError | None, by_us: bool, /) -> None:
+        """No more deliveries: after the buffered ones iteration stops (our cancel was
+        answered) or raises *error*; at once for a close other than a 200 channel close."""
+        if error is None:
+            self._end(None, fatal=False)
+        elif isinstance(error, ConsumerCancelledError):
+            logger.info("the broker cancelled consumer %s", self.consumer_tag)
+            self._end(error, fatal=False)
+        else:
+            channel_closed = isinstance(error, ChannelClosedError) and error.reply_code == 200
+            self._end(error, fatal=not channel_closed)
+
+    def cancelling(self) -> None:
+        """Our basic.cancel is on its way: deliveries no longer wait for buffer space."""
+        self._stop_buffering()
+
+    async def _wait_for_room(self) -> None:
+        """The reader, after :meth:`deliver` said the buffer is full: wait until the
+        application takes a message (or the consumer stops, which cancels this wait) while the
+        socket stays unread. Backpressure: a slow consumer slows the broker down."""
+        message = self._pending
+        assert message is not None
+        self._pending = None
         with trio.CancelScope() as scope:
             self._send_scope = scope
             try:
@@ -219,10 +202,7 @@ class Consumer:
                 pass
             finally:
                 self._send_scope = None
-        self._drop(1)
-
-    def _drop(self, count: int) -> None:
-        self.dropped += count
+        self.dropped += 1
 
     def _stop_buffering(self) -> None:
         self._stopping = True
@@ -243,8 +223,17 @@ class Consumer:
     async def _close_receiving(self) -> None:
         left = self.buffered
         await self._receive.aclose()
-        if left:
-            self._drop(left)
+        self.dropped += left
+
+    def _report_dropped(self) -> None:
+        """Log the deliveries never handed out (when the consumer's block is left)."""
+        client.report_dropped(
+            logger,
+            self.consumer_tag,
+            self.dropped,
+            no_ack=self.no_ack,
+            channel=self._channel.number,
+        )
 
 
 @final
@@ -260,9 +249,10 @@ class Publisher(PublisherCounts):
     failures (when that many pile up, the next :meth:`publish` raises them).
     """
 
-    def __init__(self, channel: Channel, window: int) -> None:
+    def __init__(self, channel: Channel, wire: Wire, window: int) -> None:
         super().__init__(window)
         self._channel = channel
+        self._wire = wire
         self._room = trio.lowlevel.ParkingLot()
         self._idle = trio.lowlevel.ParkingLot()
 
@@ -296,8 +286,8 @@ class Publisher(PublisherCounts):
             body, exchange, routing_key, properties, mandatory, owner=self
         )
         self._count_published()
-        wire = channel._conn._wire
-        if wire.note_output(_METHOD_SIZE + len(body)):
+        wire = self._wire
+        if wire.note_output():
             await wire.output_turn()
         return ticket
 
@@ -329,7 +319,7 @@ class Publisher(PublisherCounts):
 
 
 @final
-class Channel:
+class Channel(ChannelMethods):
     """An open AMQP channel. Every method waits for the broker's reply where the protocol has
     one; cancelling a call (a cancel scope, a timeout) is always safe: the request is either
     not sent or its late reply is consumed and dropped.
@@ -339,20 +329,18 @@ class Channel:
     and the connection stays usable.
     """
 
-    def __init__(self, connection: Connection, number: int) -> None:
+    def __init__(self, connection: Connection, book: ChannelBook) -> None:
         self._conn = connection
         self._core = connection._core
+        self._router = connection._router
+        # The connection's output: requests are flushed and publishes paced through it.
+        self._wire = connection._wire
+        # What the router keeps for this channel: waiters, consumers, confirms, flow, errors.
+        self._book = book
+        book.return_sink = _LOG_RETURNS
         #: The channel id.
-        self.number: Final = number
-        self._replies: deque[_Reply] = deque()
-        self._consumers: dict[str, Consumer] = {}
-        self._closed_error: AMQPError | None = None
-        self._closed = trio.Event()
+        self.number: Final = book.number
         self._closing = False
-        self._prefetch_count = 0
-        self._confirm: ConfirmTracker | None = None
-        self._unconfirmed: dict[int, PublishTicket] = {}
-        self._flow_active = True
         self._flow_resumed = trio.Event()
         self._flow_resumed.set()
         # The last publish's method, reused while the next one is the same: the core keeps
@@ -366,45 +354,38 @@ class Channel:
     @property
     def is_closed(self) -> bool:
         """Whether the channel is closed (or closing)."""
-        return self._closed_error is not None or self._closing
+        book = self._book
+        return book.error is not None or self._closing or book.close_waiter is not None
 
     @property
     def in_confirm_mode(self) -> bool:
         """Whether :meth:`confirm_select` was called."""
-        return self._confirm is not None
+        return self._book.confirm_mode
 
     # --- Plumbing -----------------------------------------------------------------------------
 
     def _check_open(self) -> None:
         self._conn._check_open()
-        if self._closed_error is not None:
-            raise self._closed_error
+        error = self._book.error
+        if error is not None:
+            raise error
         if self._closing:
             raise ChannelClosedError("the channel is closing", reply_code=200)
 
-    def _send(self, method: Method) -> _Reply:
-        """Queue a request in the core and its waiter in our FIFO, with no await between."""
+    def _send(self, method: Method, consumer: Consumer | None = None) -> Waiter:
+        """Queue a request in the core and its waiter with the router, with no await between."""
         self._check_open()
         try:
             self._core.send_method(self.number, method)
         except LocalProtocolError as exc:
             self._raise_refused(exc)
             raise
-        reply = _Reply(method)
-        self._replies.append(reply)
-        return reply
+        waiter = Waiter()
+        self._book.expect(method, waiter, consumer)
+        return waiter
 
-    async def _call(self, method: Method) -> Method | Message | None:
-        reply = self._send(method)
-        return await reply.wait(self._conn._flush)
-
-    def _send_detached(self, method: Method) -> None:
-        """Send a request whose reply nobody waits for (consumed and dropped on arrival);
-        nothing when the channel or the connection is closing or gone."""
-        if self.is_closed or not self._conn._usable:
-            return
-        self._send(method).abandoned = True
-        self._conn._wire.schedule_flush()
+    async def _call(self, method: Method) -> Reply:
+        return await self._send(method).wait(self._wire.flush)
 
     async def _send_no_reply(self, method: Method) -> None:
         self._check_open()
@@ -414,65 +395,35 @@ class Channel:
         except LocalProtocolError as exc:
             self._raise_refused(exc)
             raise
-        await self._conn._wire.queue_output(_METHOD_SIZE, urgent=True)
+        await self._wire.queue_output(urgent=True)
 
     def _raise_refused(self, exc: LocalProtocolError) -> None:
         """After the core refused a send: raise the connection's or the channel's error when
         the refusal is about their state; return when the request itself was illegal."""
         self._conn._raise_refused(exc)
-        if self._closed_error is not None:
-            raise self._closed_error from exc
+        error = self._book.error
+        if error is not None:
+            raise error from exc
         if self._closing or self._core.channel_state(self.number) is not ChannelState.OPEN:
             raise ChannelClosedError("the channel is closing", reply_code=200) from exc
 
+    def _message(self, event: MessageReceived) -> Message:
+        message = _from_content(event.channel, event.method, event.properties, event.body)
+        message._owner = self
+        return message
+
+    def _got_message(self, reply: Reply) -> Message | None:
+        event = client.got_message(reply, MessageReceived)
+        return None if event is None else self._message(event)
+
     # --- Called by the reader task ------------------------------------------------------------
 
-    def _resolve(self, value: Method | Message | None, request: Method | None = None) -> None:
-        """Resolve the waiter of *request*, which the core named (None: the oldest waiter,
-        for channel.open-ok); get-ok, which names no request, takes the oldest basic.get."""
-        replies = self._replies
-        reply = None
-        if isinstance(value, Message):
-            reply = next((r for r in replies if isinstance(r.request, BasicGet)), None)
-        elif replies and (request is None or replies[0].request is request):
-            reply = replies[0]
-        else:
-            reply = next((r for r in replies if r.request is request), None)
-        if reply is None:
-            raise AssertionError(f"a reply on channel {self.number} with no waiter: {value!r}")
-        if reply is replies[0]:
-            replies.popleft()
-        else:
-            replies.remove(reply)
-        if reply.abandoned:
-            logger.debug("channel %d: dropped the late reply %r", self.number, value)
-        reply.resolve(value)
-
-    def _fail(self, error: AMQPError) -> None:
-        """The channel is gone (closed by either side, or the connection ended)."""
-        if self._closed_error is None:
-            self._closed_error = error
-        fatal = not (isinstance(error, ChannelClosedError) and error.reply_code == 200)
-        while self._replies:
-            self._replies.popleft().fail(error)
-        for consumer in self._consumers.values():
-            consumer._end(error, fatal=fatal)
-        self._consumers.clear()
-        unconfirmed, self._unconfirmed = self._unconfirmed, {}
-        for ticket in unconfirmed.values():
-            ticket._settle(error)
+    def _ended(self) -> None:
+        """The channel is gone (closed by either side, or the connection ended): the router
+        failed what waited; wake the publishers waiting for flow."""
         self._flow_resumed.set()
-        self._closed.set()
-
-    def _settle(self, outcomes: list[tuple[int, PublishOutcome]]) -> None:
-        pop = self._unconfirmed.pop
-        for number, outcome in outcomes:
-            ticket = pop(number, None)
-            if ticket is not None:
-                ticket._settle(outcome)
 
     def _flow_changed(self, active: bool) -> None:
-        self._flow_active = active
         if active:
             self._flow_resumed.set()
         elif self._flow_resumed.is_set():
@@ -496,161 +447,20 @@ class Channel:
                     self._core.close_channel(self.number, 200, "Normal shutdown")
                 except LocalProtocolError:
                     return  # the broker closed the channel meanwhile (its error is kept)
-                try:
-                    await self._conn._flush()
-                except AMQPError:
-                    return
-                await self._closed.wait()
-
-    # --- exchange -----------------------------------------------------------------------------
-
-    async def exchange_declare(
-        self,
-        exchange: str,
-        exchange_type: str = "direct",
-        *,
-        passive: bool = False,
-        durable: bool = False,
-        auto_delete: bool = False,
-        internal: bool = False,
-        arguments: FieldTable | None = None,
-    ) -> None:
-        """Declare an exchange (``passive``: only check that it exists, else NotFound)."""
-        await self._call(
-            request.exchange_declare(
-                exchange,
-                exchange_type,
-                passive=passive,
-                durable=durable,
-                auto_delete=auto_delete,
-                internal=internal,
-                arguments=arguments,
-            )
-        )
-
-    async def exchange_delete(self, exchange: str, *, if_unused: bool = False) -> None:
-        """Delete an exchange."""
-        await self._call(request.exchange_delete(exchange, if_unused=if_unused))
-
-    async def exchange_bind(
-        self,
-        destination: str,
-        source: str,
-        routing_key: str = "",
-        *,
-        arguments: FieldTable | None = None,
-    ) -> None:
-        """Bind exchange *destination* to exchange *source* (RabbitMQ extension)."""
-        await self._call(
-            request.exchange_bind(destination, source, routing_key, arguments=arguments)
-        )
-
-    async def exchange_unbind(
-        self,
-        destination: str,
-        source: str,
-        routing_key: str = "",
-        *,
-        arguments: FieldTable | None = None,
-    ) -> None:
-        """Remove an exchange-to-exchange binding."""
-        await self._call(
-            request.exchange_unbind(destination, source, routing_key, arguments=arguments)
-        )
-
-    # --- queue --------------------------------------------------------------------------------
-
-    async def queue_declare(
-        self,
-        queue: str = "",
-        *,
-        passive: bool = False,
-        durable: bool = False,
-        exclusive: bool = False,
-        auto_delete: bool = False,
-        arguments: FieldTable | None = None,
-    ) -> QueueDeclareOk:
-        """Declare a queue (``""``: the broker names it); returns ``queue.declare-ok`` with
-        ``queue``, ``message_count`` and ``consumer_count``."""
-        reply = await self._call(
-            request.queue_declare(
-                queue,
-                passive=passive,
-                durable=durable,
-                exclusive=exclusive,
-                auto_delete=auto_delete,
-                arguments=arguments,
-            )
-        )
-        return request.declared_queue(reply)
-
-    async def queue_bind(
-        self,
-        queue: str,
-        exchange: str,
-        routing_key: str = "",
-        *,
-        arguments: FieldTable | None = None,
-    ) -> None:
-        """Bind a queue to an exchange."""
-        await self._call(request.queue_bind(queue, exchange, routing_key, arguments=arguments))
-
-    async def queue_unbind(
-        self,
-        queue: str,
-        exchange: str,
-        routing_key: str = "",
-        *,
-        arguments: FieldTable | None = None,
-    ) -> None:
-        """Remove a queue binding."""
-        await self._call(request.queue_unbind(queue, exchange, routing_key, arguments=arguments))
-
-    async def queue_purge(self, queue: str) -> int:
-        """Remove every ready message from a queue; returns how many."""
-        return request.message_count(await self._call(request.queue_purge(queue)))
-
-    async def queue_delete(
-        self, queue: str, *, if_unused: bool = False, if_empty: bool = False
-    ) -> int:
-        """Delete a queue; returns how many messages it held."""
-        reply = await self._call(
-            request.queue_delete(queue, if_unused=if_unused, if_empty=if_empty)
-        )
-        return request.message_count(reply)
-
-    # --- basic: settings ----------------------------------------------------------------------
-
-    async def basic_qos(
-        self, prefetch_count: int = 0, *, prefetch_size: int = 0, global_: bool = False
-    ) -> None:
-        """Limit unacknowledged deliveries (per consumer; ``global_``: per channel). Consumers
-        started afterwards get a buffer of ``prefetch_count`` messages."""
-        await self._call(
-            request.basic_qos(prefetch_count, prefetch_size=prefetch_size, global_=global_)
-        )
-        self._prefetch_count = prefetch_count
-
-    async def confirm_select(self) -> None:
-        """Put the channel in confirm mode: :meth:`basic_publish` then waits for the broker's
-        ack, and :meth:`publisher` pipelines. Calling it again does nothing."""
-        if self._confirm is not None:
-            self._check_open()
-            return
-        reply = self._send(ConfirmSelect())
-        # From here on the core numbers publishes; track before anything can be published.
-        self._confirm = ConfirmTracker()
-        await reply.wait(self._conn._flush)
+                waiter = self._book.close_waiter = Waiter()
+                with suppress(AMQPError):  # the transport failed: closed all the same
+                    await waiter.wait(self._wire.flush)
 
     # --- basic: publishing --------------------------------------------------------------------
 
     def _may_publish(self) -> bool:
-        return self._conn._blocked is None and self._flow_active
+        return self._conn._blocked is None and self._book.flow_active
 
     async def _wait_publishable(self) -> None:
         self._check_open()
         conn = self._conn
-        while conn._blocked is not None or not self._flow_active:
+        book = self._book
+        while conn._blocked is not None or not book.flow_active:
             blocked = conn._blocked
             if blocked is not None:
                 await blocked.wait()
@@ -701,27 +511,23 @@ class Channel:
         :raises MessageReturnedError: confirm mode: a ``mandatory`` publish was unroutable.
         """
         conn = self._conn
-        if conn._blocked is not None or not self._flow_active:
+        book = self._book
+        if conn._blocked is not None or not book.flow_active:
             await self._wait_publishable()
-        elif (
-            conn._error is not None
-            or conn._closing
-            or self._closed_error is not None
-            or self._closing
-        ):
-            self._check_open()  # raises the error
+        elif book.error is not None or self._closing or conn._closing:
+            self._check_open()  # raises the error (a dead connection fails every book)
         # Checked before anything is queued: a cancelled publish is not sent. After this
         # point nothing raises Cancelled until the message is queued (see queue_output).
         await trio.lowlevel.checkpoint_if_cancelled()
-        if self._confirm is None:
+        if not book.confirm_mode:
             self._publish_now(body, exchange, routing_key, properties, mandatory)
-            wire = conn._wire
+            wire = self._wire
             # queue_output in two steps: most publishes need no coroutine for it.
-            if wire.note_output(_METHOD_SIZE + len(body)):
+            if wire.note_output():
                 await wire.output_turn()
             return
         ticket = self._publish_tracked(body, exchange, routing_key, properties, mandatory, None)
-        await self._conn._wire.queue_output(_METHOD_SIZE + len(body))
+        await self._wire.queue_output()
         await ticket.wait()
 
     def _publish_tracked(
@@ -734,12 +540,13 @@ class Channel:
         owner: Publisher | None,
     ) -> PublishTicket:
         """Publish in confirm mode and register the ticket that the broker's ack settles."""
-        if self._confirm is None:
+        book = self._book
+        if not book.confirm_mode:
             raise RuntimeError("the channel is not in confirm mode: call confirm_select()")
         number = self._publish_now(body, exchange, routing_key, properties, mandatory)
         assert number is not None
         ticket = PublishTicket(number, owner)
-        self._unconfirmed[number] = ticket
+        book.confirms[number] = ticket
         return ticket
 
     @asynccontextmanager
@@ -747,7 +554,7 @@ class Channel:
         """A pipelined publisher keeping at most *window* publishes unconfirmed (puts the
         channel in confirm mode). Leaving the block waits for every confirm and raises the
         failures as an ``ExceptionGroup``; see :class:`Publisher`."""
-        pub = Publisher(self, window)
+        pub = Publisher(self, self._wire, window)
         await self.confirm_select()
         async with pub:
             yield pub
@@ -774,22 +581,27 @@ class Channel:
         unacknowledged and are redelivered when the channel closes (or after
         :meth:`basic_recover`).
         """
-        size = request.consumer_buffer_size(buffer_size, self._prefetch_count)
-        tag = request.consumer_tag(consumer_tag, "amqp-trio", self._consumers)
+        book = self._book
+        size = client.consumer_buffer_size(buffer_size, book.prefetch_count)
+        tag = client.consumer_tag(consumer_tag, "amqp-trio", book.consumer_tags())
         consumer = Consumer(self, tag, no_ack=no_ack, buffer_size=size)
-        reply = self._send(
-            request.basic_consume(
-                queue, tag, no_ack=no_ack, exclusive=exclusive, arguments=arguments
-            )
+        method = BasicConsume(
+            queue=queue,
+            consumer_tag=tag,
+            no_ack=no_ack,
+            exclusive=exclusive,
+            arguments=arguments or {},
         )
-        # Registered before consume-ok: deliveries may follow it in the same read.
-        self._consumers[tag] = consumer
+        # The router registers the consumer at consume-ok, before the deliveries that may
+        # follow it in the same read.
+        waiter = self._send(method, consumer)
         try:
-            await reply.wait(self._conn._flush)
+            await waiter.wait(self._wire.flush)
         except BaseException:
-            if self._consumers.pop(tag, None) is not None:
-                consumer._end(None, fatal=True)
-                self._send_detached(request.basic_cancel(tag))
+            consumer._end(None, fatal=True)
+            # Gave up just after consume-ok was routed: cancel what nobody will iterate.
+            if self._router.cancel_consumer(self.number, tag, consumer):
+                self._wire.schedule_flush()
             raise
         try:
             yield consumer
@@ -800,84 +612,30 @@ class Channel:
         consumer._stop_buffering()
         await consumer._close_receiving()
         tag = consumer.consumer_tag
-        if self._consumers.get(tag) is consumer and not self.is_closed and self._conn._usable:
+        consumers = self._book.consumers
+        if consumers.get(tag) is consumer and not self.is_closed and self._conn._usable:
             with trio.CancelScope(shield=True):
                 with trio.move_on_after(self._conn.params.connection_timeout):
                     with suppress(AMQPError):
-                        await self._call(request.basic_cancel(tag))
-        if self._consumers.get(tag) is consumer:
-            del self._consumers[tag]
+                        await self._call(BasicCancel(consumer_tag=tag))
+        consumers = self._book.consumers  # replaced when the channel closed meanwhile
+        if consumers.get(tag) is consumer:
+            del consumers[tag]
         consumer._end(None, fatal=True)
-        self._report_dropped(consumer)
-
-    def _report_dropped(self, consumer: Consumer) -> None:
-        request.report_dropped(
-            logger,
-            consumer.consumer_tag,
-            consumer.dropped,
-            no_ack=consumer.no_ack,
-            channel=self.number,
-        )
-
-    async def basic_cancel(self, consumer_tag: str) -> None:
-        """Cancel a consumer: its iterator hands out what is buffered, then stops."""
-        consumer = self._consumers.get(consumer_tag)
-        if consumer is not None:
-            consumer._stop_buffering()
-        await self._call(request.basic_cancel(consumer_tag))
-        if consumer is not None and self._consumers.get(consumer_tag) is consumer:
-            del self._consumers[consumer_tag]
-            consumer._end(None, fatal=False)
-            self._report_dropped(consumer)
-
-    async def basic_get(self, queue: str, *, no_ack: bool = False) -> Message | None:
-        """Fetch one message (None when the queue is empty)."""
-        reply = await self._call(request.basic_get(queue, no_ack=no_ack))
-        return request.got_message(reply, Message)
-
-    # --- basic: settling ----------------------------------------------------------------------
-
-    async def basic_ack(self, delivery_tag: int, *, multiple: bool = False) -> None:
-        """Acknowledge a delivery (``multiple``: and every earlier one)."""
-        await self._send_no_reply(BasicAck(delivery_tag=delivery_tag, multiple=multiple))
-
-    async def basic_nack(
-        self, delivery_tag: int, *, multiple: bool = False, requeue: bool = True
-    ) -> None:
-        """Negatively acknowledge deliveries (RabbitMQ extension)."""
-        await self._send_no_reply(
-            request.basic_nack(delivery_tag, multiple=multiple, requeue=requeue)
-        )
-
-    async def basic_reject(self, delivery_tag: int, *, requeue: bool = True) -> None:
-        """Reject one delivery."""
-        await self._send_no_reply(request.basic_reject(delivery_tag, requeue=requeue))
-
-    async def basic_recover(self, requeue: bool = True) -> None:
-        """Redeliver every unacknowledged message of the channel (RabbitMQ supports only
-        ``requeue=True``)."""
-        await self._call(request.basic_recover(requeue))
-
-    # --- tx and flow --------------------------------------------------------------------------
-
-    async def tx_select(self) -> None:
-        """Put the channel in transaction mode."""
-        await self._call(TxSelect())
-
-    async def tx_commit(self) -> None:
-        """Commit the current transaction."""
-        await self._call(TxCommit())
-
-    async def tx_rollback(self) -> None:
-        """Roll back the current transaction."""
-        await self._call(TxRollback())
-
-    async def flow(self, active: bool) -> bool:
-        """Ask the broker to pause (False) or resume (True) deliveries; returns the state the
-        broker confirmed. RabbitMQ refuses ``flow(False)`` with 540, closing the connection."""
-        return request.flow_state(await self._call(request.flow(active)))
+        consumer._report_dropped()
 
 
+@final
+class _LogReturns:
+    """The router's ReturnSink for every Trio channel: a mandatory publish returned outside
+    confirm mode has nobody to raise to, so it is logged."""
+
+    __slots__ = ()
+
+    def returned(self, error: MessageReturnedError, /) -> None:
+        logger.warning("%s (use confirm mode to get it as an exception)", error)
+
+
+_LOG_RETURNS: Final = _LogReturns()
 _NO_PROPERTIES: Final = BasicProperties()
-#: Roughly what a method frame (plus a content header) adds to a body on the wire.
-_METHOD_SIZE: Final = 64
+_from_content: Final = Message.from_content

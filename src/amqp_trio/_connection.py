@@ -1,4 +1,5 @@
-"""The Trio client connection: ``connect()``, the reader task and event routing."""
+"""The Trio client connection: ``connect()`` and the reader task, which hands the core's events to
+the client layer's :class:`~amqp_sansio.client.Router` and keeps the Trio side in step."""
 
 from __future__ import annotations
 
@@ -11,9 +12,6 @@ import trio
 import amqp_sansio
 from amqp_sansio import (
     NEED_DATA,
-    BasicDeliver,
-    BasicGetOk,
-    BasicReturn,
     BlockedByPeer,
     ChannelClosed,
     ChannelFlowChanged,
@@ -35,27 +33,25 @@ from amqp_sansio import (
     SecureRequested,
     UnblockedByPeer,
 )
-from amqp_sansio._client_requests import connection_parameters
 from amqp_sansio.client import (
     DEFAULT_URL,
     AMQPError,
-    ChannelClosedError,
-    ConfirmTracker,
     ConnectionClosedError,
     ConnectionLostError,
     ConnectionParameters,
     ConnectionTimeoutError,
-    ConsumerCancelledError,
+    Router,
+    connection_parameters,
     error_from,
 )
 
-from ._channel import Channel, Consumer, _Reply
-from ._message import Message
+from ._channel import Channel, Consumer
+from ._waiter import Waiter
 from ._wire import Wire
 
 if TYPE_CHECKING:
     import ssl
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
 
     from amqp_sansio import Event, FieldTable
 
@@ -78,12 +74,13 @@ class Connection:
         self.params: Final = params
         self._core = amqp_sansio.Connection(Role.CLIENT, params.to_config())
         self._wire = Wire(self._core, stream)
+        # Replies, deliveries, confirms and closes go through the client layer's router; the
+        # Trio side keeps only what it waits on (flow, blocked, the handshake).
+        self._router = Router(self._core)
         self._channels: dict[int, Channel] = {}
-        self._error: AMQPError | None = None
         self._closing = False
         # Set while the broker blocks publishers; the event fires on connection.unblocked.
         self._blocked: trio.Event | None = None
-        self._blocked_reason: str | None = None
         self._opened = trio.Event()
         self._finished = trio.Event()
         self._handshaking = True
@@ -106,19 +103,19 @@ class Connection:
     @property
     def blocked_reason(self) -> str | None:
         """The reason the broker gave for blocking, while blocked."""
-        return self._blocked_reason
+        return self._router.blocked
 
     @property
     def is_closed(self) -> bool:
         """Whether the connection is closed, closing or lost."""
-        return self._error is not None or self._closing
+        return self._router.error is not None or self._closing
 
     @property
     def close_error(self) -> AMQPError | None:
         """Why the connection ended (:class:`~amqp_sansio.client.ConnectionClosedError` with
         the broker's reply, :class:`~amqp_sansio.client.ConnectionLostError`); None while
         open."""
-        return self._error
+        return self._router.error
 
     @property
     def heartbeat(self) -> int:
@@ -154,11 +151,10 @@ class Connection:
         except LocalProtocolError as exc:
             self._raise_refused(exc)
             raise
-        ch = Channel(self, number)
+        waiter = Waiter()
+        ch = Channel(self, self._router.channel_opening(number, waiter))
         self._channels[number] = ch
-        reply = _Reply()
-        ch._replies.append(reply)
-        await reply.wait(self._flush)
+        await waiter.wait(self._wire.flush)
         return ch
 
     # --- Closing ------------------------------------------------------------------------------
@@ -173,21 +169,22 @@ class Connection:
                 with trio.move_on_after(self.params.connection_timeout):
                     self._core.close(200, "Normal shutdown")
                     with suppress(ConnectionLostError):
-                        await self._flush()
+                        await self._wire.flush()
                     await self._finished.wait()
-            elif self._closing and self._error is None and not self._finished.is_set():
+            elif self._closing and self._router.error is None and not self._finished.is_set():
                 # Another task's aclose() is waiting for close-ok: wait with it.
                 with trio.move_on_after(self.params.connection_timeout):
                     await self._finished.wait()
-            if self._error is None:
+            if self._router.error is None:
                 self._die(ConnectionClosedError("closed by the client", reply_code=200))
             await self._wire.close_transport()
 
     # --- Plumbing -----------------------------------------------------------------------------
 
     def _check_open(self) -> None:
-        if self._error is not None:
-            raise self._error
+        error = self._router.error
+        if error is not None:
+            raise error
         if self._closing:
             raise ConnectionClosedError("the connection is closing", reply_code=200)
 
@@ -196,8 +193,9 @@ class Connection:
         is about the connection's state (failed, closing, closed) rather than the request, so
         a core ``LocalProtocolError`` reaches the caller only for what the caller asked.
         Returns when the request itself was illegal (the caller re-raises *exc*)."""
-        if self._error is not None:
-            raise self._error from exc
+        error = self._router.error
+        if error is not None:
+            raise error from exc
         state = self._core.state
         if state is ConnectionState.ERROR:
             # The core failed before the reader saw why (a heartbeat timeout still queued).
@@ -210,19 +208,21 @@ class Connection:
         """Whether the core still takes sends: not failed, closing or closed on either side
         (internal bookkeeping sends nothing otherwise)."""
         return (
-            self._error is None and not self._closing and self._core.state is ConnectionState.OPEN
+            self._router.error is None
+            and not self._closing
+            and self._core.state is ConnectionState.OPEN
         )
 
-    async def _flush(self) -> None:
-        await self._wire.flush()
-
     def _die(self, error: AMQPError) -> None:
-        if self._error is not None:
-            return
-        self._error = error
+        """The connection ended with *error* (kept unless it already ended)."""
+        self._router.fail(error)
+        self._ended()
+
+    def _ended(self) -> None:
+        """After the router failed everything that waited: wake what waits on the Trio side."""
         channels, self._channels = self._channels, {}
         for ch in channels.values():
-            ch._fail(error)
+            ch._ended()
         if self._blocked is not None:
             self._blocked.set()
             self._blocked = None
@@ -232,8 +232,9 @@ class Connection:
         self._wire.schedule_flush()  # the protocol header
         with trio.move_on_at(deadline) as scope:
             await self._opened.wait()
-        if self._error is not None:
-            raise self._error
+        error = self._router.error
+        if error is not None:
+            raise error
         if scope.cancelled_caught:
             raise ConnectionTimeoutError(
                 f"no connection.open-ok from {self.params.address} within "
@@ -250,6 +251,7 @@ class Connection:
 
     async def _run_reader(self) -> None:
         wire = self._wire
+        route = self._router.handle
         failed = False
         try:
             while True:
@@ -266,13 +268,20 @@ class Connection:
                         wire.schedule_flush()
                     await wire.receive()
                     continue
-                if type(event) is MessageReceived:
-                    assert isinstance(event, MessageReceived)
-                    waiting = self._on_message(event)
-                    if waiting is not None:
-                        await waiting[0]._deliver(waiting[1])
+                cls = type(event)
+                if cls is MessageReceived:
+                    full = route(event)
+                    if full is not None:
+                        # Backpressure: a consumer's buffer is full. The socket stays unread
+                        # until the application takes a message (or stops the consumer).
+                        assert isinstance(full, Consumer)
+                        wire.pause_reading()
+                        await full._wait_for_room()
                     continue
-                if await self._dispatch(event):
+                if cls is PublishConfirmed or cls is PublishNacked or cls is PublishReturned:
+                    route(event)
+                    continue
+                if await self._on_event(event):
                     break
             # The last words (a close-ok, or the close answering a protocol error).
             with suppress(ConnectionLostError):
@@ -283,73 +292,14 @@ class Connection:
         finally:
             self._finished.set()
 
-    async def _dispatch(self, event: Event) -> bool:
-        """Route one event; True when the connection is finished."""
+    async def _on_event(self, event: Event) -> bool:
+        """Route an event other than a message or a confirm, then keep the Trio side in step
+        (:data:`_REACTIONS`); True when the connection is finished."""
         kind = type(event)
-        if kind is PublishConfirmed:
-            assert isinstance(event, PublishConfirmed)
-            ch = self._channels.get(event.channel)
-            if ch is not None and ch._confirm is not None:
-                ch._settle(ch._confirm.confirmed(event.publish_numbers))
-        elif kind is MethodReceived:
-            assert isinstance(event, MethodReceived)
-            self._on_method(event)
-        elif kind is PublishNacked:
-            assert isinstance(event, PublishNacked)
-            ch = self._channels.get(event.channel)
-            if ch is not None and ch._confirm is not None:
-                ch._settle(ch._confirm.nacked(event.publish_numbers))
-        elif kind is PublishReturned:
-            assert isinstance(event, PublishReturned)
-            self._on_returned(
-                event.channel, event.publish_number, event.method, event.properties, event.body
-            )
-        elif kind is ChannelOpened:
-            assert isinstance(event, ChannelOpened)
-            self._on_channel_opened(event.channel)
-        elif kind is ChannelClosed:
-            assert isinstance(event, ChannelClosed)
-            self._on_channel_closed(event)
-        elif kind is ConsumerCancelled:
-            assert isinstance(event, ConsumerCancelled)
-            self._needs_flush = True  # the core answered with cancel-ok
-            ch = self._channels.get(event.channel)
-            consumer = None if ch is None else ch._consumers.pop(event.consumer_tag, None)
-            if consumer is not None:
-                logger.info("the broker cancelled consumer %s", event.consumer_tag)
-                consumer._end(ConsumerCancelledError(event.consumer_tag), fatal=False)
-        elif kind is ChannelFlowChanged:
-            assert isinstance(event, ChannelFlowChanged)
-            self._needs_flush = True  # the core answered with flow-ok
-            ch = self._channels.get(event.channel)
-            if ch is not None:
-                ch._flow_changed(event.active)
-        elif kind is BlockedByPeer:
-            assert isinstance(event, BlockedByPeer)
-            logger.warning("the broker blocks publishing: %s", event.reason)
-            self._blocked_reason = event.reason
-            if self._blocked is None:
-                self._blocked = trio.Event()
-        elif kind is UnblockedByPeer:
-            logger.info("the broker unblocked publishing")
-            self._blocked_reason = None
-            if self._blocked is not None:
-                self._blocked.set()
-                self._blocked = None
-        elif kind is ConnectionOpened:
-            assert isinstance(event, ConnectionOpened)
-            self.server_properties = event.server_properties
-            self._handshaking = False
-            self._opened.set()
-        elif kind is ConnectionClosed:
-            assert isinstance(event, ConnectionClosed)
-            self._on_connection_closed(event)
-            return True
-        elif kind is ConnectionLost:
-            assert isinstance(event, ConnectionLost)
+        if kind is ConnectionLost:  # before the router, whose error would not say why
             self._die(ConnectionLostError(self._lost_text()))
             return True
-        elif kind is HeartbeatTimeout:
+        if kind is HeartbeatTimeout:
             logger.warning(
                 "no bytes from %s for two heartbeat intervals (%d s): dropping the connection",
                 self.params.address,
@@ -358,13 +308,74 @@ class Connection:
             self._heartbeat_timed_out = True
             await self._wire.close_transport()
             self._wire.end_of_stream()
-        elif kind is SecureRequested:
-            # PLAIN, AMQPLAIN and EXTERNAL never get a challenge.
-            with suppress(LocalProtocolError):  # the core failed meanwhile: nothing to say
-                self._core.close(540, "NOT_IMPLEMENTED - SASL challenges are not supported")
-                self._needs_flush = True
-        else:
+            return False
+        self._router.handle(event)
+        react = _REACTIONS.get(kind)
+        if react is None:
             raise AssertionError(f"unexpected event {event!r}")
+        return react(self, event)
+
+    # --- After the router: the Trio side of an event (True: the connection is finished) -------
+
+    def _flush_soon(self, event: Event) -> bool:
+        """The core answered (cancel-ok), or the router undid an abandoned open or consume: the
+        writer flushes when the reader next waits for the transport."""
+        self._needs_flush = True
+        return False
+
+    def _on_channel_closed(self, event: Event) -> bool:
+        assert isinstance(event, ChannelClosed)
+        ch = self._channels.pop(event.channel, None)
+        if event.by_peer:
+            self._needs_flush = True  # the core answered with close-ok
+            error = error_from(event, connection=False)
+            logger.info("the broker closed channel %d: %s", event.channel, error)
+        if ch is not None:
+            ch._ended()
+        return False
+
+    def _on_flow_changed(self, event: Event) -> bool:
+        assert isinstance(event, ChannelFlowChanged)
+        self._needs_flush = True  # the core answered with flow-ok
+        ch = self._channels.get(event.channel)
+        if ch is not None:
+            ch._flow_changed(event.active)
+        return False
+
+    def _on_blocked(self, event: Event) -> bool:
+        assert isinstance(event, BlockedByPeer)
+        logger.warning("the broker blocks publishing: %s", event.reason)
+        if self._blocked is None:
+            self._blocked = trio.Event()
+        return False
+
+    def _on_unblocked(self, event: Event) -> bool:
+        logger.info("the broker unblocked publishing")
+        if self._blocked is not None:
+            self._blocked.set()
+            self._blocked = None
+        return False
+
+    def _on_opened(self, event: Event) -> bool:
+        assert isinstance(event, ConnectionOpened)
+        self.server_properties = event.server_properties
+        self._handshaking = False
+        self._opened.set()
+        return False
+
+    def _on_closed(self, event: Event) -> bool:
+        assert isinstance(event, ConnectionClosed)
+        if event.by_peer:
+            error = error_from(event, connection=True)
+            logger.warning("the broker closed the connection: %s", error)
+        self._ended()
+        return True
+
+    def _on_secure_requested(self, event: Event) -> bool:
+        # PLAIN, AMQPLAIN and EXTERNAL never get a challenge.
+        with suppress(LocalProtocolError):  # the core failed meanwhile: nothing to say
+            self._core.close(540, "NOT_IMPLEMENTED - SASL challenges are not supported")
+            self._needs_flush = True
         return False
 
     def _lost_text(self) -> str:
@@ -377,90 +388,20 @@ class Connection:
             return f"{self.params.address} closed the transport during the handshake"
         return f"the transport to {self.params.address} closed without a close handshake"
 
-    def _on_message(self, event: MessageReceived) -> tuple[Consumer, Message] | None:
-        """Route a message; a delivery that must wait for room in its consumer's buffer is
-        returned for the reader to await (synchronous otherwise: no coroutine per message)."""
-        ch = self._channels.get(event.channel)
-        if ch is None:
-            return None  # a closing channel's delivery: the broker requeues it
-        method = event.method
-        if type(method) is BasicDeliver:
-            assert isinstance(method, BasicDeliver)
-            consumer = ch._consumers.get(method.consumer_tag)
-            if consumer is None:
-                # After basic_cancel: left unacknowledged, redelivered when the channel closes.
-                logger.debug("delivery for stopped consumer %s dropped", method.consumer_tag)
-                return None
-            message = Message.from_content(event.channel, method, event.properties, event.body)
-            message._owner = ch
-            if not consumer._offer(message):
-                return consumer, message
-        elif type(method) is BasicGetOk:
-            message = Message.from_content(event.channel, method, event.properties, event.body)
-            message._owner = ch
-            ch._resolve(message)
-        elif type(method) is BasicReturn:
-            assert isinstance(method, BasicReturn)
-            self._on_returned(event.channel, None, method, event.properties, event.body)
-        else:
-            raise AssertionError(f"unexpected content method {method!r}")
-        return None
 
-    def _on_returned(
-        self,
-        channel: int,
-        publish_number: int | None,
-        method: BasicReturn,
-        properties: amqp_sansio.ContentProperties,
-        body: bytes | bytearray,
-    ) -> None:
-        ch = self._channels.get(channel)
-        if ch is None:
-            return
-        tracker = ch._confirm if ch._confirm is not None else ConfirmTracker()
-        error = tracker.returned(channel, publish_number, method, properties, body)
-        if publish_number is None:
-            logger.warning("%s (use confirm mode to get it as an exception)", error)
-
-    def _on_method(self, event: MethodReceived) -> None:
-        if event.request is None:
-            logger.debug("ignored %r on channel %d", event.method, event.channel)
-            return
-        ch = self._channels.get(event.channel)
-        if ch is not None:
-            ch._resolve(event.method, event.request)
-
-    def _on_channel_opened(self, number: int) -> None:
-        ch = self._channels.get(number)
-        if ch is None:
-            return
-        abandoned = bool(ch._replies) and ch._replies[0].abandoned
-        ch._resolve(None)
-        if abandoned:
-            # open_channel() was cancelled: nobody will use or close this channel.
-            ch._closing = True
-            if self._usable:
-                self._core.close_channel(number, 200, "Normal shutdown")
-                self._needs_flush = True
-
-    def _on_channel_closed(self, event: ChannelClosed) -> None:
-        ch = self._channels.pop(event.channel, None)
-        if event.by_peer:
-            self._needs_flush = True  # the core answered with close-ok
-            error: AMQPError = error_from(event, connection=False)
-            logger.info("the broker closed channel %d: %s", event.channel, error)
-        else:
-            error = ChannelClosedError("closed by the client", reply_code=200)
-        if ch is not None:
-            ch._fail(error)
-
-    def _on_connection_closed(self, event: ConnectionClosed) -> None:
-        if event.by_peer:
-            error: AMQPError = error_from(event, connection=True)
-            logger.warning("the broker closed the connection: %s", error)
-        else:
-            error = ConnectionClosedError("closed by the client", reply_code=200)
-        self._die(error)
+#: What the reader does after the router handled an event, by the event's type.
+_REACTIONS: Final[dict[type[object], Callable[[Connection, Event], bool]]] = {
+    MethodReceived: Connection._flush_soon,
+    ChannelOpened: Connection._flush_soon,
+    ConsumerCancelled: Connection._flush_soon,
+    ChannelClosed: Connection._on_channel_closed,
+    ChannelFlowChanged: Connection._on_flow_changed,
+    BlockedByPeer: Connection._on_blocked,
+    UnblockedByPeer: Connection._on_unblocked,
+    ConnectionOpened: Connection._on_opened,
+    ConnectionClosed: Connection._on_closed,
+    SecureRequested: Connection._on_secure_requested,
+}
 
 
 @asynccontextmanager

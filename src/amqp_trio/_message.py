@@ -7,7 +7,7 @@ from typing import final
 
 import attrs
 
-from amqp_sansio._client_message import AsyncMessage
+from amqp_sansio.client import AsyncMessage
 
 __all__ = ["Message"]
 

@@ -21,8 +21,7 @@ from amqp_sansio.client import ConnectionLostError
 from amqp_sansio.framing import encode_method_frame
 
 if TYPE_CHECKING:
-    from amqp_sansio import Connection, Event, Sentinel
-    from amqp_sansio._method import Buffer
+    from amqp_sansio import Buffer, Connection, Event, Sentinel
 
 __all__ = ["RECEIVE_SIZE", "Wire"]
 
@@ -80,8 +79,6 @@ class Wire:
         self._eof = False
         #: Set once the transport failed or was closed; writes stop.
         self.broken = False
-        # Octets handed to the core since the last write (publishes and acks only).
-        self._queued = 0
         # Queued output that should not wait for more (an ack).
         self._urgent = False
         # queue_output() calls since the last real yield.
@@ -97,12 +94,12 @@ class Wire:
         """Wake the writer task (non-blocking); it writes whatever the core has queued."""
         self._wake.set()
 
-    async def queue_output(self, size: int, *, urgent: bool = False) -> None:
-        """After a publish or an ack of about *size* octets was queued in the core: let the
-        writer task write it, batched with whatever else is queued, and write it here only
-        when more than :data:`HIGH_WATER` octets are waiting (backpressure for a fast
-        publisher). *urgent* output (an ack: the broker's prefetch window waits for it) is
-        written at the writer's next turn; publishes may be gathered for a few more rounds.
+    async def queue_output(self, *, urgent: bool = False) -> None:
+        """After a publish or an ack was queued in the core: let the writer task write it,
+        batched with whatever else is queued, and write it here only when the core holds more
+        than :data:`HIGH_WATER` octets (backpressure for a fast publisher). *urgent* output (an
+        ack: the broker's prefetch window waits for it) is written at the writer's next turn;
+        publishes may be gathered for a few more rounds.
 
         Never raises ``Cancelled``: the output is queued already, so callers check for
         cancellation before queueing. It yields to the scheduler only every
@@ -112,17 +109,16 @@ class Wire:
 
         :raises ConnectionLostError: the transport is gone.
         """
-        if self.note_output(size, urgent=urgent):
+        if self.note_output(urgent=urgent):
             await self.output_turn()
 
-    def note_output(self, size: int, *, urgent: bool = False) -> bool:
-        """The part of :meth:`queue_output` that needs no await: count the output and wake the
-        writer. True when the caller must still ``await output_turn()`` (a write or a yield
-        is due); a publisher skips creating a coroutine on the other calls."""
-        self._queued += size
+    def note_output(self, *, urgent: bool = False) -> bool:
+        """The part of :meth:`queue_output` that needs no await: wake the writer. True when
+        the caller must still ``await output_turn()`` (a write or a yield is due); a publisher
+        skips creating a coroutine on the other calls."""
         if urgent:
             self._urgent = True
-        if self._queued >= HIGH_WATER or self.broken:
+        if self.core.outbound_size >= HIGH_WATER or self.broken:
             return True
         self._wake.set()
         self._unyielded += 1
@@ -135,7 +131,7 @@ class Wire:
         :raises ConnectionLostError: the transport is gone.
         """
         self._unyielded = 0
-        if self._queued >= HIGH_WATER or self.broken:
+        if self.core.outbound_size >= HIGH_WATER or self.broken:
             with trio.CancelScope(shield=True):
                 await self.flush()
             return
@@ -171,7 +167,6 @@ class Wire:
         with trio.CancelScope(shield=True):
             while True:
                 buffers = core.buffers_to_send()
-                self._queued = 0
                 self._urgent = False
                 if not buffers:
                     return
@@ -252,17 +247,20 @@ class Wire:
     async def _gather_output(self) -> None:
         # Woken by a publish or an ack: while the producers keep adding to the queued output
         # between two of our turns, let them (bounded), then write it all in one go.
-        seen = self._queued
+        core = self.core
+        seen = core.outbound_size
         rounds = 0
         while seen and not self._urgent and rounds < GATHER_ROUNDS:
             await trio.lowlevel.cancel_shielded_checkpoint()
-            if self._queued <= seen:
+            queued = core.outbound_size
+            if queued <= seen:
                 return
-            seen = self._queued
+            seen = queued
             rounds += 1
 
     def pause_reading(self) -> None:
-        """The reader is about to wait for something other than the transport."""
+        """The reader is about to wait for something other than the transport (room in a
+        consumer's buffer): the core's timer must not take the silence for a dead peer."""
         self._reading_paused = True
 
     async def _poll_parked_reader(self) -> None:

@@ -52,8 +52,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
     from contextlib import AbstractAsyncContextManager
 
-    from amqp_sansio import Event, Method
-    from amqp_sansio._method import Buffer
+    from amqp_sansio import Buffer, Event, Method
 
 pytestmark = pytest.mark.trio
 

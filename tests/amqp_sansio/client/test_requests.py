@@ -1,5 +1,5 @@
-"""The client adapters' shared request builders and reply interpreters: each builder's method
-as the broker receives it, the argument checks, and what each reply turns into."""
+"""The client layer's requests table and the helpers the adapters share: each request as the
+broker receives it, the argument checks, and what each reply turns into."""
 
 from __future__ import annotations
 
@@ -38,15 +38,15 @@ from amqp_sansio import (
     QueuePurgeOk,
     QueueUnbind,
 )
-from amqp_sansio import _client_requests as request
-from amqp_sansio._client_shared import PublisherCounts
 from amqp_sansio.client import (
     ConnectionLostError,
     ConnectionParameters,
     Message,
     MessageReturnedError,
+    PublisherCounts,
     PublishNackedError,
 )
+from amqp_sansio.client import _requests as request
 from amqp_sansio.testing import ConnectionPair
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ BUILT: list[tuple[Method, Method]] = [
         BasicQos(prefetch_count=7, prefetch_size=0, global_=True),
     ),
     (
-        request.basic_consume("q", "tag", no_ack=True, exclusive=True, arguments=_ARGS),
+        BasicConsume(queue="q", consumer_tag="tag", no_ack=True, exclusive=True, arguments=_ARGS),
         BasicConsume(queue="q", consumer_tag="tag", no_ack=True, exclusive=True, arguments=_ARGS),
     ),
     (request.basic_get("q", no_ack=True), BasicGet(queue="q", no_ack=True)),
@@ -156,7 +156,7 @@ def test_builder_sends_the_method_on_the_wire(
     if isinstance(built, BasicCancel):  # the broker only knows a consumer it was told of
         pair.client.send_method(
             channel,
-            request.basic_consume("q", "tag", no_ack=False, exclusive=False, arguments=None),
+            BasicConsume(queue="q", consumer_tag="tag"),
         )
         pair.transfer(pair.client)
     if isinstance(built, (BasicNack, BasicReject)):
@@ -307,3 +307,31 @@ def test_publisher_failures_are_counted_by_kind() -> None:
     assert counts.take_failures() == []
     with pytest.raises(ValueError, match="window"):
         PublisherCounts(0)
+
+
+def test_request_called_like_its_channel_method() -> None:
+    assert request.queue_declare() == QueueDeclare()
+    assert request.queue_delete("q", if_empty=True) == QueueDelete(queue="q", if_empty=True)
+    with pytest.raises(TypeError, match=r"takes 1 positional arguments, 2 given"):
+        request.queue_purge("q", "r")
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'durable'"):
+        request.queue_purge("q", durable=True)
+    with pytest.raises(TypeError, match=r"multiple values for argument 'queue'"):
+        request.queue_purge("q", queue="r")
+    with pytest.raises(TypeError, match=r"missing required argument 'queue'"):
+        request.queue_purge()
+
+
+def test_requests_table() -> None:
+    assert len(request.REQUESTS) == len({r.name for r in request.REQUESTS}) == 21
+    for entry in request.REQUESTS:
+        assert getattr(request, entry.name) is entry
+        fields = {name for name, _ in entry.method.FIELDS}
+        assert {param.target for param in entry.params} <= fields
+    assert request.exchange_declare.params[1].target == "type"
+    assert request.queue_declare.params[0].required is False
+    assert request.queue_purge.params[0].required is True
+    assert request.basic_ack.expects_reply is False
+    assert request.confirm_select.expects_reply is True
+    assert request.tx_commit.doc_for("amqp_blocking") == "Commit the current transaction."
+    assert request.tx_rollback.doc_for("amqp_blocking") == "Roll the current transaction back."

@@ -1,20 +1,18 @@
-"""A received message as the client adapters hand it out, and the publisher-confirm bookkeeping
-they share."""
+"""A received message as the client adapters hand it out: the data every adapter shares, and the
+awaitable settlement of the two async adapters."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final, Protocol, Self, final
+from typing import TYPE_CHECKING, Final, Protocol, Self
 
 import attrs
 
-from ._client_errors import AMQPError, ConnectionLostError, MessageReturnedError, PublishNackedError
-from ._generated.spec_0_9_1 import BasicDeliver, BasicGetOk, BasicProperties, BasicReturn
-from ._table import Int64
+from .. import BasicDeliver, BasicGetOk, BasicProperties, BasicReturn, Int64
 
 if TYPE_CHECKING:
-    from ._method import ContentProperties, Method
+    from .. import ContentProperties, Method
 
-__all__ = ["AsyncMessage", "AsyncSettler", "ConfirmTracker", "Message"]
+__all__ = ["AsyncMessage", "AsyncSettler", "Message"]
 
 STREAM_OFFSET_HEADER: Final = "x-stream-offset"
 
@@ -116,7 +114,6 @@ class Message:
 _new: Final = object.__new__
 
 
-#: Per Message subclass: the fields it adds and their defaults, which from_content sets itself.
 class AsyncSettler(Protocol):
     """The channel an async adapter's message is settled on."""
 
@@ -158,6 +155,7 @@ class AsyncMessage(Message):
         await self._channel_obj().basic_reject(self.delivery_tag, requeue=requeue)
 
 
+#: Per Message subclass: the fields it adds and their defaults, which from_content sets itself.
 _ADDED_FIELDS: dict[type[Message], tuple[tuple[str, object], ...]] = {}
 
 
@@ -171,66 +169,3 @@ def _added_fields(cls: type[Message]) -> tuple[tuple[str, object], ...]:
             raise TypeError(f"{cls.__name__}.{field.name}: from_content needs a plain default")
         added.append((field.name, field.default))
     return tuple(added)
-
-
-#: What a publish ended with: None when the broker acked it, else the error to report.
-PublishOutcome = AMQPError | None
-
-
-@final
-class ConfirmTracker:
-    """Turns a channel's confirm-mode events into one outcome per publish number.
-
-    The core already expands ``multiple`` into exact publish numbers and emits a returned
-    mandatory publish just before the ack that settles it. This class remembers the return,
-    so an ack after a return becomes :class:`MessageReturnedError`, a nack becomes
-    :class:`PublishNackedError`, and a lost transport becomes :class:`ConnectionLostError`.
-    It holds only returns still waiting for their ack: memory is bounded by what is in flight.
-    """
-
-    __slots__ = ("_returned",)
-
-    def __init__(self) -> None:
-        self._returned: dict[int, MessageReturnedError] = {}
-
-    def returned(
-        self,
-        channel: int,
-        publish_number: int | None,
-        method: BasicReturn,
-        properties: ContentProperties,
-        body: bytes | bytearray,
-    ) -> MessageReturnedError:
-        """Record a ``basic.return``; returns the error (for a publish outside confirm mode,
-        ``publish_number`` None, it is the only report there will be)."""
-        message = Message.from_content(channel, method, properties, body)
-        error = MessageReturnedError(publish_number, method.reply_code, method.reply_text, message)
-        if publish_number is not None:
-            self._returned[publish_number] = error
-        return error
-
-    def confirmed(self, publish_numbers: tuple[int, ...]) -> list[tuple[int, PublishOutcome]]:
-        """Outcomes for a broker ack: None, or the return recorded for that number."""
-        if not self._returned:
-            return [(number, None) for number in publish_numbers]
-        pop = self._returned.pop
-        return [(number, pop(number, None)) for number in publish_numbers]
-
-    def nacked(self, publish_numbers: tuple[int, ...]) -> list[tuple[int, PublishOutcome]]:
-        """Outcomes for a broker nack: :class:`PublishNackedError` for each number."""
-        for number in publish_numbers:
-            self._returned.pop(number, None)
-        return [(number, PublishNackedError(number)) for number in publish_numbers]
-
-    def lost(self, publish_numbers: tuple[int, ...]) -> list[tuple[int, PublishOutcome]]:
-        """Outcomes for publishes the transport took with it (never a fake nack)."""
-        self._returned.clear()
-        return [
-            (
-                number,
-                ConnectionLostError(
-                    f"the connection was lost before the broker confirmed publish {number}"
-                ),
-            )
-            for number in publish_numbers
-        ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final, Protocol
 
 if TYPE_CHECKING:
-    from ._client_message import Message
+    from ._message import Message
 
 __all__ = [
     "AMQPError",

@@ -15,10 +15,10 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import attrs
 
-from ._connection import ConnectionConfig
+from .. import ConnectionConfig
 
 if TYPE_CHECKING:
-    from ._table import FieldTable
+    from .. import FieldTable
 
 __all__ = ["DEFAULT_URL", "AuthMechanism", "ConnectionParameters"]
 

@@ -1,11 +1,20 @@
-"""What the client adapters (``amqp_trio``, ``amqp_asyncio``, ``amqp_blocking``) share without
-doing any I/O: connection parameters and AMQP URLs, the exception classes they raise, the
-:class:`Message` they hand out, and the publisher-confirm bookkeeping.
+"""The one list of what every client adapter re-exports from the client layer: the exceptions it
+raises and :class:`~amqp_sansio.client.ConnectionParameters`.
+
+``amqp_trio``, ``amqp_asyncio`` and ``amqp_blocking`` star-import this module, and add its
+``__all__`` to their own, so the three always offer the same names (mypy and the API docs see
+them through the star import)::
+
+    from amqp_sansio.client import exports as _exports
+    from amqp_sansio.client.exports import *  # noqa: F403
+
+    __all__ = [...]
+    __all__ += _exports.__all__
 """
 
 from __future__ import annotations
 
-from ._client_errors import (
+from ._errors import (
     AccessRefused,
     AMQPError,
     AMQPNotImplemented,
@@ -32,24 +41,17 @@ from ._client_errors import (
     ResourceError,
     ResourceLocked,
     UnexpectedFrame,
-    error_for_close,
-    error_from,
 )
-from ._client_message import ConfirmTracker, Message, PublishOutcome
-from ._client_params import DEFAULT_URL, AuthMechanism, ConnectionParameters
-from ._util import fix_module_names
+from ._params import ConnectionParameters
 
 __all__ = [
-    "DEFAULT_URL",
     "AMQPError",
     "AMQPNotImplemented",
     "AMQPSyntaxError",
     "AccessRefused",
-    "AuthMechanism",
     "ChannelClosedError",
     "ChannelError",
     "CommandInvalid",
-    "ConfirmTracker",
     "ConnectionClosedError",
     "ConnectionForced",
     "ConnectionLostError",
@@ -60,7 +62,6 @@ __all__ = [
     "FrameError",
     "InternalError",
     "InvalidPath",
-    "Message",
     "MessageReturnedError",
     "NoConsumers",
     "NoRoute",
@@ -68,12 +69,7 @@ __all__ = [
     "NotFound",
     "PreconditionFailed",
     "PublishNackedError",
-    "PublishOutcome",
     "ResourceError",
     "ResourceLocked",
     "UnexpectedFrame",
-    "error_for_close",
-    "error_from",
 ]
-
-fix_module_names(__name__, globals(), __all__)

@@ -1,0 +1,91 @@
+"""The client layer: everything the client adapters (``amqp_trio``, ``amqp_asyncio``,
+``amqp_blocking``) share without doing any I/O.
+
+For users: connection parameters and AMQP URLs, the exception classes every adapter raises, the
+:class:`Message` they hand out, and the publisher-confirm outcomes. For adapters: the
+:class:`Router` that turns the core's events into replies, deliveries and confirms (an adapter
+supplies its waiters and sinks through the :class:`Waiter`, :class:`ConsumerSink`,
+:class:`ConfirmSink` and :class:`ReturnSink` protocols), the counting behind pipelined publishers,
+and the channel API declared once: :data:`REQUESTS`, from which ``tools/gen_channels.py``
+generates each adapter's channel methods.
+
+The names every adapter re-exports at its top level are listed once, in
+:mod:`amqp_sansio.client.exports`.
+"""
+
+from __future__ import annotations
+
+from .._util import fix_module_names
+from . import exports
+from ._confirms import (
+    ConfirmTracker,
+    PublisherCounts,
+    PublishOutcome,
+    PublishTicketState,
+)
+from ._errors import CloseReason, error_for_close, error_from
+from ._message import AsyncMessage, AsyncSettler, Message
+from ._params import DEFAULT_URL, AuthMechanism
+from ._requests import (
+    DEFAULT_CONSUMER_BUFFER,
+    REQUESTS,
+    Param,
+    Request,
+    check_window,
+    connection_parameters,
+    consumer_buffer_size,
+    consumer_tag,
+    declared_queue,
+    flow_state,
+    got_message,
+    message_count,
+    report_dropped,
+)
+from ._router import (
+    ChannelBook,
+    ConfirmSink,
+    ConsumerSink,
+    Reply,
+    ReturnSink,
+    Router,
+    Waiter,
+)
+from .exports import *  # noqa: F403  (the exceptions and ConnectionParameters)
+
+__all__ = [
+    "DEFAULT_CONSUMER_BUFFER",
+    "DEFAULT_URL",
+    "REQUESTS",
+    "AsyncMessage",
+    "AsyncSettler",
+    "AuthMechanism",
+    "ChannelBook",
+    "CloseReason",
+    "ConfirmSink",
+    "ConfirmTracker",
+    "ConsumerSink",
+    "Message",
+    "Param",
+    "PublishOutcome",
+    "PublishTicketState",
+    "PublisherCounts",
+    "Reply",
+    "Request",
+    "ReturnSink",
+    "Router",
+    "Waiter",
+    "check_window",
+    "connection_parameters",
+    "consumer_buffer_size",
+    "consumer_tag",
+    "declared_queue",
+    "error_for_close",
+    "error_from",
+    "flow_state",
+    "got_message",
+    "message_count",
+    "report_dropped",
+]
+__all__ += exports.__all__
+
+fix_module_names(__name__, globals(), __all__)

@@ -1,0 +1,497 @@
+"""The event router every client adapter shares: no I/O, no clock, no threads.
+
+:class:`Router` routes the core's events to what an adapter registered: a waiter per request
+(matched by the request each reply names, so a reply always finds the request it answers), a
+sink per consumer, and a sink per unconfirmed publish. The adapters differ only in the waiter and
+sink types (a Trio event, an ``asyncio.Future``, a thread-safe waiter; a Trio memory channel, a
+deque and a transport pause, a thread queue), so this module sees them through small protocols.
+The caller serialises access (Trio and asyncio run on one thread; the blocking adapter holds its
+connection lock).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import TYPE_CHECKING, Final, Protocol, TypeAlias, final
+
+from .. import (
+    BasicCancel,
+    BasicCancelOk,
+    BasicConsume,
+    BasicConsumeOk,
+    BasicDeliver,
+    BasicQos,
+    BasicQosOk,
+    BlockedByPeer,
+    ChannelClosed,
+    ChannelFlowChanged,
+    ChannelOpened,
+    ChannelState,
+    ConfirmSelect,
+    ConnectionClosed,
+    ConnectionLost,
+    ConnectionState,
+    ConsumerCancelled,
+    MessageReceived,
+    MethodReceived,
+    PublishConfirmed,
+    PublishNacked,
+    PublishReturned,
+    UnblockedByPeer,
+)
+from ._confirms import ConfirmTracker
+from ._errors import (
+    AMQPError,
+    ChannelClosedError,
+    ConnectionClosedError,
+    ConnectionLostError,
+    ConsumerCancelledError,
+    MessageReturnedError,
+    error_from,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .. import Connection, Event, Method
+
+__all__ = [
+    "ChannelBook",
+    "ConfirmSink",
+    "ConsumerSink",
+    "Reply",
+    "ReturnSink",
+    "Router",
+    "Waiter",
+]
+
+logger = logging.getLogger("amqp_sansio.client")
+
+#: What a request's waiter receives: the reply method, a ``basic.get-ok`` message, or None
+#: (``channel.open-ok``).
+Reply: TypeAlias = "Method | MessageReceived | None"
+
+
+class Waiter(Protocol):
+    """One request's outcome: ``asyncio.Future`` fits, and so do the Trio and blocking waiters.
+
+    A waiter that reports :meth:`done` before its reply came was given up by its caller
+    (cancelled, timed out): the router then drops the reply, and undoes what it would have
+    started (a channel nobody will use, a consumer nobody iterates).
+    """
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: Reply, /) -> None: ...
+
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+
+class ConsumerSink(Protocol):
+    """Where a consumer's deliveries go."""
+
+    def deliver(self, event: MessageReceived, /) -> bool:
+        """Take one delivery. False means "I'm full": the sink kept the delivery and the
+        adapter must let it in (waiting for room, with the transport unread) before it routes
+        the next event; :meth:`Router.handle` hands such a sink back."""
+
+    def finish(self, error: AMQPError | None, by_us: bool, /) -> None:
+        """No more deliveries. *error* is None after our ``basic.cancel`` was answered, else
+        why the consumer ended: :class:`ConsumerCancelledError` (the broker cancelled it), or
+        the close of the channel or the connection; *by_us* says whether we ended it (our
+        cancel, or a close we asked for)."""
+
+    def cancelling(self) -> None:
+        """Our ``basic.cancel`` for this consumer was just sent: deliveries until its
+        cancel-ok may be dropped rather than waited for."""
+
+
+class ConfirmSink(Protocol):
+    """Told the outcome of each publish it registered: None for acked, else the error."""
+
+    def settle(self, publish_number: int, error: AMQPError | None, /) -> None: ...
+
+
+class ReturnSink(Protocol):
+    """Receives mandatory publishes the broker returned outside confirm mode (without one, the
+    router logs them)."""
+
+    def returned(self, error: MessageReturnedError, /) -> None: ...
+
+
+_Entry: TypeAlias = "tuple[Waiter, ConsumerSink | None, Method | None]"
+
+
+@final
+class ChannelBook:
+    """What one open channel waits for, and what the router learnt about it."""
+
+    __slots__ = (
+        "close_waiter",
+        "confirm_mode",
+        "confirms",
+        "consumers",
+        "error",
+        "flow_active",
+        "number",
+        "prefetch_count",
+        "return_sink",
+        "rpcs",
+        "tracker",
+    )
+
+    def __init__(self, number: int) -> None:
+        #: The channel id.
+        self.number: Final = number
+        #: Waiters for our requests, oldest first, each with the consumer sink a
+        #: ``basic.consume`` registers when its ok arrives and the request itself (None for
+        #: channel.open): replies are matched to it by identity (see :meth:`take`).
+        self.rpcs: deque[_Entry] = deque()
+        #: The consumers the broker confirmed, by tag.
+        self.consumers: dict[str, ConsumerSink] = {}
+        #: The sink of each unconfirmed publish, by publish number.
+        self.confirms: dict[int, ConfirmSink] = {}
+        self.tracker = ConfirmTracker()
+        #: The waiter of our ``channel.close`` (set by :meth:`Router.expect_close`).
+        self.close_waiter: Waiter | None = None
+        #: Where returns outside confirm mode go (None: logged).
+        self.return_sink: ReturnSink | None = None
+        #: Why the channel is unusable, once it is.
+        self.error: AMQPError | None = None
+        #: False while the broker paused the channel (``channel.flow``).
+        self.flow_active = True
+        #: Whether ``confirm.select`` was sent on the channel.
+        self.confirm_mode = False
+        #: The ``prefetch_count`` of the last ``basic.qos`` the broker accepted.
+        self.prefetch_count = 0
+
+    def expect(self, request: Method, waiter: Waiter, consumer: ConsumerSink | None = None) -> None:
+        """*request*, which expects a reply, was sent on this channel; *consumer* is the sink
+        of a ``basic.consume``, registered when the broker confirms it."""
+        self.rpcs.append((waiter, consumer, request))
+        cls = type(request)
+        if cls is BasicCancel:
+            assert isinstance(request, BasicCancel)
+            sink = self.consumers.get(request.consumer_tag)
+            if sink is not None:
+                sink.cancelling()
+        elif cls is ConfirmSelect:
+            self.confirm_mode = True
+
+    def consumer_tags(self) -> set[str]:
+        """The tags of the channel's consumers, confirmed or still waiting for consume-ok."""
+        tags = set(self.consumers)
+        for _, sink, request in self.rpcs:
+            if sink is not None and type(request) is BasicConsume:
+                assert isinstance(request, BasicConsume)
+                tags.add(request.consumer_tag)
+        return tags
+
+    def take(self, request: Method | None) -> _Entry:
+        """Remove and return the entry of *request*, which the core named as the one a reply
+        answers (``MethodReceived.request``, ``MessageReceived.request`` for a get-ok; None
+        for channel.open-ok). The core lets RabbitMQ's consume-ok and cancel-ok arrive after
+        later replies, so the answer is not always the oldest entry."""
+        rpcs = self.rpcs
+        if rpcs[0][2] is request:
+            return rpcs.popleft()
+        for index, entry in enumerate(rpcs):
+            if entry[2] is request:
+                del rpcs[index]
+                return entry
+        raise AssertionError(f"no waiter on channel {self.number} for {request!r}")
+
+
+@final
+class _Unawaited:
+    """The waiter of a request nobody waits for: its reply is dropped."""
+
+    __slots__ = ()
+
+    def done(self) -> bool:
+        return True
+
+    def set_result(self, result: Reply, /) -> None:
+        pass
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        pass
+
+
+_UNAWAITED: Final = _Unawaited()
+
+
+def _settle_all(book: ChannelBook, error: AMQPError, *, by_us: bool) -> None:
+    book.error = error
+    rpcs, book.rpcs = book.rpcs, deque()
+    for waiter, _, _ in rpcs:
+        if not waiter.done():
+            waiter.set_exception(error)
+    consumers, book.consumers = book.consumers, {}
+    for sink in consumers.values():
+        sink.finish(error, by_us)
+    confirms, book.confirms = book.confirms, {}
+    for number, confirm in sorted(confirms.items()):
+        confirm.settle(number, error)
+    book.tracker = ConfirmTracker()
+    if book.close_waiter is not None and not book.close_waiter.done():
+        book.close_waiter.set_result(None)
+
+
+@final
+class Router:
+    """Routes client-role events to waiters and sinks, per channel.
+
+    When a ``channel.open-ok`` or ``basic.consume-ok`` arrives for a caller that stopped waiting
+    (timed out or cancelled), the router undoes it on *core*: it closes the channel nobody will
+    use and cancels the consumer nobody iterates (only while the connection and the channel are
+    open). The adapter flushes the core as usual.
+    """
+
+    __slots__ = ("_core", "blocked", "channels", "error")
+
+    def __init__(self, core: Connection) -> None:
+        self._core = core
+        #: The books of the open channels, by number.
+        self.channels: dict[int, ChannelBook] = {0: ChannelBook(0)}
+        #: The reason RabbitMQ gave in ``connection.blocked``, None while not blocked.
+        self.blocked: str | None = None
+        #: Why the connection is unusable, once it is.
+        self.error: AMQPError | None = None
+
+    # --- registration (call right after the matching core call) --------------------------------
+
+    def channel_opening(self, number: int, waiter: Waiter) -> ChannelBook:
+        """``open_channel()`` returned *number*; *waiter* gets None at open-ok."""
+        book = self.channels[number] = ChannelBook(number)
+        book.rpcs.append((waiter, None, None))
+        return book
+
+    def expect(
+        self,
+        channel: int,
+        request: Method,
+        waiter: Waiter,
+        consumer: ConsumerSink | None = None,
+    ) -> None:
+        """*request*, which expects a reply, was sent on *channel* (see
+        :meth:`ChannelBook.expect`)."""
+        self.channels[channel].expect(request, waiter, consumer)
+
+    def expect_close(self, channel: int, waiter: Waiter) -> None:
+        """``close_channel()`` was called; *waiter* gets None when the channel is closed."""
+        self.channels[channel].close_waiter = waiter
+
+    def expect_confirm(self, channel: int, publish_number: int, sink: ConfirmSink) -> None:
+        """A publish in confirm mode got *publish_number*."""
+        self.channels[channel].confirms[publish_number] = sink
+
+    def cancel_consumer(self, channel: int, consumer_tag: str, sink: ConsumerSink) -> bool:
+        """The caller gave up a consumer the broker already confirmed (its wait for consume-ok
+        ended just as the ok arrived): forget *sink* and send ``basic.cancel`` when the channel
+        is open; its reply is dropped. True when something was sent (flush the core)."""
+        book = self.channels.get(channel)
+        if book is None or book.consumers.get(consumer_tag) is not sink:
+            return False
+        del book.consumers[consumer_tag]
+        return self._send_unawaited(channel, BasicCancel(consumer_tag=consumer_tag))
+
+    # --- events --------------------------------------------------------------------------------
+
+    def handle(self, event: Event) -> ConsumerSink | None:
+        """Resolve whatever *event* answers; events about the transport are the adapter's.
+
+        Returns the consumer sink that said it is full (see :meth:`ConsumerSink.deliver`): the
+        adapter lets the delivery in before it routes the next event. None otherwise.
+        """
+        if type(event) is MessageReceived:  # the hot path: no table lookup
+            assert isinstance(event, MessageReceived)
+            return self._on_message(event)
+        route = _ROUTES.get(type(event))
+        if route is not None:
+            route(self, event)
+        return None
+
+    # --- one method per event type (see _ROUTES) -----------------------------------------------
+
+    def _on_confirmed(self, event: Event) -> None:
+        assert isinstance(event, PublishConfirmed)
+        book = self.channels.get(event.channel)
+        if book is not None:
+            self._settle(book, book.tracker.confirmed(event.publish_numbers))
+
+    def _on_nacked(self, event: Event) -> None:
+        assert isinstance(event, PublishNacked)
+        book = self.channels.get(event.channel)
+        if book is not None:
+            self._settle(book, book.tracker.nacked(event.publish_numbers))
+
+    def _on_channel_opened(self, event: Event) -> None:
+        assert isinstance(event, ChannelOpened)
+        waiter = self.channels[event.channel].take(None)[0]
+        if not waiter.done():
+            waiter.set_result(None)
+        elif self._core.state is ConnectionState.OPEN:
+            # open_channel() gave up: nobody will use or close this channel.
+            self._core.close_channel(event.channel, 200, "Normal shutdown")
+            self.expect_close(event.channel, _UNAWAITED)
+
+    def _on_consumer_cancelled(self, event: Event) -> None:
+        assert isinstance(event, ConsumerCancelled)
+        book = self.channels.get(event.channel)
+        consumer = None if book is None else book.consumers.pop(event.consumer_tag, None)
+        if consumer is not None:
+            consumer.finish(ConsumerCancelledError(event.consumer_tag), False)
+
+    def _on_flow_changed(self, event: Event) -> None:
+        assert isinstance(event, ChannelFlowChanged)
+        book = self.channels.get(event.channel)
+        if book is not None:
+            book.flow_active = event.active
+
+    def _on_blocked(self, event: Event) -> None:
+        assert isinstance(event, BlockedByPeer)
+        self.blocked = event.reason
+
+    def _on_unblocked(self, event: Event) -> None:
+        self.blocked = None
+
+    def _on_connection_closed(self, event: Event) -> None:
+        assert isinstance(event, ConnectionClosed)
+        if event.by_peer:
+            self.fail(error_from(event, connection=True))
+        else:
+            self.closed_by_us()
+
+    def _on_connection_lost(self, event: Event) -> None:
+        self.fail(ConnectionLostError("the connection to the broker was lost"))
+
+    def closed_by_us(self) -> None:
+        """Our ``connection.close`` was answered: everything still waiting fails, consumers end."""
+        self._fail(ConnectionClosedError("the connection was closed", reply_code=200), by_us=True)
+
+    def fail(self, error: AMQPError) -> None:
+        """The connection is gone: every waiter, consumer and unconfirmed publish gets *error*
+        (the first error given is the one kept in :attr:`error`)."""
+        self._fail(error, by_us=False)
+
+    def _fail(self, error: AMQPError, *, by_us: bool) -> None:
+        if self.error is None:
+            self.error = error
+        channels, self.channels = self.channels, {}
+        for book in channels.values():
+            _settle_all(book, error, by_us=by_us)
+
+    def _send_unawaited(self, channel: int, request: Method) -> bool:
+        """Send *request*, whose reply nobody waits for, while the channel is open."""
+        core = self._core
+        if core.state is not ConnectionState.OPEN or core.channel_state(channel) is not (
+            ChannelState.OPEN
+        ):
+            return False
+        core.send_method(channel, request)
+        self.channels[channel].expect(request, _UNAWAITED)
+        return True
+
+    def _on_message(self, event: MessageReceived) -> ConsumerSink | None:
+        book = self.channels.get(event.channel)
+        if book is None:
+            return None  # a closing channel's delivery: the broker requeues it
+        method = event.method
+        if type(method) is BasicDeliver:
+            consumer = book.consumers.get(method.consumer_tag)
+            if consumer is not None:
+                return None if consumer.deliver(event) else consumer
+            # Between our basic.cancel and its ok; never rejected, so a stream queue's offsets
+            # stay untouched and a classic queue requeues it at channel close.
+            logger.debug(
+                "delivery %d for a cancelled consumer %r kept unacknowledged",
+                method.delivery_tag,
+                method.consumer_tag,
+            )
+            return None
+        # A get-ok names its basic.get, which may have been passed by an outstanding consume
+        # or cancel like any reply.
+        waiter = book.take(event.request)[0]
+        if not waiter.done():
+            waiter.set_result(event)
+        return None
+
+    def _on_method(self, event: Event) -> None:
+        assert isinstance(event, MethodReceived)
+        book = self.channels.get(event.channel)
+        if book is None or event.request is None:
+            logger.debug("unsolicited %s on channel %d", event.method.NAME, event.channel)
+            return
+        waiter, consumer, request = book.take(event.request)
+        method = event.method
+        cls = type(method)
+        if consumer is not None and cls is BasicConsumeOk:
+            assert isinstance(method, BasicConsumeOk)
+            book.consumers[method.consumer_tag] = consumer
+            if waiter.done():  # basic_consume() gave up: nobody iterates this consumer
+                # It stays registered until cancel-ok: what comes before goes to its sink.
+                self._send_unawaited(event.channel, BasicCancel(consumer_tag=method.consumer_tag))
+        elif cls is BasicCancelOk:
+            assert isinstance(method, BasicCancelOk)
+            cancelled = book.consumers.pop(method.consumer_tag, None)
+            if cancelled is not None:
+                cancelled.finish(None, True)
+        elif cls is BasicQosOk:
+            assert isinstance(request, BasicQos)
+            book.prefetch_count = request.prefetch_count
+        if not waiter.done():
+            waiter.set_result(method)
+
+    @staticmethod
+    def _settle(book: ChannelBook, outcomes: list[tuple[int, AMQPError | None]]) -> None:
+        confirms = book.confirms
+        for number, outcome in outcomes:
+            sink = confirms.pop(number, None)
+            if sink is not None:
+                sink.settle(number, outcome)
+
+    def _on_returned(self, event: Event) -> None:
+        assert isinstance(event, PublishReturned)
+        book = self.channels.get(event.channel)
+        if book is None:
+            return
+        error = book.tracker.returned(
+            event.channel, event.publish_number, event.method, event.properties, event.body
+        )
+        if event.publish_number is not None:
+            return  # reported with the confirm that follows
+        if book.return_sink is not None:
+            book.return_sink.returned(error)
+        else:
+            logger.warning("%s", error)
+
+    def _on_channel_closed(self, event: Event) -> None:
+        assert isinstance(event, ChannelClosed)
+        book = self.channels.pop(event.channel, None)
+        if book is None:
+            return
+        if event.by_peer:
+            error: AMQPError = error_from(event, connection=False)
+        else:
+            error = ChannelClosedError("the channel was closed", reply_code=200)
+        _settle_all(book, error, by_us=not event.by_peer)
+
+
+#: How :meth:`Router.handle` routes each event type but ``MessageReceived``; the others
+#: (heartbeat timeouts, the handshake's) are the adapter's alone.
+_ROUTES: Final[dict[type[object], Callable[[Router, Event], None]]] = {
+    MethodReceived: Router._on_method,
+    PublishConfirmed: Router._on_confirmed,
+    PublishNacked: Router._on_nacked,
+    PublishReturned: Router._on_returned,
+    ChannelOpened: Router._on_channel_opened,
+    ChannelClosed: Router._on_channel_closed,
+    ConsumerCancelled: Router._on_consumer_cancelled,
+    ChannelFlowChanged: Router._on_flow_changed,
+    BlockedByPeer: Router._on_blocked,
+    UnblockedByPeer: Router._on_unblocked,
+    ConnectionClosed: Router._on_connection_closed,
+    ConnectionLost: Router._on_connection_lost,
+}

@@ -1,0 +1,75 @@
+"""The adapters' channel methods, generated from the client layer's requests table by
+``tools/gen_channels.py``: the checked-in modules are fresh, and every adapter uses them as
+generated (the three cannot drift apart)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+import amqp_asyncio
+import amqp_blocking
+import amqp_trio
+from amqp_sansio.client import REQUESTS
+
+if TYPE_CHECKING:
+    import types
+
+ROOT = Path(__file__).resolve().parents[2]
+ADAPTERS = [amqp_trio, amqp_asyncio, amqp_blocking]
+GENERATED = "_generated_channel.py"
+
+
+def test_checked_in_modules_are_fresh() -> None:
+    result = subprocess.run(
+        [sys.executable, "tools/gen_channels.py", "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_check_fails_on_a_stale_module(tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "tools", tmp_path / "tools")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    for adapter in ADAPTERS:
+        (tmp_path / "src" / adapter.__name__).mkdir(parents=True)
+        shutil.copy(
+            ROOT / "src" / adapter.__name__ / GENERATED, tmp_path / "src" / adapter.__name__
+        )
+    stale = tmp_path / "src" / "amqp_asyncio" / GENERATED
+    stale.write_text(stale.read_text().replace('"""Delete an exchange."""', '"""Delete it."""'))
+    result = subprocess.run(
+        [sys.executable, "tools/gen_channels.py", "--check"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "stale" in result.stdout
+    assert f"src/amqp_asyncio/{GENERATED}" in result.stdout
+    assert f"src/amqp_trio/{GENERATED}" not in result.stdout
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS, ids=lambda m: m.__name__)
+def test_channels_use_the_generated_methods(adapter: types.ModuleType) -> None:
+    generated = importlib.import_module(f"{adapter.__name__}._generated_channel").ChannelMethods
+    assert issubclass(adapter.Channel, generated)
+    for request in REQUESTS:
+        method = getattr(adapter.Channel, request.name)
+        assert method is getattr(generated, request.name), f"{request.name} is overridden"
+        assert inspect.getdoc(method) == request.doc_for(adapter.__name__)
+        assert inspect.iscoroutinefunction(method) is (adapter is not amqp_blocking)
+        names = list(inspect.signature(method).parameters)[1:]
+        expected = [param.name for param in request.params]
+        if adapter is amqp_blocking and request.expects_reply:
+            expected.append("timeout")
+        assert names == expected, request.name
