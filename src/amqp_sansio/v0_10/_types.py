@@ -160,7 +160,8 @@ class SequenceSet:
     Ranges are normalised on construction as qpid-python normalises them: each is merged with
     every range it overlaps or touches and the result is kept in serial order, so
     ``SequenceSet([(5, 6), (0, 1), (2, 3)])`` holds ``((0, 3), (5, 6))``. A range whose high end
-    comes before its low end in serial order is a ``ValueError``. Immutable and hashable.
+    comes before its low end in serial order is a ``ValueError``, and so is a set whose ids span
+    2**31 or more (their serial order is undefined). Immutable and hashable.
     """
 
     __slots__ = ("_ranges",)
@@ -177,6 +178,13 @@ class SequenceSet:
             if serial_lt(high, low):
                 raise ValueError(f"range ({low}, {high}) ends before it starts")
             _add_range(merged, (low, high))
+        # RFC 1982 orders two ids only when they are less than 2**31 apart: a set spanning more
+        # has no serial order, and normalising it again (after a decode) could reorder it.
+        if merged and (merged[-1][1] - merged[0][0]) & _MASK >= 1 << 31:
+            raise ValueError(
+                f"a sequence set spans {merged[0][0]}..{merged[-1][1]}, more than half the "
+                "serial number space: RFC 1982 leaves its order undefined"
+            )
         self._ranges = tuple(merged)
 
     @classmethod

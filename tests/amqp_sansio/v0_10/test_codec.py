@@ -323,3 +323,9 @@ def test_sequence_sets_hold_exactly_their_ids(ids: list[int]) -> None:
 def test_compound_base_is_abstract() -> None:
     with pytest.raises(NotImplementedError):
         Compound().encode_fields(bytearray())
+
+
+def test_a_sequence_set_wider_than_half_the_serial_space_is_refused() -> None:
+    with pytest.raises(ValueError, match="half the serial number space"):
+        SequenceSet([(0, 0), (2**31, 2**31 + 5)])
+    assert SequenceSet([(2**32 - 5, 3)]).ranges == ((2**32 - 5, 3),)  # wrapping is fine
