@@ -939,7 +939,8 @@ class Connection:
     def outbound_size(self) -> int:
         """How many octets :meth:`data_to_send` would hand out now: adapters bound what they
         let pile up with it (backpressure), without guessing what a call queued."""
-        return self._outbox.size
+        outbox = self._outbox
+        return outbox.size if outbox.chunks else len(outbox.data)  # per publish: keep it cheap
 
     def data_to_send(self) -> bytes:
         """Everything to write, in order, as one ``bytes``; empties the outbound buffer.
