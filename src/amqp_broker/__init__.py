@@ -8,18 +8,12 @@ server-role core's events into model calls, so both are testable without sockets
 
 from __future__ import annotations
 
-from ._model import (
-    Broker,
-    BrokerError,
-    DeliverySink,
-    GetResult,
-    Message,
-    ModelChannel,
-    ModelConnection,
-    PublishOutcome,
-    QueueInfo,
-    topic_matches,
-)
+from ._broker import Broker
+from ._channel import DeliverySink, GetResult, ModelChannel, ModelConnection, PublishOutcome
+from ._errors import BrokerError
+from ._message import Message
+from ._queues import QueueInfo
+from ._routing import topic_matches
 from ._server import make_broker, run_in_thread, running, serve
 from ._session import Session, parse_credentials
 

@@ -17,7 +17,7 @@ import trio
 import amqp_trio
 from amqp_sansio import RemoteProtocolError
 
-from ._model import Broker
+from ._broker import Broker
 from ._session import Session
 
 if TYPE_CHECKING:

@@ -81,14 +81,16 @@ from amqp_sansio import (
 )
 from amqp_sansio.framing import decode_table_entries
 
-from ._model import BrokerError
+from ._errors import BrokerError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from amqp_sansio import Connection, Event, Method
 
-    from ._model import Broker, Message, ModelChannel, ModelConnection
+    from ._broker import Broker
+    from ._channel import ModelChannel, ModelConnection
+    from ._message import Message
 
 __all__ = ["Session", "parse_credentials"]
 

@@ -1,0 +1,26 @@
+"""The model's one exception: a refusal carrying RabbitMQ's reply code and text."""
+
+from __future__ import annotations
+
+from amqp_sansio import ReplyCode
+
+__all__ = ["BrokerError"]
+
+
+class BrokerError(Exception):
+    """A refusal with RabbitMQ's reply code and text (``"NOT_FOUND - no queue 'q' ..."``).
+
+    Soft codes (403, 404, 405, 406) close the channel; hard codes (503, 530, 540, ...) close
+    the connection.
+    """
+
+    def __init__(self, reply_code: int, text: str) -> None:
+        name = ReplyCode(reply_code).name
+        super().__init__(f"{name} - {text}")
+        self.reply_code = reply_code
+        self.reply_text = f"{name} - {text}"
+
+    @property
+    def is_hard(self) -> bool:
+        """Whether the whole connection must close."""
+        return not ReplyCode(self.reply_code).is_soft
