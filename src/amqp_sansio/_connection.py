@@ -1231,8 +1231,11 @@ class Connection:
             raise _local(
                 f"cannot send {cls.NAME}: the connection is {self._state.value}, not OPEN", 503, cls
             )
-        if type(channel) is not int or not 1 <= channel <= self._channel_max:
-            raise _local(f"channel {channel!r} is outside 1..{self._channel_max}", 504, cls)
+        # The server role answers on whatever number the client opened (RabbitMQ 3.10 opens
+        # channel 65535 under channel_max 2047); the client role stays within channel_max.
+        highest = self._channel_max if self.role is Role.CLIENT else _CHANNEL_MAX_LIMIT
+        if type(channel) is not int or not 1 <= channel <= highest:
+            raise _local(f"channel {channel!r} is outside 1..{highest}", 504, cls)
         ch = self._channels.get(channel)
         state = _H.CLOSED if ch is None else ch.state
         if self._send_table[state].get(cls) is None:

@@ -87,8 +87,8 @@ from amqp_sansio import (
     TxSelectOk,
     UnblockedByPeer,
 )
-from amqp_sansio.framing import PROTOCOL_HEADER_0_9_1
-from amqp_sansio.testing import ConnectionPair, content_frames, feed, method_frame
+from amqp_sansio.framing import PROTOCOL_HEADER_0_9_1, MethodFrame
+from amqp_sansio.testing import ConnectionPair, content_frames, feed, method_frame, parse_frames
 
 BYTEWISE = pytest.mark.parametrize("byte_at_a_time", [False, True], ids=["whole", "bytewise"])
 PROPS = BasicProperties(content_type="application/json", delivery_mode=2)
@@ -536,6 +536,20 @@ def test_channel_numbers_above_channel_max_open_but_not_more_channels_than_it() 
         "NOT_ALLOWED - number of channels opened (2) has reached the negotiated channel_max (2)"
     )
     assert (info.value.class_id, info.value.method_id) == (0, 0)
+
+
+def test_server_answers_on_a_channel_above_channel_max() -> None:
+    pair = ConnectionPair(server_config=ConnectionConfig(channel_max=2))
+    pair.handshake()
+    feed(pair.server, method_frame(65535, ChannelOpen()))
+    feed(pair.server, method_frame(65535, QueueDeclare(queue="q")))
+    pair.server.data_to_send()
+    pair.server.send_method(65535, QueueDeclareOk(queue="q", message_count=0, consumer_count=0))
+    [frame] = parse_frames(pair.server.data_to_send())
+    assert isinstance(frame, MethodFrame)
+    assert frame.channel == 65535
+    with pytest.raises(LocalProtocolError):
+        pair.client.send_method(3, ChannelOpen())  # the client role keeps to channel_max
 
 
 def test_server_refuses_an_unoffered_mechanism() -> None:
