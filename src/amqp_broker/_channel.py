@@ -20,12 +20,15 @@ from amqp_sansio import BasicProperties, FieldTable
 from ._errors import BrokerError
 from ._fields import freeze, generated_name, same_value, show, show_arg, typed
 from ._message import Message, parse_expiration
+from ._permissions import check
 from ._queues import EQUIVALENT_ARGS, Consumer, Entry, Queue, QueueInfo
 from ._routing import EXCHANGE_TYPES, Binding, Exchange
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from ._permissions import Permission
+    from ._streams import StreamLog
     from ._vhost import VirtualHost
 
 __all__ = [
@@ -36,6 +39,7 @@ __all__ = [
     "ModelConnection",
     "PublishOutcome",
     "ReplyConsumers",
+    "TimeoutWatch",
     "TxReturn",
 ]
 
@@ -57,11 +61,16 @@ class DeliverySink(Protocol):
         delivery_tag: int,
         redelivered: bool,
         message: Message,
+        stream_offset: int | None = None,
     ) -> None:
-        """Send ``basic.deliver`` with *message*."""
+        """Send ``basic.deliver`` with *message* (from a stream: with the ``x-stream-offset``
+        header)."""
 
     def consumer_cancelled(self, channel: int, consumer_tag: str) -> None:
         """The broker cancelled a consumer (its queue was deleted)."""
+
+    def channel_failed(self, channel: int, error: BrokerError) -> None:
+        """The broker closes *channel* with *error* on its own (a consumer timeout)."""
 
 
 @final
@@ -88,13 +97,24 @@ class PublishOutcome:
 
 @final
 class _Unacked:
-    __slots__ = ("consumer", "entry", "queue", "tag")
+    """A delivery waiting for its acknowledgement."""
 
-    def __init__(self, tag: int, queue: Queue, entry: Entry, consumer: Consumer | None) -> None:
+    __slots__ = ("consumer", "delivered_at", "entry", "queue", "tag")
+
+    def __init__(
+        self,
+        tag: int,
+        queue: Queue,
+        entry: Entry,
+        consumer: Consumer | None,
+        delivered_at: float,
+    ) -> None:
         self.tag = tag
         self.queue = queue
         self.entry = entry
         self.consumer = consumer
+        #: When it was delivered, on the broker's monotonic clock (consumer timeout).
+        self.delivered_at = delivered_at
 
 
 @final
@@ -124,11 +144,14 @@ TxReturn: TypeAlias = tuple[str, str, BasicProperties, "bytes | bytearray"]
 
 #: Direct reply-to: token -> the consuming channel and its consumer tag.
 ReplyConsumers: TypeAlias = dict[str, tuple["ModelChannel", str]]
+#: Channels that may hold unacknowledged deliveries, watched for the consumer timeout.
+TimeoutWatch: TypeAlias = dict["ModelChannel", None]
 
 
 @final
 class ModelConnection:
-    """One client connection's view of the broker: its channels and exclusive queues."""
+    """One client connection's view of the broker: its channels and exclusive queues, who
+    it is and what it may do."""
 
     def __init__(
         self,
@@ -137,6 +160,10 @@ class ModelConnection:
         number: int,
         cancel_notify: bool,
         reply_to: ReplyConsumers,
+        *,
+        user: str = "",
+        permission: Permission | None = None,
+        timeouts: TimeoutWatch | None = None,
     ) -> None:
         self.vhost = vhost
         self.sink = sink
@@ -146,7 +173,14 @@ class ModelConnection:
         self.exclusive_queues: dict[str, Queue] = {}
         #: Direct reply-to consumers of the whole broker, by token.
         self.reply_to = reply_to
+        #: Who logged in, and what they may do in this vhost (None: everything).
+        self.user = user
+        self.permission = permission
+        #: False while the connection's output buffer is full: its consumers get nothing.
+        self.writable = True
+        self._timeouts = timeouts
         self.closed = False
+        vhost.connections += 1
 
     def __repr__(self) -> str:
         return f"<ModelConnection {self.number} on {self.vhost.name!r}>"
@@ -168,11 +202,50 @@ class ModelConnection:
         if self.closed:
             return
         self.closed = True
+        self.vhost.connections -= 1
         for number in list(self.channels):
             self.close_channel(number)
         for queue in list(self.exclusive_queues.values()):
             self.vhost.delete_queue(queue)
         self.exclusive_queues.clear()
+
+    def set_writable(self, writable: bool) -> None:
+        """The output buffer filled up (False) or drained (True); deliveries stop or resume."""
+        if writable is self.writable:
+            return
+        self.writable = writable
+        queues: dict[int, Queue] = {}
+        for channel in self.channels.values():
+            channel.deliverable = channel.active and writable
+            for consumer in channel.consumers.values():
+                queues[id(consumer.queue)] = consumer.queue
+        if writable:
+            for queue in queues.values():
+                if not queue.deleted:
+                    self.vhost.dispatch(queue)
+
+    def watch_timeout(self, channel: ModelChannel) -> None:
+        """*channel* got its first unacknowledged delivery: the consumer timeout applies."""
+        timeouts = self._timeouts
+        if timeouts is not None and channel not in timeouts:
+            timeouts[channel] = None
+            self.vhost.clock.timer_changed()
+
+    def check(self, access: str, kind: str, name: str) -> None:
+        """403 unless the user may *access* (configure, write, read) the *kind* *name*."""
+        permission = self.permission
+        if permission is not None:
+            check(permission, access, kind, name, self.vhost.name, self.user)
+
+
+def _not_default(exchange: str) -> None:
+    if exchange == "":
+        raise BrokerError(403, "operation not permitted on the default exchange")
+
+
+def _resource(queue: Queue) -> str:
+    """A queue as RabbitMQ names it in texts (``rabbit_misc:rs``)."""
+    return f"queue '{queue.name}' in vhost '{queue.vhost_name}'"
 
 
 def _locked(queue: Queue) -> BrokerError:
@@ -200,6 +273,9 @@ class ModelChannel:
         #: Unacked deliveries to consumers (for the channel-wide prefetch).
         self.consumer_unacked = 0
         self.active = True
+        #: Whether consumers on this channel may be sent messages now (``channel.flow`` and
+        #: the connection's output buffer).
+        self.deliverable = connection.writable
         self.confirm = False
         self.publish_seq = 0
         self.transactional = False
@@ -243,15 +319,17 @@ class ModelChannel:
         internal: bool = False,
         arguments: FieldTable | None = None,
     ) -> None:
-        """``exchange.declare``."""
+        """``exchange.declare``, checked in RabbitMQ's order: type, default exchange,
+        permission, then equivalence or the new exchange's name and alternate exchange."""
         vhost = self.vhost
         if passive:
-            if name == "":
-                return
+            _not_default(name)
             vhost.exchange(name)
             return
-        if name == "":
-            raise BrokerError(403, "operation not permitted on the default exchange")
+        if type_ not in EXCHANGE_TYPES:
+            raise BrokerError(503, f"unknown exchange type '{type_}'")
+        _not_default(name)
+        self.connection.check("configure", "exchange", name)
         existing = vhost.exchanges.get(name)
         if existing is not None:
             for field, received, current in (
@@ -270,8 +348,10 @@ class ModelChannel:
             return
         if name.startswith("amq."):
             raise BrokerError(403, f"exchange name '{name}' contains reserved prefix 'amq.*'")
-        if type_ not in EXCHANGE_TYPES:
-            raise BrokerError(503, f"unknown exchange type '{type_}'")
+        alternate = (arguments or {}).get("alternate-exchange")
+        if isinstance(alternate, str):
+            self.connection.check("read", "exchange", name)
+            self.connection.check("write", "exchange", alternate)
         vhost.exchanges[name] = Exchange(
             name,
             type_,
@@ -284,26 +364,34 @@ class ModelChannel:
     def exchange_delete(self, name: str, *, if_unused: bool = False) -> None:
         """``exchange.delete``: deleting a missing exchange succeeds, like RabbitMQ 3.10."""
         vhost = self.vhost
-        if name == "":
-            raise BrokerError(403, "operation not permitted on the default exchange")
-        exchange = vhost.exchanges.get(name)
-        if exchange is None:
-            return
+        _not_default(name)
         if name.startswith("amq."):
             raise BrokerError(
                 403, f"deletion of system exchange '{name}' in vhost '{vhost.name}' not allowed"
             )
+        self.connection.check("configure", "exchange", name)
+        exchange = vhost.exchanges.get(name)
+        if exchange is None:
+            return
         if if_unused and exchange.bindings:
             raise BrokerError(406, f"exchange '{name}' in vhost '{vhost.name}' in use")
         vhost.delete_exchange(exchange)
+
+    def _binding_checks(self, destination_kind: str, destination: str, source: str) -> None:
+        # RabbitMQ's binding_action: write on the destination, neither end the default
+        # exchange, read on the source.
+        self.connection.check("write", destination_kind, destination)
+        if destination_kind == "exchange":
+            _not_default(destination)
+        _not_default(source)
+        self.connection.check("read", "exchange", source)
 
     def exchange_bind(
         self, destination: str, source: str, routing_key: str, arguments: FieldTable
     ) -> None:
         """``exchange.bind``: route from *source* into *destination* too."""
         vhost = self.vhost
-        if destination == "" or source == "":
-            raise BrokerError(403, "operation not permitted on the default exchange")
+        self._binding_checks("exchange", destination, source)
         dest = vhost.exchange(destination)
         src = vhost.exchange(source)
         key = ("exchange", id(dest), routing_key, freeze(arguments))
@@ -313,12 +401,14 @@ class ModelChannel:
     def exchange_unbind(
         self, destination: str, source: str, routing_key: str, arguments: FieldTable
     ) -> None:
-        """``exchange.unbind``; a binding that does not exist is not an error."""
+        """``exchange.unbind``; a binding, or an exchange, that does not exist is not an error
+        (RabbitMQ 3.10 answers unbind-ok)."""
         vhost = self.vhost
-        if destination == "" or source == "":
-            raise BrokerError(403, "operation not permitted on the default exchange")
-        dest = vhost.exchange(destination)
-        src = vhost.exchange(source)
+        self._binding_checks("exchange", destination, source)
+        dest = vhost.exchanges.get(destination)
+        src = vhost.exchanges.get(source)
+        if dest is None or src is None:
+            return
         key = ("exchange", id(dest), routing_key, freeze(arguments))
         if src.remove(key):
             dest.incoming.pop(key, None)
@@ -347,19 +437,29 @@ class ModelChannel:
             return QueueInfo(queue.name, queue.message_count, len(queue.consumers))
         generated = name == ""
         if generated:
+            kind = typed(arguments.get("x-queue-type"))
+            if kind in ("quorum", "stream"):
+                raise BrokerError(
+                    406, f"Cannot declare a server-named queue for type rabbit_{kind}_queue"
+                )
             name = generated_name("amq.gen-")
+        elif name.startswith("amq."):
+            raise BrokerError(403, f"queue name '{name}' contains reserved prefix 'amq.*'")
+        self.connection.check("configure", "queue", name)
         existing = vhost.queues.get(name)
         if existing is not None:
-            self._check_owner(existing)
-            if exclusive and existing.exclusive_owner is None:
+            # RabbitMQ's strict exclusive check: the declared owner must be the queue's.
+            if existing.exclusive_owner is not (self.connection if exclusive else None):
                 raise _locked(existing)
             self._check_equivalent(existing, durable, auto_delete, arguments)
             self.vhost.touch(existing)
             self.vhost.expire_head(existing, self.vhost.clock.now())
             self.last_queue = name
             return QueueInfo(name, existing.message_count, len(existing.consumers))
-        if name.startswith("amq.") and not generated:
-            raise BrokerError(403, f"queue name '{name}' contains reserved prefix 'amq.*'")
+        dead_letter_exchange = arguments.get("x-dead-letter-exchange")
+        if isinstance(dead_letter_exchange, str):
+            self.connection.check("read", "queue", name)
+            self.connection.check("write", "exchange", dead_letter_exchange)
         owner = self.connection if exclusive else None
         queue = Queue(
             vhost.name,
@@ -369,6 +469,7 @@ class ModelChannel:
             auto_delete=auto_delete,
             arguments=arguments,
             now=vhost.clock.now(),
+            memory=vhost.memory,
         )
         vhost.queues[name] = queue
         if queue.expires is not None:
@@ -393,17 +494,19 @@ class ModelChannel:
                     f"current is {show(current)}",
                 )
         for key in EQUIVALENT_ARGS:
-            received_value = typed(arguments.get(key))
-            current_value = typed(queue.arguments.get(key))
+            received_raw = arguments.get(key)
+            current_raw = queue.arguments.get(key)
+            received_value, current_value = typed(received_raw), typed(current_raw)
             if key == "x-queue-type":
                 received_value = received_value or "classic"
                 current_value = current_value or "classic"
-            if not same_value(received_value, current_value):
-                raise BrokerError(
-                    406,
-                    f"inequivalent arg '{key}' {where}: received {show_arg(received_value)} "
-                    f"but current is {show_arg(current_value)}",
-                )
+            if same_value(received_value, current_value):
+                continue
+            if received_raw is not None and current_raw is not None:
+                shown = f"received {show(received_value)} but current is {show(current_value)}"
+            else:
+                shown = f"received {show_arg(received_raw)} but current is {show_arg(current_raw)}"
+            raise BrokerError(406, f"inequivalent arg '{key}' {where}: {shown}")
 
     def queue_bind(
         self, queue: str, exchange: str, routing_key: str, arguments: FieldTable
@@ -411,9 +514,9 @@ class ModelChannel:
         """``queue.bind`` (an empty queue name means the channel's last declared queue)."""
         if queue == "" and routing_key == "":
             routing_key = self._queue_name("")
+        queue = self._queue_name(queue)
+        self._binding_checks("queue", queue, exchange)
         target = self._accessible(queue)
-        if exchange == "":
-            raise BrokerError(403, "operation not permitted on the default exchange")
         source = self.vhost.exchange(exchange)
         key = ("queue", id(target), routing_key, freeze(arguments))
         if source.add(Binding(target, routing_key, dict(arguments), key)):
@@ -422,11 +525,15 @@ class ModelChannel:
     def queue_unbind(
         self, queue: str, exchange: str, routing_key: str, arguments: FieldTable
     ) -> None:
-        """``queue.unbind``; a binding that does not exist is not an error."""
-        target = self._accessible(queue)
-        if exchange == "":
-            raise BrokerError(403, "operation not permitted on the default exchange")
-        source = self.vhost.exchange(exchange)
+        """``queue.unbind``; a binding, queue or exchange that does not exist is not an error
+        (RabbitMQ 3.10 answers unbind-ok)."""
+        queue = self._queue_name(queue)
+        self._binding_checks("queue", queue, exchange)
+        target = self.vhost.queues.get(queue)
+        source = self.vhost.exchanges.get(exchange)
+        if target is None or source is None:
+            return
+        self._check_owner(target)
         key = ("queue", id(target), routing_key, freeze(arguments))
         if source.remove(key):
             target.bindings_in.pop(key, None)
@@ -434,15 +541,17 @@ class ModelChannel:
 
     def queue_purge(self, name: str) -> int:
         """``queue.purge``: drop ready messages; returns how many."""
+        name = self._queue_name(name)
+        self.connection.check("read", "queue", name)
         queue = self._accessible(name)
-        count = len(queue.ready)
-        queue.ready.clear()
-        queue.ready_bytes = 0
-        return count
+        if queue.log is not None:
+            raise BrokerError(540, f"queue.purge not supported by stream queues {_resource(queue)}")
+        return queue.purge()
 
     def queue_delete(self, name: str, *, if_unused: bool = False, if_empty: bool = False) -> int:
         """``queue.delete``: deleting a missing queue succeeds with 0, like RabbitMQ 3.10."""
         name = self._queue_name(name)
+        self.connection.check("configure", "queue", name)
         queue = self.vhost.queues.get(name)
         if queue is None:
             return 0
@@ -450,7 +559,7 @@ class ModelChannel:
         where = f"queue '{name}' in vhost '{self.vhost.name}'"
         if if_unused and queue.consumers:
             raise BrokerError(406, f"{where} in use")
-        if if_empty and queue.ready:
+        if if_empty and queue.message_count:
             raise BrokerError(406, f"{where} not empty")
         owner = queue.exclusive_owner
         if owner is not None:
@@ -481,6 +590,8 @@ class ModelChannel:
         start only once the caller calls :meth:`start_consumer` (after ``consume-ok``)."""
         if queue_name == DIRECT_REPLY_TO:
             return self._consume_reply_to(consumer_tag, no_ack=no_ack)
+        queue_name = self._queue_name(queue_name)
+        self.connection.check("read", "queue", queue_name)
         queue = self._accessible(queue_name)
         if not consumer_tag:
             consumer_tag = generated_name("amq.ctag-")
@@ -490,6 +601,10 @@ class ModelChannel:
             raise BrokerError(
                 403, f"queue '{queue.name}' in vhost '{self.vhost.name}' in exclusive use"
             )
+        offset = 0
+        log = queue.log
+        if log is not None:
+            offset = self._stream_start(queue, log, no_ack=no_ack, arguments=arguments)
         consumer = Consumer(
             self,
             queue,
@@ -499,10 +614,34 @@ class ModelChannel:
             prefetch=self.consumer_prefetch,
             arguments=dict(arguments),
         )
+        consumer.offset = offset
         self.consumers[consumer_tag] = consumer
         queue.consumers.append(consumer)
         queue.ever_consumed = True
         return consumer_tag
+
+    def _stream_start(
+        self, queue: Queue, log: StreamLog, *, no_ack: bool, arguments: FieldTable
+    ) -> int:
+        """RabbitMQ 3.10's checks on a stream consumer, in its order; where it starts."""
+        where = _resource(queue)
+        for key in arguments:
+            if key not in ("x-stream-offset", "x-credit"):
+                raise BrokerError(
+                    406, f"invalid arg '{key}' for {where} of queue type rabbit_stream_queue"
+                )
+        start = log.resolve(
+            arguments.get("x-stream-offset"), int(self.vhost.clock.wall() * 1000), where
+        )
+        if not self.consumer_prefetch:
+            raise BrokerError(406, f"consumer prefetch count is not set for '{where}'")
+        if no_ack:
+            raise BrokerError(
+                540, f"automatic acknowledgement not supported by stream queues {where}"
+            )
+        if self.global_prefetch:
+            raise BrokerError(540, f"{where} does not support global qos")
+        return start
 
     def _consume_reply_to(self, consumer_tag: str, *, no_ack: bool) -> str:
         if not no_ack:
@@ -570,13 +709,33 @@ class ModelChannel:
         """Deliver *entry* from *queue* to *consumer* (the model's dispatch calls this)."""
         tag = self.next_tag
         self.next_tag = tag + 1
+        stream = queue.log is not None
         if not consumer.no_ack:
-            self.unacked[tag] = _Unacked(tag, queue, entry, consumer)
+            self._outstanding(_Unacked(tag, queue, entry, consumer, self.vhost.clock.now()))
             consumer.unacked += 1
             self.consumer_unacked += 1
         self.connection.sink.deliver(
-            self.number, consumer.tag, tag, entry.redelivered, entry.message
+            self.number,
+            consumer.tag,
+            tag,
+            entry.redelivered,
+            entry.message,
+            entry.seq if stream else None,
         )
+
+    def _outstanding(self, record: _Unacked) -> None:
+        """Keep *record* until it is acknowledged (and count its message as held)."""
+        if not self.unacked:
+            self.connection.watch_timeout(self)
+        self.unacked[record.tag] = record
+        if record.queue.log is None:
+            self.vhost.memory.hold(record.entry.message.held)
+
+    def oldest_delivery(self) -> float | None:
+        """When the oldest unacknowledged delivery went out (consumer timeout), or None."""
+        for record in self.unacked.values():
+            return record.delivered_at
+        return None
 
     # --- publishing ---------------------------------------------------------------------------
 
@@ -590,6 +749,7 @@ class ModelChannel:
         mandatory: bool = False,
     ) -> PublishOutcome | None:
         """``basic.publish``; None inside a transaction (the outcome comes at commit)."""
+        self.connection.check("write", "exchange", exchange)
         source = self.vhost.exchange(exchange)
         if source.internal:
             raise BrokerError(
@@ -651,7 +811,11 @@ class ModelChannel:
 
     def get(self, queue_name: str, *, no_ack: bool) -> GetResult | None:
         """``basic.get``: the head message, or None (get-empty)."""
+        queue_name = self._queue_name(queue_name)
+        self.connection.check("read", "queue", queue_name)
         queue = self._accessible(queue_name)
+        if queue.log is not None:
+            raise BrokerError(540, f"basic.get not supported by stream queues {_resource(queue)}")
         self.vhost.touch(queue)
         self.vhost.expire_head(queue, self.vhost.clock.now())
         if not queue.ready:
@@ -660,7 +824,7 @@ class ModelChannel:
         tag = self.next_tag
         self.next_tag = tag + 1
         if not no_ack:
-            self.unacked[tag] = _Unacked(tag, queue, entry, None)
+            self._outstanding(_Unacked(tag, queue, entry, None, self.vhost.clock.now()))
         return GetResult(tag, entry.redelivered, entry.message, len(queue.ready))
 
     # --- acknowledgements ---------------------------------------------------------------------
@@ -678,11 +842,14 @@ class ModelChannel:
         else:
             tags = [delivery_tag]
         records = [unacked.pop(tag) for tag in tags]
+        memory = self.vhost.memory
         for record in records:
             consumer = record.consumer
             if consumer is not None:
                 consumer.unacked -= 1
                 self.consumer_unacked -= 1
+            if record.queue.log is None:
+                memory.release(record.entry.message.held)
         return records
 
     def ack(self, delivery_tag: int, *, multiple: bool = False) -> None:
@@ -694,8 +861,16 @@ class ModelChannel:
         self._settled(records)
 
     def nack(self, delivery_tag: int, *, multiple: bool = False, requeue: bool = True) -> None:
-        """``basic.nack`` (and ``basic.reject`` with ``multiple=False``)."""
+        """``basic.nack`` (and ``basic.reject`` with ``multiple=False``); 540 for a stream's
+        delivery, which closes the connection as in RabbitMQ."""
         records = self._take(delivery_tag, multiple)
+        for record in records:
+            if record.queue.log is not None:
+                raise BrokerError(
+                    540,
+                    "basic.nack and basic.reject not supported by stream queues "
+                    + _resource(record.queue),
+                )
         if self.transactional:
             self.tx_acks.append((records, requeue))
             return
@@ -721,8 +896,8 @@ class ModelChannel:
         for record in records:
             by_queue.setdefault(id(record.queue), (record.queue, []))[1].append(record.entry)
         for queue, entries in by_queue.values():
-            if queue.deleted:
-                continue
+            if queue.deleted or queue.log is not None:
+                continue  # a stream keeps its messages: nothing goes back
             if requeue:
                 queue.requeue(entries)
                 if any(e.expires_at is not None for e in entries):
@@ -733,7 +908,10 @@ class ModelChannel:
         self._redispatch(q for q, _ in by_queue.values())
 
     def recover(self) -> None:
-        """``basic.recover`` with requeue: every unacked message goes back, redelivered."""
+        """``basic.recover`` with requeue: every unacked message goes back, redelivered
+        (RabbitMQ 3.10 fails with 541 when a stream delivery is among them)."""
+        if any(record.queue.log is not None for record in self.unacked.values()):
+            raise BrokerError(541, "", caused_by_method=False)
         records = self._take(0, True)
         self._give_back(records, requeue=True, reason="rejected")
 
@@ -792,12 +970,17 @@ class ModelChannel:
                 else:
                     record.consumer = None
                 restored[record.tag] = record
+                if record.queue.log is None:
+                    self.vhost.memory.hold(record.entry.message.held)
+        if restored and not self.unacked:
+            self.connection.watch_timeout(self)
         restored.update(self.unacked)
         self.unacked = dict(sorted(restored.items()))
 
     def flow(self, active: bool) -> None:
         """``channel.flow`` from the client: pause or resume deliveries."""
         self.active = active
+        self.deliverable = active and self.connection.writable
         if active:
             self._redispatch(c.queue for c in self.consumers.values())
 
@@ -812,6 +995,10 @@ class ModelChannel:
         for consumer in list(self.consumers.values()):
             self.drop_consumer(consumer, notify=False)
         records = list(self.unacked.values())
+        memory = self.vhost.memory
+        for record in records:
+            if record.queue.log is None:
+                memory.release(record.entry.message.held)
         for pending, _ in self.tx_acks:  # acknowledged in a transaction never committed
             records += pending
         self.unacked.clear()

@@ -5,10 +5,19 @@ from __future__ import annotations
 
 import base64
 import os
+from datetime import datetime
 
-from amqp_sansio import FieldValue, TypedValue
+from amqp_sansio import FieldValue, Int8, Int16, Int32, Int64, Timestamp, TypedValue
 
-__all__ = ["freeze", "generated_name", "same_value", "show", "show_arg", "typed"]
+__all__ = [
+    "freeze",
+    "generated_name",
+    "same_value",
+    "show",
+    "show_arg",
+    "typed",
+    "wire_type",
+]
 
 
 def typed(value: FieldValue) -> FieldValue:
@@ -42,17 +51,45 @@ def show(value: object) -> str:
 
 
 def show_arg(value: object) -> str:
-    """An argument value as RabbitMQ quotes it in an "inequivalent arg" text."""
+    """An argument value as RabbitMQ quotes it in an "inequivalent arg" text when the other
+    side has none: with its type."""
     if value is None:
         return "none"
-    kind = (
-        "longstr"
-        if isinstance(value, str)
-        else "bool"
-        if isinstance(value, bool)
-        else ("long" if isinstance(value, int) else type(value).__name__)
-    )
-    return f"the value '{value}' of type '{kind}'"
+    shown = typed(value) if isinstance(value, TypedValue) else value
+    if isinstance(shown, bool):
+        shown = "true" if shown else "false"
+    return f"the value '{shown}' of type '{wire_type(value)}'"
+
+
+def wire_type(value: object) -> str:
+    """The name RabbitMQ gives a field value's type (the smallest type a client would have
+    encoded an integer with, as ``amqp_sansio`` does)."""
+    if isinstance(value, TypedValue):
+        return {
+            Int8: "byte",
+            Int16: "short",
+            Int32: "signedint",
+            Int64: "long",
+            Timestamp: "timestamp",
+        }.get(type(value), "long")
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        for bits, name in ((8, "byte"), (16, "short"), (32, "signedint")):
+            if -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+                return name
+        return "long"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, str | bytes):
+        return "longstr"
+    if isinstance(value, datetime):
+        return "timestamp"
+    if isinstance(value, dict):
+        return "table"
+    if isinstance(value, list):
+        return "array"
+    return "void"
 
 
 def generated_name(prefix: str) -> str:

@@ -1,17 +1,22 @@
-"""A published message, and how its time to live is read."""
+"""A published message, what it costs to hold, and how its time to live is read."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, Final, final
 
 import attrs
+
+from amqp_sansio.framing import encode_table
 
 from ._errors import BrokerError
 
 if TYPE_CHECKING:
     from amqp_sansio import BasicProperties
 
-__all__ = ["Message", "expiry", "parse_expiration"]
+__all__ = ["PROPERTIES_ESTIMATE", "Message", "expiry", "parse_expiration"]
+
+#: Octets counted for a message's content header and properties besides its headers table.
+PROPERTIES_ESTIMATE: Final = 128
 
 
 @final
@@ -23,6 +28,18 @@ class Message:
     routing_key: str
     properties: BasicProperties = attrs.field(eq=False)
     body: bytes | bytearray = attrs.field(eq=False)
+    #: Octets the broker counts while it holds the message (memory high watermark): the body,
+    #: the encoded headers table and :data:`PROPERTIES_ESTIMATE` for the rest.
+    held: int = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        held = len(self.body) + PROPERTIES_ESTIMATE
+        headers = self.properties.headers
+        if headers:
+            scratch = bytearray()
+            encode_table(scratch, headers)
+            held += len(scratch)
+        object.__setattr__(self, "held", held)
 
     @property
     def size(self) -> int:

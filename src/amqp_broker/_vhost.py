@@ -1,5 +1,6 @@
 """A virtual host: its exchanges and queues, and how a message moves among them: routing,
-enqueueing with limits and TTLs, dispatch to consumers, expiry and dead-lettering."""
+enqueueing with limits and TTLs, dispatch to consumers (stream consumers read from their own
+offsets), expiry and dead-lettering."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ if TYPE_CHECKING:
     from amqp_sansio import FieldTable
 
     from ._clock import ModelClock
+    from ._memory import MemoryMonitor
     from ._message import Message
+    from ._streams import StreamLog
 
 __all__ = ["VirtualHost"]
 
@@ -30,9 +33,13 @@ def _unused_deadline(queue: Queue) -> float | None:
 class VirtualHost:
     """An isolated namespace of exchanges and queues."""
 
-    def __init__(self, name: str, clock: ModelClock) -> None:
+    def __init__(self, name: str, clock: ModelClock, memory: MemoryMonitor) -> None:
         self.name = name
         self.clock = clock
+        self.memory = memory
+        #: Open connections on this virtual host, and how many it admits (None: no limit).
+        self.connections = 0
+        self.max_connections: int | None = None
         self.exchanges: dict[str, Exchange[Queue]] = {"": Exchange("", "direct", durable=True)}
         for exchange_name, kind in PREDECLARED:
             self.exchanges[exchange_name] = Exchange(exchange_name, kind, durable=True)
@@ -107,9 +114,12 @@ class VirtualHost:
         for consumer in list(queue.consumers):
             consumer.channel.drop_consumer(consumer, notify=True)
         queue.consumers.clear()
-        count = len(queue.ready)
-        queue.ready.clear()
-        queue.ready_bytes = 0
+        count = queue.purge()
+        log = queue.log
+        if log is not None:
+            count = len(log)
+            for message in log.clear():
+                self.memory.release(message.held)
         self.timed.discard(queue)
         self.expiring.discard(queue)
         return count
@@ -194,13 +204,10 @@ class VirtualHost:
 
     def expire_head(self, queue: Queue, now: float) -> None:
         """Drop expired messages from the head of *queue* (RabbitMQ also expires at heads)."""
-        ready = queue.ready
-        while ready:
-            head = ready[0]
-            if head.expires_at is None or head.expires_at > now:
-                return
-            queue.pop()
-            self.dead_letter(queue, head.message, "expired")
+        if not queue.ready:
+            return
+        for entry in queue.drop_expired(now):
+            self.dead_letter(queue, entry.message, "expired")
 
     # --- dead-lettering -----------------------------------------------------------------------
 
@@ -223,6 +230,10 @@ class VirtualHost:
     def enqueue(self, queue: Queue, message: Message) -> bool:
         """Put *message* into *queue*; False when a full ``reject-publish`` queue refused it."""
         if queue.deleted:
+            return True
+        log = queue.log
+        if log is not None:
+            self._append(queue, log, message)
             return True
         now = self.clock.now()
         if queue.full() and queue.overflow != "drop-head":
@@ -248,6 +259,13 @@ class VirtualHost:
         self.dispatch(queue)
         return True
 
+    def _append(self, queue: Queue, log: StreamLog, message: Message) -> None:
+        memory = self.memory
+        memory.hold(message.held)
+        for dropped in log.append(message, int(self.clock.wall() * 1000)):
+            memory.release(dropped.held)
+        self.dispatch(queue)
+
     def _hand_over(self, queue: Queue, entry: Entry) -> bool:
         for consumer in queue.active_consumers():
             if consumer.can_take():
@@ -272,6 +290,10 @@ class VirtualHost:
             queue.dispatching = False
 
     def _dispatch_once(self, queue: Queue) -> None:
+        log = queue.log
+        if log is not None:
+            self._dispatch_stream(queue, log)
+            return
         consumers = queue.consumers
         if not consumers or not queue.ready:
             return
@@ -295,3 +317,13 @@ class VirtualHost:
             if not queue.ready:
                 return
             consumer.channel.send(consumer, queue, queue.pop())
+
+    def _dispatch_stream(self, queue: Queue, log: StreamLog) -> None:
+        """Every consumer of a stream reads on from its own offset while it has credit."""
+        for consumer in list(queue.consumers):
+            while consumer.offset < log.next_offset and consumer.can_take() and not queue.deleted:
+                offset = max(consumer.offset, log.first_offset)
+                message = log.read(offset)
+                assert message is not None  # first_offset <= offset < next_offset
+                consumer.offset = offset + 1
+                consumer.channel.send(consumer, queue, Entry(message, offset, None))
