@@ -5,8 +5,9 @@ until retention removes it; consumers read from an offset of their choice withou
 anything away. The log is kept in segments of ``x-stream-max-segment-size-bytes``; when a
 segment is full a new one starts and, as in RabbitMQ, retention then drops the oldest whole
 segments while the stream holds more than ``x-max-length-bytes`` (or their newest message is
-older than ``x-max-age``). Each message is its own chunk, so ``x-stream-offset: last`` starts
-at the last message.
+older than ``x-max-age``). As in RabbitMQ, every segment after the first starts with a record
+that takes an offset and is never delivered, so offsets have gaps. Each message is its own
+chunk, so ``x-stream-offset: last`` starts at the last message.
 """
 
 from __future__ import annotations
@@ -79,10 +80,12 @@ class _Segment:
     __slots__ = ("first", "messages", "size", "times")
 
     def __init__(self, first: int) -> None:
-        #: Offset of the segment's first message.
+        #: Offset of the segment's first entry.
         self.first = first
-        self.messages: list[Message] = []
-        #: Wall-clock milliseconds at which each message was appended.
+        #: The entries by offset; None is the record that starts every segment after the
+        #: first (RabbitMQ's writer puts a tracking chunk there: an offset no one is sent).
+        self.messages: list[Message | None] = []
+        #: Wall-clock milliseconds at which each entry was appended.
         self.times: list[int] = []
         self.size = 0
 
@@ -91,7 +94,15 @@ class _Segment:
 class StreamLog:
     """The messages of one stream queue, by offset."""
 
-    __slots__ = ("held", "max_age_ms", "max_bytes", "next_offset", "segment_size", "segments")
+    __slots__ = (
+        "count",
+        "held",
+        "max_age_ms",
+        "max_bytes",
+        "next_offset",
+        "segment_size",
+        "segments",
+    )
 
     def __init__(
         self,
@@ -104,13 +115,15 @@ class StreamLog:
         self.max_age_ms = max_age_ms
         self.segment_size = segment_size
         self.segments: deque[_Segment] = deque([_Segment(0)])
-        #: The offset the next message gets.
+        #: The offset the next entry gets.
         self.next_offset = 0
+        #: Messages retained.
+        self.count = 0
         #: Octets of the retained messages (the broker's memory accounting).
         self.held = 0
 
     def __len__(self) -> int:
-        return self.next_offset - self.first_offset
+        return self.count
 
     def __repr__(self) -> str:
         return f"<StreamLog offsets {self.first_offset}..{self.next_offset}>"
@@ -127,10 +140,15 @@ class StreamLog:
         segment.times.append(now_ms)
         segment.size += message.held
         self.held += message.held
+        self.count += 1
         self.next_offset += 1
         if segment.size < self.segment_size:
             return []
-        self.segments.append(_Segment(self.next_offset))
+        rolled = _Segment(self.next_offset)
+        rolled.messages.append(None)
+        rolled.times.append(now_ms)
+        self.next_offset += 1
+        self.segments.append(rolled)
         return self._retain(now_ms)
 
     def _retain(self, now_ms: int) -> list[Message]:
@@ -147,18 +165,22 @@ class StreamLog:
                 break
             self.segments.popleft()
             self.held -= oldest.size
-            dropped += oldest.messages
+            gone = [m for m in oldest.messages if m is not None]
+            self.count -= len(gone)
+            dropped += gone
         return dropped
 
     def clear(self) -> list[Message]:
         """Drop everything (the queue was deleted); returns what was held."""
-        dropped = [m for segment in self.segments for m in segment.messages]
+        dropped = [m for segment in self.segments for m in segment.messages if m is not None]
         self.segments = deque([_Segment(self.next_offset)])
         self.held = 0
+        self.count = 0
         return dropped
 
     def read(self, offset: int) -> Message | None:
-        """The message at *offset*, or None when it is gone or not written yet."""
+        """The message at *offset*; None when it is gone, not written yet, or the record that
+        starts a segment."""
         if offset >= self.next_offset or offset < self.first_offset:
             return None
         segments = self.segments
@@ -168,6 +190,15 @@ class StreamLog:
         index = bisect.bisect_right([s.first for s in segments], offset) - 1
         segment = segments[index]
         return segment.messages[offset - segment.first]
+
+    def last_message_offset(self) -> int:
+        """The offset of the newest message (``next_offset`` when there is none)."""
+        offset = self.next_offset - 1
+        while offset >= self.first_offset:
+            if self.read(offset) is not None:
+                return offset
+            offset -= 1
+        return self.next_offset
 
     def resolve(self, spec: FieldValue, now_ms: int, where: str) -> int:
         """Where a consumer with ``x-stream-offset`` *spec* starts (None: ``next``).
@@ -184,13 +215,13 @@ class StreamLog:
             if value == "first":
                 return self.first_offset
             if value == "last":
-                return max(self.first_offset, self.next_offset - 1)
+                return self.last_message_offset()
             if value == "next":
                 return self.next_offset
             try:
                 age = parse_max_age(value)
             except ValueError:
-                raise BrokerError(541, "") from None
+                raise BrokerError(541, "", caused_by_method=False) from None
             if age is None:
                 raise BrokerError(
                     406,
@@ -204,7 +235,7 @@ class StreamLog:
             return self._at_time(int(value.timestamp()) * 1000)
         if isinstance(value, int) and not isinstance(value, bool):
             return min(max(value, self.first_offset), self.next_offset)
-        raise BrokerError(541, "")
+        raise BrokerError(541, "", caused_by_method=False)
 
     def _at_time(self, when_ms: int) -> int:
         """The first offset appended at or after *when_ms*."""

@@ -323,7 +323,7 @@ class VirtualHost:
         for consumer in list(queue.consumers):
             while consumer.offset < log.next_offset and consumer.can_take() and not queue.deleted:
                 offset = max(consumer.offset, log.first_offset)
-                message = log.read(offset)
-                assert message is not None  # first_offset <= offset < next_offset
                 consumer.offset = offset + 1
-                consumer.channel.send(consumer, queue, Entry(message, offset, None))
+                message = log.read(offset)
+                if message is not None:  # None: the record that starts a segment
+                    consumer.channel.send(consumer, queue, Entry(message, offset, None))
