@@ -125,6 +125,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="close a channel whose delivery waited this long for its ack (406; default "
         "%(default)s)",
     )
+    limits.add_argument(
+        "--close-timeout",
+        type=float,
+        default=defaults.close_timeout,
+        metavar="SECONDS",
+        help="how long to wait for close-ok after connection.close, and on shutdown "
+        "(default %(default)s)",
+    )
     tls = parser.add_argument_group("TLS (amqps)")
     tls.add_argument("--tls-port", type=int, metavar="PORT", help="serve amqps on this port")
     tls.add_argument("--tls-cert", metavar="FILE", help="the server's certificate (PEM)")
@@ -148,6 +156,7 @@ def _options(args: argparse.Namespace) -> BrokerOptions:
         memory_high_watermark_bytes=args.memory_high_watermark_bytes,
         outbound_limit=args.outbound_limit,
         consumer_timeout=args.consumer_timeout,
+        close_timeout=args.close_timeout,
     )
 
 
