@@ -705,13 +705,14 @@ class ModelChannel:
         elif queue.single_active and not queue.deleted:
             self.vhost.dispatch(queue)
 
-    def send(self, consumer: Consumer, queue: Queue, entry: Entry) -> None:
-        """Deliver *entry* from *queue* to *consumer* (the model's dispatch calls this)."""
+    def send(self, consumer: Consumer, queue: Queue, entry: Entry, now: float) -> None:
+        """Deliver *entry* from *queue* to *consumer* at *now* (the model's dispatch calls
+        this; an entry for a consumer that acknowledges is still counted as held)."""
         tag = self.next_tag
         self.next_tag = tag + 1
         stream = queue.log is not None
         if not consumer.no_ack:
-            self._outstanding(_Unacked(tag, queue, entry, consumer, self.vhost.clock.now()))
+            self._outstanding(_Unacked(tag, queue, entry, consumer, now))
             consumer.unacked += 1
             self.consumer_unacked += 1
         self.connection.sink.deliver(
@@ -724,12 +725,10 @@ class ModelChannel:
         )
 
     def _outstanding(self, record: _Unacked) -> None:
-        """Keep *record* until it is acknowledged (and count its message as held)."""
+        """Keep *record* until it is acknowledged (its message's octets stay held)."""
         if not self.unacked:
             self.connection.watch_timeout(self)
         self.unacked[record.tag] = record
-        if record.queue.log is None:
-            self.vhost.memory.hold(record.entry.message.held)
 
     def oldest_delivery(self) -> float | None:
         """When the oldest unacknowledged delivery went out (consumer timeout), or None."""
@@ -749,7 +748,8 @@ class ModelChannel:
         mandatory: bool = False,
     ) -> PublishOutcome | None:
         """``basic.publish``; None inside a transaction (the outcome comes at commit)."""
-        self.connection.check("write", "exchange", exchange)
+        if self.connection.permission is not None:
+            self.connection.check("write", "exchange", exchange)
         source = self.vhost.exchange(exchange)
         if source.internal:
             raise BrokerError(
@@ -820,7 +820,7 @@ class ModelChannel:
         self.vhost.expire_head(queue, self.vhost.clock.now())
         if not queue.ready:
             return None
-        entry = queue.pop()
+        entry = queue.pop(keep_held=not no_ack)
         tag = self.next_tag
         self.next_tag = tag + 1
         if not no_ack:

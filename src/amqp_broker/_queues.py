@@ -230,8 +230,9 @@ class ConsumerChannel(Protocol):
     def consumer_unacked(self) -> int:
         """Deliveries to the channel's consumers not yet acknowledged."""
 
-    def send(self, consumer: Consumer, queue: Queue, entry: Entry) -> None:
-        """Deliver *entry* from *queue* to *consumer*."""
+    def send(self, consumer: Consumer, queue: Queue, entry: Entry, now: float) -> None:
+        """Deliver *entry* from *queue* to *consumer* at *now* (the broker's clock); for a
+        consumer that acknowledges, the entry's octets stay held (see :meth:`Queue.pop`)."""
 
     def drop_consumer(self, consumer: Consumer, *, notify: bool) -> None:
         """Remove *consumer*; with *notify* (its queue went away) tell the client."""
@@ -530,12 +531,14 @@ class Queue:
         self.ready_bytes += message.size
         self.memory.hold(message.held)
 
-    def pop(self) -> Entry:
-        """Take the next message to deliver."""
+    def pop(self, *, keep_held: bool = False) -> Entry:
+        """Take the next message to deliver; with *keep_held* its octets stay counted (it
+        goes on to a channel's unacknowledged deliveries, which hold it)."""
         entry = self.ready.popleft()
         message = entry.message
         self.ready_bytes -= message.size
-        self.memory.release(message.held)
+        if not keep_held:
+            self.memory.release(message.held)
         return entry
 
     def requeue(self, entries: list[Entry]) -> None:

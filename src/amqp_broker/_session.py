@@ -213,8 +213,11 @@ class Session:
         self._coalesce = coalesce_confirms
         self._confirms: dict[int, _Confirms] = {}
         self._outbound_limit = broker.options.outbound_limit
+        self._memory = broker.memory
         # The output buffer reached the limit: consumers are paused until it drains.
         self._full = False
+        # Octets that may still be delivered before the output size is looked at again.
+        self._budget = self._outbound_limit
         #: True while the connection is blocked by the memory alarm (its socket not read).
         self.blocked = False
         # connection.blocked was sent (so connection.unblocked is due).
@@ -363,19 +366,24 @@ class Session:
     def drained(self) -> None:
         """The transport wrote output: consumers paused by a full buffer resume below it."""
         transport = self.transport
-        if self._full and transport is not None and transport.outbound_size < self._outbound_limit:
+        if transport is None:
+            return
+        self._budget = self._outbound_limit - transport.outbound_size
+        if self._full and self._budget > 0:
             self._full = False
             connection = self.connection
             if connection is not None:
                 connection.set_writable(True)
 
-    def _check_outbound(self) -> None:
+    def _check_outbound(self, octets: int) -> None:
+        # Delivered about *octets*: look at the transport's real output size only once the
+        # budget left by the last look is spent (cheaper than a look per delivery).
+        self._budget -= octets
         transport = self.transport
-        if (
-            transport is not None
-            and not self._full
-            and transport.outbound_size >= self._outbound_limit
-        ):
+        if self._budget > 0 or transport is None or self._full:
+            return
+        self._budget = self._outbound_limit - transport.outbound_size
+        if self._budget <= 0:
             self._full = True
             connection = self.connection
             if connection is not None:
@@ -451,7 +459,7 @@ class Session:
             # stays in the model and is requeued when this connection ends.
             logger.debug("delivery to %s dropped: %s", self.peer, exc)
             return
-        self._check_outbound()
+        self._check_outbound(message.held)
         self.wake()
 
     def consumer_cancelled(self, channel: int, consumer_tag: str) -> None:
@@ -712,7 +720,7 @@ class Session:
             self._refuse(number, exc, method)
             return
         finally:
-            if self.broker.memory.alarmed and not self.blocked and self.connection is not None:
+            if self._memory.alarmed and not self.blocked and self.connection is not None:
                 self._block()
         if outcome is None:
             return

@@ -270,7 +270,9 @@ class VirtualHost:
         for consumer in queue.active_consumers():
             if consumer.can_take():
                 queue.consumers.rotate(-1)
-                consumer.channel.send(consumer, queue, entry)
+                if not consumer.no_ack:
+                    self.memory.hold(entry.message.held)  # the channel holds it now
+                consumer.channel.send(consumer, queue, entry, self.clock.now())
                 return True
         return False
 
@@ -316,14 +318,16 @@ class VirtualHost:
             self.expire_head(queue, now)
             if not queue.ready:
                 return
-            consumer.channel.send(consumer, queue, queue.pop())
+            entry = queue.pop(keep_held=not consumer.no_ack)
+            consumer.channel.send(consumer, queue, entry, now)
 
     def _dispatch_stream(self, queue: Queue, log: StreamLog) -> None:
         """Every consumer of a stream reads on from its own offset while it has credit."""
+        now = self.clock.now()
         for consumer in list(queue.consumers):
             while consumer.offset < log.next_offset and consumer.can_take() and not queue.deleted:
                 offset = max(consumer.offset, log.first_offset)
                 consumer.offset = offset + 1
                 message = log.read(offset)
                 if message is not None:  # None: the record that starts a segment
-                    consumer.channel.send(consumer, queue, Entry(message, offset, None))
+                    consumer.channel.send(consumer, queue, Entry(message, offset, None), now)
