@@ -143,6 +143,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.tls_port is not None and not (args.tls_cert and args.tls_key):
         parser.error("--tls-port needs --tls-cert and --tls-key")
+    names = {name for name, _ in args.user or [("guest", "guest")]}
+    for user, *_ in args.permissions:
+        if user not in names:
+            parser.error(f"--permissions names {user!r}, which no --user gives")
     return args
 
 

@@ -616,3 +616,65 @@ def test_shutdown_sends_320_connection_forced_and_releases_everything() -> None:
         0,
     )
     assert net.broker.vhosts["/"].queues["q"].message_count == 1  # requeued at once
+
+
+# --- options ----------------------------------------------------------------------------------
+
+
+def test_options_from_the_command_line() -> None:
+    from amqp_broker.__main__ import _options, parse_args
+
+    args = parse_args(
+        [
+            *("--user", "app:pw", "--permissions", "app", "/", "^a", "^b", "^c"),
+            *("--handshake-timeout", "2", "--max-connections", "7"),
+            *("--vhost-max-connections", "/:3", "--channel-max", "9"),
+            *("--memory-high-watermark-bytes", "1000", "--outbound-limit", "500"),
+            *("--consumer-timeout", "60", "--close-timeout", "1"),
+        ]
+    )
+    assert _options(args) == BrokerOptions(
+        handshake_timeout=2.0,
+        max_connections=7,
+        vhost_max_connections={"/": 3},
+        channel_max=9,
+        memory_high_watermark_bytes=1000,
+        outbound_limit=500,
+        consumer_timeout=60.0,
+        close_timeout=1.0,
+    )
+    assert args.permissions == [["app", "/", "^a", "^b", "^c"]]
+    with pytest.raises(SystemExit):
+        parse_args(["--permissions", "nobody", "/", ".*", ".*", ".*"])
+    with pytest.raises(SystemExit):
+        parse_args(["--tls-port", "5671"])
+
+
+@pytest.mark.parametrize(
+    "bad", [{"handshake_timeout": 0}, {"channel_max": 70000}, {"outbound_limit": -1}]
+)
+def test_options_are_checked(bad: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match="must be"):
+        BrokerOptions(**bad)  # type: ignore[arg-type]
+    assert BrokerOptions().watermark > 0  # a fraction of this machine's memory
+
+
+def test_the_watermark_can_change_at_run_time() -> None:
+    net = Net(transport=True)
+    client = open_client(net)
+    ch = client.channel()
+    client.declare(ch, "q")
+    client.publish(ch, b"x" * 1000, routing_key="q")
+    memory = net.broker.memory
+    memory.set_watermark(500)
+    assert memory.alarmed
+    client.publish(ch, b"y", routing_key="q")
+    assert client.transport.paused
+    memory.set_watermark(None)
+    net.pump()
+    assert not memory.alarmed
+    assert not client.transport.paused
+    assert [type(e) for e in client.history if isinstance(e, BlockedByPeer | UnblockedByPeer)] == [
+        BlockedByPeer,
+        UnblockedByPeer,
+    ]
