@@ -196,6 +196,20 @@ class RawClient:
         (message_count,) = struct.unpack_from(">I", ok, 1 + ok[0])
         return int(message_count)
 
+    def queue_declare_exclusive(self, queues: list[str], *, batch: int = 500) -> None:
+        """Declare exclusive, non-durable queues (gone with this connection), pipelined:
+        *batch* declares per write, then their replies."""
+        for start in range(0, len(queues), batch):
+            names = queues[start : start + batch]
+            self.sock.sendall(
+                b"".join(
+                    _method(1, Q_DECLARE, b"\x00\x00" + _shortstr(name) + b"\x04" + b"\x00" * 4)
+                    for name in names
+                )
+            )
+            for _ in names:
+                self._expect(Q_DECLARE_OK)
+
     def queue_delete(self, queue: str) -> int:
         self.sock.sendall(_method(1, Q_DELETE, b"\x00\x00" + _shortstr(queue) + b"\x00"))
         (message_count,) = struct.unpack_from(">I", self._expect(Q_DELETE_OK), 0)

@@ -12,26 +12,42 @@ It prints the median msgs/s per case, embedded/RabbitMQ against the issue's goal
 1 KiB), and the broker process's CPU time per message (user + system from ``/proc/PID/stat``
 around the case), which a busy machine disturbs far less than the throughput.
 
+With ``--memory`` it measures instead what each broker holds: per idle connection (a raw
+client with one channel open and no heartbeats; default 1,000 of them), per queue (exclusive,
+classic; default 10,000) and per 1,000 queued 1 KiB messages (default 10,000 in one queue),
+each as the growth of the broker's memory over its load: the embedded broker's resident set
+(``VmRSS``), RabbitMQ's total memory as ``rabbitmqctl status`` reports it (``rss``; run as
+root). The embedded broker runs with its default limits (handshake timeout, output bound,
+watermark) in place.
+
     .venv/bin/python bench/broker.py                       # 20 000 messages, 3 runs, medians
     .venv/bin/python bench/broker.py --count 200 --runs 1  # smoke run
     .venv/bin/python bench/broker.py --json out.json --broker-profile /tmp/broker.prof
+    .venv/bin/python bench/broker.py --memory              # 1,000 connections, 10,000 queues
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
+import time
 import uuid
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from _e2e_libs import Case, run_amqp_trio
 from _raw import RawClient
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"
 HERE = Path(__file__).resolve().parent
@@ -45,6 +61,8 @@ OP_TITLES = {
 SIZES = {"16B": 16, "1KiB": 1024, "64KiB": 65536}
 GOAL = 0.5
 GOAL_SIZE = "1KiB"
+#: The embedded broker holds at most half of what RabbitMQ does per connection and per queue.
+MEMORY_GOAL = 0.5
 CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -115,6 +133,106 @@ class EmbeddedBroker:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+# -- memory ----------------------------------------------------------------------------------
+
+KIB = 1024
+
+
+def process_rss(pid: int) -> int:
+    """The resident set of process ``pid`` in octets."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * KIB
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def rabbitmq_memory(rabbitmqctl: str) -> int:
+    """RabbitMQ's total memory as ``rabbitmqctl status`` reports it (the rss strategy)."""
+    done = subprocess.run(
+        [*rabbitmqctl.split(), "status", "--formatter", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return int(json.loads(done.stdout)["memory"]["total"]["rss"])
+
+
+def measure_memory(url: str, read: Callable[[], int], args: argparse.Namespace) -> dict[str, float]:
+    """Octets per idle connection, per queue and per 1,000 queued messages of 1 KiB."""
+
+    def settled() -> int:
+        time.sleep(args.memory_settle)  # RabbitMQ's figures lag a little
+        return read()
+
+    base = settled()
+    clients = [RawClient(url) for _ in range(args.memory_connections)]
+    with_connections = settled()
+    admin = RawClient(url)
+    try:
+        queues = [f"bench-mem-{uuid.uuid4().hex[:12]}" for _ in range(args.memory_queues)]
+        admin.queue_declare_exclusive(queues)
+        with_queues = settled()
+        body = b"m" * SIZES[GOAL_SIZE]
+        admin.publish(queues[0], args.memory_messages, body)
+        depth = admin.wait_for_depth(queues[0], args.memory_messages)
+        if depth != args.memory_messages:
+            raise RuntimeError(f"published {args.memory_messages}, the queue holds {depth}")
+        with_messages = settled()
+    finally:
+        admin.close()  # the exclusive queues go with it
+        for client in clients:
+            client.close()
+    return {
+        "connection": (with_connections - base) / args.memory_connections,
+        "queue": (with_queues - with_connections) / args.memory_queues,
+        "1000_messages": (with_messages - with_queues) / args.memory_messages * 1000,
+    }
+
+
+def run_memory(args: argparse.Namespace, targets: list[str]) -> int:
+    """The ``--memory`` mode: print (and with ``--json`` write) each broker's figures."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = min(hard, max(soft, 2 * args.memory_connections + 256))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    print(
+        f"bench/broker.py --memory: {args.memory_connections} idle connections, "
+        f"{args.memory_queues} queues, {args.memory_messages} messages of 1 KiB; "
+        f"{platform.python_implementation()} {platform.python_version()}",
+        flush=True,
+    )
+    figures: dict[str, dict[str, float]] = {}
+    for target in targets:
+        if target == "rabbitmq":
+            read = functools.partial(rabbitmq_memory, args.rabbitmqctl)
+            figures[target] = measure_memory(args.url, read, args)
+        else:
+            embedded = EmbeddedBroker(None)
+            try:
+                read = functools.partial(process_rss, embedded.process.pid)
+                figures[target] = measure_memory(embedded.url, read, args)
+            finally:
+                embedded.stop()
+        got = figures[target]
+        print(
+            f"  {target:<8} {got['connection'] / KIB:8.1f} KiB/connection "
+            f"{got['queue'] / KIB:8.2f} KiB/queue "
+            f"{got['1000_messages'] / KIB:9.1f} KiB/1000 messages",
+            flush=True,
+        )
+    if len(figures) == 2:
+        print()
+        for key, label in (("connection", "idle connection"), ("queue", "queue")):
+            ratio = figures["embedded"][key] / figures["rabbitmq"][key]
+            mark = "met" if ratio <= MEMORY_GOAL else "MISSED"
+            print(f"goal embedded/RabbitMQ <= {MEMORY_GOAL} per {label}: {ratio:.2f} {mark}")
+        ratio = figures["embedded"]["1000_messages"] / figures["rabbitmq"]["1000_messages"]
+        print(f"embedded/RabbitMQ per 1000 messages: {ratio:.2f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"memory": figures}, indent=2) + "\n")
+    return 0
 
 
 # -- harness ---------------------------------------------------------------------------------
@@ -196,6 +314,25 @@ def main() -> int:
     parser.add_argument(
         "--broker-profile", help="run the embedded broker under cProfile into this file"
     )
+    parser.add_argument(
+        "--memory", action="store_true", help="measure memory per connection/queue/message"
+    )
+    parser.add_argument("--memory-connections", type=int, default=1000, metavar="N")
+    parser.add_argument("--memory-queues", type=int, default=10_000, metavar="N")
+    parser.add_argument("--memory-messages", type=int, default=10_000, metavar="N")
+    parser.add_argument(
+        "--memory-settle",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="wait before each memory reading",
+    )
+    parser.add_argument(
+        "--rabbitmqctl",
+        default="rabbitmqctl",
+        metavar="COMMAND",
+        help="how to run rabbitmqctl for the broker at --url (e.g. with -n NODE)",
+    )
     args = parser.parse_args()
     if args.worker:
         return worker(args.worker)
@@ -212,6 +349,8 @@ def main() -> int:
             parser.error(f"unknown {name}: {', '.join(bad)} (choose from {', '.join(allowed)})")
     if args.count < 1 or args.runs < 1:
         parser.error("--count and --runs must be at least 1")
+    if args.memory:
+        return run_memory(args, targets)
 
     embedded = EmbeddedBroker(args.broker_profile) if "embedded" in targets else None
     try:

@@ -48,7 +48,7 @@ from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 import amqp_blocking
 from amqp_sansio import Int64
-from amqp_spark._broker import read_stream_range
+from amqp_spark._connections import read_stream_range
 from amqp_spark._offsets import OffsetRange
 from amqp_spark._options import parse_options
 from amqp_spark._schema import RecordBatchBuilder, output_columns

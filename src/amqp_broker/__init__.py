@@ -4,41 +4,44 @@ Built for tests and demos that must run without RabbitMQ: ``python -m amqp_broke
 on a port; :func:`running` (Trio) and :func:`run_in_thread` (synchronous code) start one on a
 free port and yield its URL. :class:`Broker` is the sans-IO model and :class:`Session` turns one
 server-role core's events into model calls, so both are testable without sockets.
+:class:`BrokerOptions` holds the limits, timeouts and flow control (RabbitMQ's defaults), and
+:class:`User`/:class:`Permission` the users and what they may do.
 """
 
 from __future__ import annotations
 
-from ._model import (
-    Broker,
-    BrokerError,
-    DeliverySink,
-    GetResult,
-    Message,
-    ModelChannel,
-    ModelConnection,
-    PublishOutcome,
-    QueueInfo,
-    topic_matches,
-)
-from ._server import make_broker, run_in_thread, running, serve
-from ._session import Session, parse_credentials
+from ._broker import Broker
+from ._channel import DeliverySink, GetResult, ModelChannel, ModelConnection, PublishOutcome
+from ._errors import BrokerError
+from ._message import Message
+from ._options import BrokerOptions
+from ._permissions import Permission, User
+from ._queues import QueueInfo
+from ._routing import topic_matches
+from ._server import make_broker, run_in_thread, running, serve, shutdown
+from ._session import Session, SessionTransport, parse_credentials
 
 __all__ = [
     "Broker",
     "BrokerError",
+    "BrokerOptions",
     "DeliverySink",
     "GetResult",
     "Message",
     "ModelChannel",
     "ModelConnection",
+    "Permission",
     "PublishOutcome",
     "QueueInfo",
     "Session",
+    "SessionTransport",
+    "User",
     "make_broker",
     "parse_credentials",
     "run_in_thread",
     "running",
     "serve",
+    "shutdown",
     "topic_matches",
 ]
 

@@ -1,5 +1,6 @@
-"""The transport glue: :func:`serve` runs the broker over ``amqp_trio.serve``; :func:`running`
-and :func:`run_in_thread` start one on a free port for tests and demos."""
+"""The transport glue: :func:`serve` runs the broker over ``amqp_trio.serve`` (plain and TLS
+listeners, the broker's timers, flow control, shutdown); :func:`running` and
+:func:`run_in_thread` start one on a free port for tests and demos."""
 
 from __future__ import annotations
 
@@ -8,48 +9,96 @@ import logging
 import math
 import threading
 import time
+import weakref
 from contextlib import asynccontextmanager, contextmanager
-from typing import TYPE_CHECKING, Final, NoReturn
+from typing import TYPE_CHECKING, Final, NoReturn, final
 from urllib.parse import quote
 
+import attrs
 import trio
 
 import amqp_trio
-from amqp_sansio import RemoteProtocolError
+from amqp_sansio import ConnectionConfig, RemoteProtocolError
 
-from ._model import Broker
+from ._broker import Broker
 from ._session import Session
 
 if TYPE_CHECKING:
+    import ssl
     from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 
-    from amqp_sansio import ConnectionConfig
+    from ._options import BrokerOptions
+    from ._permissions import User
 
-__all__ = ["make_broker", "run_in_thread", "running", "serve"]
+__all__ = ["make_broker", "run_in_thread", "running", "serve", "shutdown"]
 
 logger: Final = logging.getLogger("amqp_broker")
 
-#: How long the broker waits for ``close-ok`` after sending ``connection.close``.
+#: How long the broker waits for ``close-ok`` after sending ``connection.close``, when the
+#: broker's options do not say (:attr:`BrokerOptions.close_timeout`).
 CLOSE_TIMEOUT: Final = 5.0
 
-_DEFAULT_USERS: Final = {"guest": "guest"}
 
-
-def make_broker(vhosts: Iterable[str] = ("/",)) -> Broker:
+def make_broker(
+    vhosts: Iterable[str] = ("/",),
+    *,
+    options: BrokerOptions | None = None,
+    users: Mapping[str, str | User] | None = None,
+) -> Broker:
     """A :class:`Broker` on Trio's clock (for TTLs) and the wall clock (for ``x-death``)."""
-    return Broker(vhosts=vhosts, clock=trio.current_time, wall_clock=time.time)
+    return Broker(
+        vhosts=vhosts,
+        clock=trio.current_time,
+        wall_clock=time.time,
+        options=options,
+        users=users,
+    )
 
 
-async def _handle(
-    conn: amqp_trio.ServerConnection, broker: Broker, users: Mapping[str, str]
-) -> None:
-    session = Session(broker, conn.core, users=users, wake=conn.schedule_flush, peer=conn.peer)
+@final
+class _Serving:
+    """What :func:`serve` keeps about one broker: the open sessions, for shutdown."""
+
+    def __init__(self) -> None:
+        self.connections: dict[Session, amqp_trio.ServerConnection] = {}
+        self.stopping = False
+        self.idle = trio.Event()
+        self.idle.set()
+
+    def add(self, session: Session, conn: amqp_trio.ServerConnection) -> None:
+        self.connections[session] = conn
+        self.idle = trio.Event() if self.idle.is_set() else self.idle
+
+    def remove(self, session: Session) -> None:
+        self.connections.pop(session, None)
+        if not self.connections:
+            self.idle.set()
+
+
+_SERVING: Final[weakref.WeakKeyDictionary[Broker, _Serving]] = weakref.WeakKeyDictionary()
+
+
+async def _handle(conn: amqp_trio.ServerConnection, broker: Broker, serving: _Serving) -> None:
+    if serving.stopping:
+        return  # accepted while shutting down: closed at once
+    session = Session(
+        broker,
+        conn.core,
+        wake=conn.schedule_flush,
+        peer=conn.peer,
+        transport=conn,
+        coalesce_confirms=True,
+    )
+    conn.before_write = session.flush_confirms
+    conn.after_write = session.drained
+    serving.add(session, conn)
+    close_timeout = broker.options.close_timeout
     try:
         while not session.finished:
             try:
                 if session.closing:
                     # no cancel scope per event on the hot path: only while awaiting close-ok
-                    with trio.move_on_after(CLOSE_TIMEOUT) as scope:
+                    with trio.move_on_after(close_timeout) as scope:
                         event = await conn.next_event()
                     if scope.cancelled_caught:
                         logger.info("client %s did not answer connection.close", conn.peer)
@@ -58,23 +107,16 @@ async def _handle(
                     event = await conn.next_event()
             except RemoteProtocolError as exc:
                 session.protocol_error(exc)
-                await _linger(conn)
+                await conn.aclose()
                 return
             session.handle(event)
     finally:
         session.end()
-
-
-async def _linger(conn: amqp_trio.ServerConnection) -> None:
-    """Write the close that answers a protocol error and close the socket once the client has
-    read it: ``aclose()`` discards the client's input until its close-ok, the end of the
-    stream or a second (closing with unread input resets the connection, and a reset can
-    destroy the close before the client reads it)."""
-    await conn.aclose()
+        serving.remove(session)
 
 
 async def _expire(broker: Broker) -> NoReturn:
-    """Run the model's message-expiry timer."""
+    """Run the model's timer: message and queue expiry, consumer timeouts."""
     changed = trio.Event()
 
     def wake() -> None:
@@ -89,68 +131,155 @@ async def _expire(broker: Broker) -> NoReturn:
         broker.handle_timer()
 
 
+async def _sample_outbound(broker: Broker, serving: _Serving) -> NoReturn:
+    """Tell the memory monitor how much output waits in the connections' buffers."""
+    interval = broker.options.memory_check_interval
+    while True:
+        await trio.sleep(interval)
+        broker.memory.sample_outbound(sum(c.outbound_size for c in serving.connections.values()))
+
+
 async def serve(
     broker: Broker,
     host: str | None = "127.0.0.1",
-    port: int = 5672,
+    port: int | None = 5672,
     *,
-    users: Mapping[str, str] | None = None,
+    users: Mapping[str, str | User] | None = None,
     config: ConnectionConfig | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+    tls_port: int | None = None,
     task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
-    """Serve *broker* on *host*:*port* until cancelled.
+    """Serve *broker* on *host*:*port* (plain AMQP) and, with *ssl_context*, on *tls_port*
+    (AMQP over TLS, ``amqps``), until cancelled.
 
-    *users* maps usernames to passwords (default ``guest``/``guest``). ``port=0`` picks a free
-    port; ``await nursery.start(serve, broker, host, 0)`` returns the listeners.
+    *users* maps usernames to passwords (or :class:`User`) and is added to the broker's
+    users. ``port=0`` picks a free port; ``port=None`` serves TLS only.
+    ``await nursery.start(serve, broker, host, 0)`` returns the listeners (plain ones first).
+    Limits, timeouts and flow control come from ``broker.options``; call :func:`shutdown`
+    before cancelling to close every connection as RabbitMQ does when it stops.
     """
-    accounts = dict(_DEFAULT_USERS if users is None else users)
+    if users is not None:
+        for name, user in users.items():
+            broker.users.add(name, user)
+    options = broker.options
+    base = ConnectionConfig() if config is None else config
+    config = attrs.evolve(base, channel_max=base.channel_max or options.channel_max)
+    serving = _SERVING[broker] = _Serving()
+    limiter = (
+        None if options.max_connections is None else trio.CapacityLimiter(options.max_connections)
+    )
 
     async def handler(conn: amqp_trio.ServerConnection) -> None:
-        await _handle(conn, broker, accounts)
+        await _handle(conn, broker, serving)
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(_expire, broker)
-        listeners = await nursery.start(
-            functools.partial(amqp_trio.serve, handler, host, port, config=config)
-        )
-        task_status.started(listeners)
+    listen = functools.partial(
+        amqp_trio.serve,
+        handler,
+        host,
+        config=config,
+        handshake_timeout=options.handshake_timeout,
+        max_connections=limiter,
+    )
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_expire, broker)
+            nursery.start_soon(_sample_outbound, broker, serving)
+            listeners: list[trio.SocketListener] = []
+            if port is not None:
+                listeners += await nursery.start(functools.partial(listen, port))
+            if ssl_context is not None:
+                listeners += await nursery.start(
+                    functools.partial(listen, tls_port or 0, ssl_context=ssl_context)
+                )
+            if not listeners:
+                raise ValueError("serve() needs a port, or an ssl_context for a TLS port")
+            task_status.started(listeners)
+    finally:
+        if _SERVING.get(broker) is serving:
+            del _SERVING[broker]
     raise AssertionError("the server stopped")
 
 
-def _url(host: str, port: int, users: Mapping[str, str]) -> str:
-    user, password = next(iter(users.items()))
+async def shutdown(broker: Broker, reason: str = "shutdown") -> None:
+    """Close every client connection of *broker* as RabbitMQ does when it stops:
+    ``connection.close`` 320 CONNECTION_FORCED "broker forced connection closure with reason
+    'shutdown'", then wait for their ``close-ok`` at most ``options.close_timeout`` seconds.
+    Connections accepted afterwards are closed at once. Then cancel :func:`serve`."""
+    serving = _SERVING.get(broker)
+    if serving is None:
+        return
+    serving.stopping = True
+    for session, conn in list(serving.connections.items()):
+        session.shutdown(reason)
+        conn.resume_reading()  # a blocked connection must read its close-ok
+    with trio.move_on_after(broker.options.close_timeout):
+        await serving.idle.wait()
+    if serving.connections:
+        logger.info(
+            "%d client(s) did not answer connection.close in time", len(serving.connections)
+        )
+
+
+def _url(scheme: str, host: str, port: int, users: Iterable[tuple[str, str]]) -> str:
+    user, password = next(iter(users))
     netloc = f"[{host}]" if ":" in host else host
-    return f"amqp://{quote(user, safe='')}:{quote(password, safe='')}@{netloc}:{port}/"
+    return f"{scheme}://{quote(user, safe='')}:{quote(password, safe='')}@{netloc}:{port}/"
+
+
+def _accounts(users: Mapping[str, str | User] | None) -> dict[str, str | User]:
+    accounts: dict[str, str | User] = dict({"guest": "guest"} if users is None else users)
+    if not accounts:
+        raise ValueError("running() needs at least one user")
+    return accounts
 
 
 @asynccontextmanager
 async def running(
     *,
-    users: Mapping[str, str] | None = None,
+    users: Mapping[str, str | User] | None = None,
     vhosts: Iterable[str] = ("/",),
     host: str = "127.0.0.1",
+    options: BrokerOptions | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> AsyncIterator[str]:
     """Run a broker on a free port for the duration of the block; yields its
-    ``amqp://user:password@host:port/`` URL (the first user's credentials)."""
-    accounts = dict(_DEFAULT_USERS if users is None else users)
-    if not accounts:
-        raise ValueError("running() needs at least one user")
-    broker = make_broker(vhosts)
+    ``amqp://user:password@host:port/`` URL (the first user's credentials), or with
+    *ssl_context* an ``amqps://`` URL of a TLS listener. Leaving the block closes every
+    connection with 320 CONNECTION_FORCED (see :func:`shutdown`)."""
+    accounts = _accounts(users)
+    broker = make_broker(vhosts, options=options, users=accounts)
     async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(functools.partial(serve, broker, host, 0, users=accounts))
+        listeners = await nursery.start(
+            functools.partial(
+                serve,
+                broker,
+                host,
+                None if ssl_context is not None else 0,
+                ssl_context=ssl_context,
+                tls_port=0,
+            )
+        )
         port = int(listeners[0].socket.getsockname()[1])
+        first = next(iter(accounts.items()))
+        password = first[1] if isinstance(first[1], str) else first[1].password
+        scheme = "amqp" if ssl_context is None else "amqps"
         try:
-            yield _url(host, port, accounts)
+            yield _url(scheme, host, port, [(first[0], password)])
         finally:
+            with trio.CancelScope(shield=True):
+                await shutdown(broker)
             nursery.cancel_scope.cancel()
 
 
 @contextmanager
 def run_in_thread(
     *,
-    users: Mapping[str, str] | None = None,
+    users: Mapping[str, str | User] | None = None,
     vhosts: Iterable[str] = ("/",),
     host: str = "127.0.0.1",
+    options: BrokerOptions | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> Iterator[str]:
     """Like :func:`running`, for synchronous code: the broker runs in its own thread (with
     its own Trio loop) until the block ends; yields the URL."""
@@ -159,7 +288,9 @@ def run_in_thread(
     started = threading.Event()
 
     async def main() -> None:
-        async with running(users=users, vhosts=vhosts, host=host) as url:
+        async with running(
+            users=users, vhosts=vhosts, host=host, options=options, ssl_context=ssl_context
+        ) as url:
             stop = trio.Event()
             ready.append((url, trio.lowlevel.current_trio_token(), stop))
             started.set()

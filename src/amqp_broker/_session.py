@@ -12,7 +12,9 @@ Refusals follow RabbitMQ: soft errors (403, 404, 405, 406) close the channel, ha
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, Final, Protocol, final
+
+import attrs
 
 from amqp_sansio import (
     AccessRequest,
@@ -43,10 +45,12 @@ from amqp_sansio import (
     ChannelOpened,
     ConfirmSelect,
     ConfirmSelectOk,
+    ConnectionBlocked,
     ConnectionClose,
     ConnectionClosed,
     ConnectionLost,
     ConnectionState,
+    ConnectionUnblocked,
     ConnectionUpdateSecret,
     ConnectionUpdateSecretOk,
     ExchangeBind,
@@ -57,6 +61,7 @@ from amqp_sansio import (
     ExchangeDeleteOk,
     ExchangeUnbind,
     ExchangeUnbindOk,
+    Int64,
     LocalProtocolError,
     MessageReceived,
     MethodReceived,
@@ -81,16 +86,20 @@ from amqp_sansio import (
 )
 from amqp_sansio.framing import decode_table_entries
 
-from ._model import BrokerError
+from ._errors import BrokerError
+from ._memory import BLOCKED_REASON
+from ._permissions import FULL_ACCESS, UserRegistry
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from amqp_sansio import Connection, Event, Method
+    from amqp_sansio import Connection, Event, FieldTable, Method
 
-    from ._model import Broker, Message, ModelChannel, ModelConnection
+    from ._broker import Broker
+    from ._channel import ModelChannel, ModelConnection
+    from ._message import Message
 
-__all__ = ["Session", "parse_credentials"]
+__all__ = ["Session", "SessionTransport", "parse_credentials"]
 
 logger: Final = logging.getLogger("amqp_broker")
 
@@ -126,16 +135,58 @@ def _nothing() -> None:
     return None
 
 
+class SessionTransport(Protocol):
+    """What a session needs from the transport under its core (the broker's server glue)."""
+
+    @property
+    def outbound_size(self) -> int:
+        """Octets of output not yet written (in the core and being written)."""
+
+    def pause_reading(self) -> None:
+        """Stop reading the client's socket (the connection is blocked)."""
+
+    def resume_reading(self) -> None:
+        """Read the client's socket again."""
+
+
+@final
+class _Confirms:
+    """Publisher confirms of one channel waiting to be sent, coalesced as RabbitMQ does."""
+
+    __slots__ = ("acks", "nacks")
+
+    def __init__(self) -> None:
+        self.acks: list[int] = []
+        self.nacks: list[int] = []
+
+
+def _coalesced(numbers: list[int], others: list[int]) -> list[tuple[int, bool]]:
+    """RabbitMQ's ``coalesce_and_send``: every number below the smallest of *others* (the
+    opposite outcome) goes in one frame with ``multiple``; the rest one by one."""
+    numbers = sorted(numbers)
+    cutoff = min([numbers[-1] + 1, *others])
+    below = [n for n in numbers if n < cutoff]
+    frames = [(below[-1], True)] if below else []
+    frames += [(n, False) for n in numbers if n >= cutoff]
+    return frames
+
+
 @final
 class Session:
     """The broker's side of one client connection, driven by its server-role core.
 
     :param broker: the shared model.
     :param core: an ``amqp_sansio.Connection`` in the server role.
-    :param users: username -> password, for PLAIN and AMQPLAIN.
+    :param users: username -> password, for PLAIN and AMQPLAIN, allowed everything
+        everywhere; by default the broker's users and their permissions.
     :param wake: called after the session wrote into *core* on behalf of another connection
         (``ServerConnection.schedule_flush``).
     :param peer: the client's address, for log lines.
+    :param transport: the transport under *core*: with it the session bounds the output
+        buffer (``BrokerOptions.outbound_limit``) and stops reading a blocked connection.
+    :param coalesce_confirms: keep publisher confirms until :meth:`flush_confirms` (called
+        when the socket can be written) and send them as RabbitMQ does, many in one frame;
+        otherwise each publish is confirmed at once.
     """
 
     def __init__(
@@ -143,18 +194,34 @@ class Session:
         broker: Broker,
         core: Connection,
         *,
-        users: Mapping[str, str],
+        users: Mapping[str, str] | None = None,
         wake: Callable[[], None] = _nothing,
         peer: str = "",
+        transport: SessionTransport | None = None,
+        coalesce_confirms: bool = False,
     ) -> None:
         self.broker = broker
         self.core = core
-        self.users = users
+        self.users = broker.users if users is None else UserRegistry(users)
         self.wake = wake
         self.peer = peer
+        self.transport = transport
         self.username: str | None = None
         self.connection: ModelConnection | None = None
         self._cancel_notify = False
+        self._blocked_capable = False
+        self._coalesce = coalesce_confirms
+        self._confirms: dict[int, _Confirms] = {}
+        self._outbound_limit = broker.options.outbound_limit
+        self._memory = broker.memory
+        # The output buffer reached the limit: consumers are paused until it drains.
+        self._full = False
+        # Octets that may still be delivered before the output size is looked at again.
+        self._budget = self._outbound_limit
+        #: True while the connection is blocked by the memory alarm (its socket not read).
+        self.blocked = False
+        # connection.blocked was sent (so connection.unblocked is due).
+        self._blocked_sent = False
         #: True once the connection ended (closed or lost): the transport may close.
         self.finished = False
 
@@ -183,6 +250,7 @@ class Session:
                 self.connection.open_channel(event.channel)
         elif kind is ChannelClosed:
             assert isinstance(event, ChannelClosed)
+            self._confirms.pop(event.channel, None)
             if self.connection is not None:
                 self.connection.close_channel(event.channel)
         elif kind is ChannelFlowChanged:
@@ -214,31 +282,147 @@ class Session:
     def _release(self) -> None:
         # Requeue unacked messages and delete exclusive queues as soon as the broker decides
         # the connection is over, not when the client gets round to close-ok.
+        self._confirms.clear()
         connection, self.connection = self.connection, None
         if connection is not None:
+            self.broker.memory.forget(self._alarm_cleared)
             connection.close()
+        if self.blocked:
+            self.blocked = False
+            if self.transport is not None:
+                self.transport.resume_reading()
+
+    def shutdown(self, reason: str = "shutdown") -> None:
+        """The broker stops: send ``connection.close`` 320 CONNECTION_FORCED with RabbitMQ's
+        text (the transport then waits a bounded time for ``close-ok``)."""
+        try:
+            self.core.close(
+                320, f"CONNECTION_FORCED - broker forced connection closure with reason '{reason}'"
+            )
+        except LocalProtocolError:
+            return  # already closing or closed
+        self._release()
+        self.wake()
 
     # --- handshake ----------------------------------------------------------------------------
 
     def _authenticate(self, event: AuthenticationRequested) -> None:
         credentials = parse_credentials(event.mechanism, event.response)
-        if credentials is None or self.users.get(credentials[0]) != credentials[1]:
+        if credentials is None or self.users.password(credentials[0]) != credentials[1]:
             logger.info("client %s: login refused (%s)", self.peer, event.mechanism)
             self.core.refuse_authentication(_LOGIN_REFUSED.format(event.mechanism))
             return
         self.username = credentials[0]
         capabilities = event.client_properties.get("capabilities")
-        self._cancel_notify = isinstance(capabilities, dict) and bool(
-            capabilities.get("consumer_cancel_notify")
-        )
+        if isinstance(capabilities, dict):
+            self._cancel_notify = bool(capabilities.get("consumer_cancel_notify"))
+            self._blocked_capable = bool(capabilities.get("connection.blocked"))
         self.core.accept_authentication()
 
     def _open_vhost(self, name: str) -> None:
-        if name not in self.broker.vhosts:
-            self.core.refuse_virtual_host(f"vhost {name} not found")
+        user = self.username or ""
+        refusal = self.broker.admit(name, user, self.users)
+        if refusal is not None:
+            logger.info("client %s: %s", self.peer, refusal)
+            self.core.refuse_virtual_host(refusal)
             return
-        self.connection = self.broker.connect(name, self, cancel_notify=self._cancel_notify)
+        permission = self.users.permission(user, name)
+        self.connection = self.broker.connect(
+            name,
+            self,
+            cancel_notify=self._cancel_notify,
+            user=user,
+            permission=None if permission is FULL_ACCESS else permission,
+        )
+        self.broker.memory.on_clear(self._alarm_cleared)
         self.core.accept_virtual_host()
+
+    # --- flow control -------------------------------------------------------------------------
+
+    def _block(self) -> None:
+        """The memory alarm is on and the client published: stop reading it."""
+        self.blocked = True
+        if self._blocked_capable and not self._blocked_sent:
+            self._blocked_sent = True
+            self.core.send_method(0, ConnectionBlocked(reason=BLOCKED_REASON))
+            self.wake()
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def _alarm_cleared(self) -> None:
+        if not self.blocked:
+            return
+        self.blocked = False
+        if self._blocked_sent:
+            self._blocked_sent = False
+            try:
+                self.core.send_method(0, ConnectionUnblocked())
+            except LocalProtocolError:
+                return
+            self.wake()
+        if self.transport is not None:
+            self.transport.resume_reading()
+
+    def drained(self) -> None:
+        """The transport wrote output: consumers paused by a full buffer resume below it."""
+        transport = self.transport
+        if transport is None:
+            return
+        self._budget = self._outbound_limit - transport.outbound_size
+        if self._full and self._budget > 0:
+            self._full = False
+            connection = self.connection
+            if connection is not None:
+                connection.set_writable(True)
+
+    def _check_outbound(self, octets: int) -> None:
+        # Delivered about *octets*: look at the transport's real output size only once the
+        # budget left by the last look is spent (cheaper than a look per delivery).
+        self._budget -= octets
+        transport = self.transport
+        if self._budget > 0 or transport is None or self._full:
+            return
+        self._budget = self._outbound_limit - transport.outbound_size
+        if self._budget <= 0:
+            self._full = True
+            connection = self.connection
+            if connection is not None:
+                connection.set_writable(False)
+
+    # --- confirms -----------------------------------------------------------------------------
+
+    def _confirm(self, channel: int, sequence: int, *, nack: bool) -> None:
+        if not self._coalesce:
+            method = BasicNack(delivery_tag=sequence) if nack else BasicAck(delivery_tag=sequence)
+            self.core.send_method(channel, method)
+            return
+        pending = self._confirms.get(channel)
+        if pending is None:
+            pending = self._confirms[channel] = _Confirms()
+        (pending.nacks if nack else pending.acks).append(sequence)
+
+    def flush_confirms(self) -> None:
+        """Send the confirms kept since the last call: acks below the first nack in one
+        ``basic.ack`` with ``multiple``, as RabbitMQ's channel does when it is idle."""
+        confirms, self._confirms = self._confirms, {}
+        for channel, pending in confirms.items():
+            acks, nacks = pending.acks, pending.nacks
+            try:
+                if len(acks) == 1:
+                    self.core.send_method(channel, BasicAck(delivery_tag=acks[0]))
+                elif acks:
+                    for tag, multiple in _coalesced(acks, nacks):
+                        self.core.send_method(
+                            channel, BasicAck(delivery_tag=tag, multiple=multiple)
+                        )
+                if nacks:
+                    for tag, multiple in _coalesced(nacks, acks):
+                        self.core.send_method(
+                            channel, BasicNack(delivery_tag=tag, multiple=multiple)
+                        )
+            except LocalProtocolError as exc:
+                # The channel or the connection is closing: the client gets no confirms there.
+                logger.debug("confirms to %s dropped: %s", self.peer, exc)
 
     # --- the delivery sink (called by the model, maybe for another connection) ---------------
 
@@ -249,8 +433,14 @@ class Session:
         delivery_tag: int,
         redelivered: bool,
         message: Message,
+        stream_offset: int | None = None,
     ) -> None:
         """Send ``basic.deliver`` (the model's :class:`DeliverySink`)."""
+        properties = message.properties
+        if stream_offset is not None:
+            headers: FieldTable = dict(properties.headers or {})
+            headers["x-stream-offset"] = Int64(stream_offset)
+            properties = attrs.evolve(properties, headers=headers)
         try:
             self.core.send_content(
                 channel,
@@ -261,7 +451,7 @@ class Session:
                     exchange=message.exchange,
                     routing_key=message.routing_key,
                 ),
-                message.properties,
+                properties,
                 message.body,
             )
         except LocalProtocolError as exc:
@@ -269,6 +459,7 @@ class Session:
             # stays in the model and is requeued when this connection ends.
             logger.debug("delivery to %s dropped: %s", self.peer, exc)
             return
+        self._check_outbound(message.held)
         self.wake()
 
     def consumer_cancelled(self, channel: int, consumer_tag: str) -> None:
@@ -277,6 +468,15 @@ class Session:
             self.core.send_method(channel, BasicCancel(consumer_tag=consumer_tag, nowait=True))
         except LocalProtocolError as exc:
             logger.debug("cancel to %s dropped: %s", self.peer, exc)
+            return
+        self.wake()
+
+    def channel_failed(self, channel: int, error: BrokerError) -> None:
+        """Close *channel* with *error* (the model's consumer timeout)."""
+        try:
+            self._close_channel(channel, error, None)
+        except LocalProtocolError as exc:
+            logger.debug("channel close to %s dropped: %s", self.peer, exc)
             return
         self.wake()
 
@@ -304,26 +504,32 @@ class Session:
 
     def _refuse(self, number: int, error: BrokerError, method: Method) -> None:
         if error.is_hard:
+            cause = method if error.caused_by_method else None
             self.core.send_method(
                 0,
                 ConnectionClose(
                     reply_code=error.reply_code,
                     reply_text=error.reply_text[:255],
-                    class_id=method.CLASS_ID,
-                    method_id=method.METHOD_ID,
+                    class_id=0 if cause is None else cause.CLASS_ID,
+                    method_id=0 if cause is None else cause.METHOD_ID,
                 ),
             )
             self._release()
             return
+        self._close_channel(number, error, method)
+
+    def _close_channel(self, number: int, error: BrokerError, method: Method | None) -> None:
+        cause = method if error.caused_by_method else None
         self.core.send_method(
             number,
             ChannelClose(
                 reply_code=error.reply_code,
                 reply_text=error.reply_text[:255],
-                class_id=method.CLASS_ID,
-                method_id=method.METHOD_ID,
+                class_id=0 if cause is None else cause.CLASS_ID,
+                method_id=0 if cause is None else cause.METHOD_ID,
             ),
         )
+        self._confirms.pop(number, None)
         if self.connection is not None:
             self.connection.close_channel(number)
 
@@ -513,6 +719,9 @@ class Session:
         except BrokerError as exc:
             self._refuse(number, exc, method)
             return
+        finally:
+            if self._memory.alarmed and not self.blocked and self.connection is not None:
+                self._block()
         if outcome is None:
             return
         if method.mandatory and not outcome.routed:
@@ -524,7 +733,4 @@ class Session:
                 event.body,
             )
         if sequence:
-            if outcome.rejected:
-                self.core.send_method(number, BasicNack(delivery_tag=sequence))
-            else:
-                self.core.send_method(number, BasicAck(delivery_tag=sequence))
+            self._confirm(number, sequence, nack=outcome.rejected)

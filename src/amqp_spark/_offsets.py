@@ -1,7 +1,7 @@
 """Stream offsets: the ``startingOffsets``/``endingOffsets`` grammar, the offset dicts Spark
 checkpoints, admission control across queues, and splitting offset ranges into partitions.
 
-Everything here is pure and picklable; the broker is asked only in ``_broker``.
+Everything here is pure and picklable; the broker is asked only in ``_connections``.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import SimpleDataSourceStreamReader
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-from ._broker import QueueConsumer
+from ._connections import QueueConsumer
 from ._schema import build_record_batch
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from ._broker import StreamProbe, read_stream_range
+from ._connections import StreamProbe, read_stream_range
 from ._offsets import OffsetRange, OffsetSpec, allocate_rows, checkpoint_offsets, plan_ranges
 
 if TYPE_CHECKING:

@@ -36,7 +36,7 @@ from pyspark.sql.types import (
 from amqp_sansio import BasicProperties
 from amqp_sansio.client import MessageReturnedError, PublishNackedError
 
-from ._broker import open_connection
+from ._connections import open_connection
 from ._schema import PROPERTY_FIELDS
 
 if TYPE_CHECKING:

@@ -1,10 +1,22 @@
-"""The server role over Trio: :func:`serve` accepts TCP connections and hands each one, as a
-:class:`ServerConnection`, to an application handler (the in-memory broker is one)."""
+"""The server role over Trio: :func:`serve` accepts TCP (or TLS) connections and hands each
+one, as a :class:`ServerConnection`, to an application handler (the in-memory broker is one).
+
+The server side has I/O of its own, apart from the client's ``Wire``: a server must bound
+what slow or hostile clients cost it. A connection that has not finished the AMQP handshake
+within ``handshake_timeout`` is dropped without a word (as RabbitMQ does); the application can
+stop reading a connection (flow control) while its writer goes on; the octets waiting to be
+written, in the core and in flight, are known (:attr:`ServerConnection.outbound_size`), so an
+application can stop producing for a client that does not read; and the listener can stop
+accepting while ``max_connections`` are open.
+"""
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
+import math
+from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from typing import TYPE_CHECKING, Final, NoReturn, TypeAlias, final
@@ -15,21 +27,62 @@ import amqp_sansio
 from amqp_sansio import (
     NEED_DATA,
     ConnectionClosed,
+    ConnectionCloseOk,
     ConnectionLost,
+    ConnectionState,
     HeartbeatTimeout,
     RemoteProtocolError,
     Role,
 )
 from amqp_sansio.client import ConnectionLostError
-
-from ._wire import Wire
+from amqp_sansio.framing import encode_method_frame
 
 if TYPE_CHECKING:
-    from amqp_sansio import ConnectionConfig, Event
+    import ssl
+
+    from amqp_sansio import ConnectionConfig, Event, Sentinel
 
 __all__ = ["ConnectionHandler", "ServerConnection", "serve", "serve_stream"]
 
 logger: Final = logging.getLogger("amqp_trio")
+
+#: Octets asked of the transport per read.
+RECEIVE_SIZE: Final = 256 * 1024
+
+#: Seconds a failed connection keeps reading (and discarding) after its last words.
+CLOSE_LINGER: Final = 1.0
+
+#: Seconds :meth:`ServerConnection.aclose` tries to write what is queued before it closes the
+#: transport anyway (a client that does not read would hold it forever).
+CLOSE_FLUSH_TIMEOUT: Final = 1.0
+
+# At most this many buffers per sendmsg (Linux's IOV_MAX).
+_IOV_MAX: Final = 1024
+# Buffers are joined into writes of about this size when the stream has no socket (TLS).
+_JOIN_LIMIT: Final = 64 * 1024
+
+_Buffer: TypeAlias = bytes | bytearray | memoryview
+
+_TRANSPORT_ERRORS: Final = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+# accept() failures that mean "out of resources, try again soon" (as trio.serve_listeners).
+_ACCEPT_CAPACITY_ERRNOS: Final = frozenset(
+    (errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS)
+)
+_ACCEPT_RETRY: Final = 0.1
+
+
+def _close_ok_frame() -> bytes:
+    frame = bytearray()
+    encode_method_frame(frame, 0, ConnectionCloseOk())
+    return bytes(frame)
+
+
+_CLOSE_OK_FRAME: Final = _close_ok_frame()
+
+
+def _nothing() -> None:
+    return None
 
 
 @final
@@ -43,87 +96,336 @@ class ServerConnection:
     flushes whenever it is woken and sends heartbeats at the core's deadlines.
 
     Methods of one connection must be called from one task at a time, except
-    :meth:`schedule_flush`, which any task may call: a broker that puts a delivery into
-    *another* connection's core calls that connection's ``schedule_flush()``.
+    :meth:`schedule_flush`, :meth:`pause_reading` and :meth:`resume_reading`, which any task
+    may call: a broker that puts a delivery into *another* connection's core calls that
+    connection's ``schedule_flush()``.
+
+    :param handshake_timeout: seconds from now until ``connection.open-ok`` must have been
+        sent; a client that is slower is disconnected without a word. None: no limit.
     """
 
-    def __init__(self, stream: trio.abc.Stream, config: ConnectionConfig | None = None) -> None:
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        config: ConnectionConfig | None = None,
+        *,
+        handshake_timeout: float | None = None,
+    ) -> None:
         #: The sans-IO core in the server role.
         self.core: Final = amqp_sansio.Connection(Role.SERVER, config)
         #: The client's address as ``host:port`` (``"stream"`` for a non-socket stream).
         self.peer: Final = _peer_name(stream)
-        self._wire = Wire(self.core, stream)
+        #: Called by the writer just before it takes the core's output (the application adds
+        #: what it keeps for "when the socket is writable", such as coalesced confirms).
+        self.before_write: Callable[[], None] = _nothing
+        #: Called by the writer after each write (the application may produce again).
+        self.after_write: Callable[[], None] = _nothing
+        self._stream = stream
+        self._socket: trio.socket.SocketType | None = None
+        if isinstance(stream, trio.SocketStream) and hasattr(stream.socket, "sendmsg"):
+            self._socket = stream.socket
+        self._send_lock = trio.Lock()
+        self._wake = trio.Event()
+        self._handshake_deadline = (
+            math.inf if handshake_timeout is None else trio.current_time() + handshake_timeout
+        )
+        self._opened = False
+        # Octets taken from the core and being written now.
+        self._in_flight = 0
+        # Events the writer pulled from the core while the reader was parked in
+        # receive_some (a heartbeat timeout); the reader takes them before asking the core.
+        self._stash: deque[Event] = deque()
+        self._reader_parked = False
+        self._reading_paused = False
+        self._resumed = trio.Event()
+        self._resumed.set()
+        self._eof = False
         self._ended = False
         # The core raised RemoteProtocolError: it takes no more bytes, its close is queued.
         self._failed = False
+        #: Set once the transport failed or was closed; writes stop.
+        self.broken = False
 
     def __repr__(self) -> str:
         return f"<amqp_trio.ServerConnection {self.peer} {self.core.state.value}>"
+
+    @property
+    def outbound_size(self) -> int:
+        """Octets of output not written yet: queued in the core, plus those being written."""
+        return self.core.outbound_size + self._in_flight
+
+    # --- Reading ------------------------------------------------------------------------------
 
     async def next_event(self) -> Event:
         """The next event, reading the socket as needed.
 
         Answers the core queued by itself (``connection.start``, ``close-ok``, ``flow-ok``)
         are flushed before waiting for more bytes. At the end of the stream (or after two
-        heartbeat intervals without a byte from the client, or a transport error) it returns
+        heartbeat intervals without a byte from the client, a handshake that took longer than
+        ``handshake_timeout``, or a transport error) it returns
         :class:`~amqp_sansio.ConnectionLost`; after that, or after
         :class:`~amqp_sansio.ConnectionClosed`, calling it again raises ``RuntimeError``.
+        While reading is paused (:meth:`pause_reading`) it waits before reading more bytes.
 
         :raises RemoteProtocolError: the client broke the protocol; the core already queued
             the ``connection.close``: call :meth:`aclose`, which writes it and gives the
             client the time to read it.
         """
-        wire = self._wire
         while True:
             if self._ended:
                 raise RuntimeError("the connection ended: no more events")
-            try:
-                event = wire.next_event()
-            except RemoteProtocolError:
-                self._failed = True
-                raise
+            event: Event | Sentinel
+            if self._stash:
+                event = self._stash.popleft()
+            else:
+                try:
+                    event = self.core.next_event()
+                except RemoteProtocolError:
+                    self._failed = True
+                    raise
             if event is NEED_DATA:
-                wire.schedule_flush()
-                await wire.receive()
+                self.schedule_flush()
+                await self._receive()
                 continue
             kind = type(event)
             if kind is HeartbeatTimeout:
                 logger.info("client %s missed two heartbeats: dropping it", self.peer)
-                await wire.close_transport()
-                wire.end_of_stream()
+                await self._close_transport()
+                self._end_of_stream()
                 continue
             if kind is ConnectionLost or kind is ConnectionClosed:
                 self._ended = True
             return event
 
+    async def _receive(self) -> None:
+        """Read once and give the bytes to the core; a failed or closed transport, or the
+        handshake deadline, is the end of the stream (``receive_data(b"")``)."""
+        if self._eof:
+            raise AssertionError("receive after the end of the stream")
+        if not self._resumed.is_set():
+            await self._resumed.wait()
+        if not self._opened and self.core.state is ConnectionState.OPEN:
+            self._opened = True
+        deadline = math.inf if self._opened else self._handshake_deadline
+        self._reader_parked = True
+        data: bytes | bytearray = b""
+        try:
+            with trio.move_on_at(deadline) as scope:
+                data = await self._stream.receive_some(RECEIVE_SIZE)
+            if scope.cancelled_caught:
+                logger.info(
+                    "client %s did not finish the AMQP handshake in time: closing", self.peer
+                )
+                await self._close_transport()
+        except _TRANSPORT_ERRORS as exc:
+            logger.debug("read failed: %r", exc)
+        finally:
+            self._reader_parked = False
+        if not data:
+            self._end_of_stream()
+            return
+        self.core.receive_data(data)
+
+    def _end_of_stream(self) -> None:
+        if not self._eof:
+            self._eof = True
+            self.broken = True
+            self._wake.set()  # the writer task ends
+            self.core.receive_data(b"")
+
+    def pause_reading(self) -> None:
+        """Stop reading the client's bytes (flow control): :meth:`next_event` hands out what
+        the core already has, then waits for :meth:`resume_reading`. Heartbeats from the
+        client are not expected meanwhile. Any task may call it."""
+        if not self._reading_paused:
+            self._reading_paused = True
+            self._resumed = trio.Event()
+
+    def resume_reading(self) -> None:
+        """Read the client's bytes again. Any task may call it."""
+        if self._reading_paused:
+            self._reading_paused = False
+            self._resumed.set()
+
+    @property
+    def reading_paused(self) -> bool:
+        """Whether :meth:`pause_reading` is in effect."""
+        return self._reading_paused
+
+    # --- Writing ------------------------------------------------------------------------------
+
     def schedule_flush(self) -> None:
         """Wake this connection's writer task to write what its core has queued. Synchronous
         and non-blocking: safe to call from any task (e.g. another connection's handler)."""
-        self._wire.schedule_flush()
+        self._wake.set()
 
     async def flush(self) -> None:
         """Write everything the core has queued.
 
         :raises ConnectionLostError: the transport failed.
         """
-        await self._wire.flush()
+        lock = self._send_lock
+        try:
+            await trio.lowlevel.checkpoint_if_cancelled()
+            try:
+                lock.acquire_nowait()
+            except trio.WouldBlock:
+                await lock.acquire()
+        except trio.Cancelled:
+            self._wake.set()  # what was queued is still in the core
+            raise
+        try:
+            await self._write_queued()
+        finally:
+            lock.release()
+
+    async def _write_queued(self) -> None:
+        if self.broken:
+            raise ConnectionLostError("the connection's transport is closed")
+        core = self.core
+        wrote = False
+        with trio.CancelScope(shield=True):
+            while True:
+                if not self._failed:
+                    self.before_write()
+                size = core.outbound_size
+                buffers = core.buffers_to_send()
+                if not buffers:
+                    break
+                self._in_flight = size
+                try:
+                    if len(buffers) == 1:
+                        await self._stream.send_all(buffers[0])
+                    elif self._socket is not None:
+                        await _send_vectored(self._socket, buffers)
+                    else:
+                        await _send_joined(self._stream, buffers)
+                except _TRANSPORT_ERRORS as exc:
+                    logger.debug("write failed: %r", exc)
+                    await self._close_transport()
+                    raise ConnectionLostError(f"writing to the transport failed: {exc}") from exc
+                finally:
+                    self._in_flight = 0
+                wrote = True
+        if wrote:
+            self.after_write()
+
+    async def run_writer(self) -> None:
+        """The writer task: flush when woken, run the core's timers at their deadlines."""
+        core = self.core
+        while not self.broken:
+            deadline = core.next_deadline()
+            if not self._wake.is_set():
+                with trio.move_on_at(math.inf if deadline is None else deadline):
+                    await self._wake.wait()
+            if self._wake.is_set():
+                self._wake = trio.Event()
+            now = trio.current_time()
+            if deadline is not None and now >= deadline:
+                core.handle_timer(now, reading=not self._reading_paused)
+                if self._reader_parked:
+                    await self._poll_parked_reader()
+            try:
+                await self.flush()
+            except ConnectionLostError:
+                return
+
+    async def _poll_parked_reader(self) -> None:
+        # The reader drained the core before parking, so anything next_event() returns now
+        # was produced by handle_timer: a heartbeat timeout. Close the transport so the
+        # parked receive_some returns and the reader handles it.
+        event = self.core.next_event()
+        if event is NEED_DATA:
+            return
+        self._stash.append(event)
+        if type(event) is HeartbeatTimeout:
+            await self._close_transport()
+
+    # --- Closing ------------------------------------------------------------------------------
 
     async def aclose(self) -> None:
         """Write what is queued (e.g. a close), then close the transport. Shielded from
         cancellation; calling it again does nothing.
 
-        After :meth:`next_event` raised ``RemoteProtocolError``, the close answering it is
-        written, then the client's input is read and discarded until its ``close-ok``, the
-        end of the stream, or one second: closing a socket with unread input resets it, and
-        the reset could destroy the close before the client read it.
+        The write is given :data:`CLOSE_FLUSH_TIMEOUT` seconds (a client that does not read
+        could hold it forever). After :meth:`next_event` raised ``RemoteProtocolError``, the
+        close answering it is written, then the client's input is read and discarded until its
+        ``close-ok``, the end of the stream, or one second: closing a socket with unread input
+        resets it, and the reset could destroy the close before the client read it.
         """
         with trio.CancelScope(shield=True):
-            if not self._wire.broken:
-                with suppress(ConnectionLostError):
-                    await self._wire.flush()
+            if not self.broken:
+                with trio.move_on_after(CLOSE_FLUSH_TIMEOUT), suppress(ConnectionLostError):
+                    await self.flush()
                 if self._failed:
-                    await self._wire.linger()
-            await self._wire.close_transport()
+                    await self._linger()
+            await self._close_transport()
+
+    async def _linger(self, timeout: float = CLOSE_LINGER) -> None:
+        if self.broken or self._eof:
+            return
+        keep = len(_CLOSE_OK_FRAME) - 1
+        tail = b""
+        with trio.move_on_after(timeout):
+            while True:
+                try:
+                    data = await self._stream.receive_some(RECEIVE_SIZE)
+                except _TRANSPORT_ERRORS:
+                    return
+                if not data:
+                    return
+                window = tail + bytes(data)
+                if _CLOSE_OK_FRAME in window:
+                    return
+                tail = window[-keep:]
+
+    async def _close_transport(self) -> None:
+        """Close the transport at once (no graceful TLS close-notify)."""
+        self.broken = True
+        self._wake.set()
+        self._resumed.set()
+        await trio.aclose_forcefully(self._stream)
+
+
+async def _send_vectored(sock: trio.socket.SocketType, buffers: list[_Buffer]) -> None:
+    """Write *buffers* with ``sendmsg``: one system call for many frames, large bodies not
+    copied."""
+    views = [memoryview(buffer).cast("B") for buffer in buffers]
+    start = 0
+    while start < len(views):
+        sent = await sock.sendmsg(views[start : start + _IOV_MAX])
+        while sent:  # skip what was written; a partly written buffer goes on from its rest
+            view = views[start]
+            if sent >= len(view):
+                sent -= len(view)
+                start += 1
+            else:
+                views[start] = view[sent:]
+                sent = 0
+        while start < len(views) and not views[start]:
+            start += 1
+
+
+async def _send_joined(stream: trio.abc.Stream, buffers: list[_Buffer]) -> None:
+    """Write *buffers* as few large writes (TLS and other streams): small buffers are joined
+    up to :data:`_JOIN_LIMIT` octets, a buffer at least that large goes alone."""
+    pending: list[_Buffer] = []
+    size = 0
+    for buffer in buffers:
+        length = memoryview(buffer).nbytes
+        if length >= _JOIN_LIMIT:
+            if pending:
+                await stream.send_all(b"".join(pending))
+                pending, size = [], 0
+            await stream.send_all(buffer)
+            continue
+        pending.append(buffer)
+        size += length
+        if size >= _JOIN_LIMIT:
+            await stream.send_all(b"".join(pending))
+            pending, size = [], 0
+    if pending:
+        await stream.send_all(b"".join(pending) if len(pending) > 1 else pending[0])
 
 
 #: What :func:`serve` calls for each accepted connection.
@@ -131,6 +433,8 @@ ConnectionHandler: TypeAlias = Callable[[ServerConnection], Awaitable[None]]
 
 
 def _peer_name(stream: trio.abc.Stream) -> str:
+    if isinstance(stream, trio.SSLStream):
+        stream = stream.transport_stream
     if isinstance(stream, trio.SocketStream):
         try:
             address = stream.socket.getpeername()
@@ -148,16 +452,18 @@ async def serve_stream(
     stream: trio.abc.Stream,
     *,
     config: ConnectionConfig | None = None,
+    handshake_timeout: float | None = None,
 ) -> None:
-    """Run *handler* on one connection over *stream* (a socket, or a ``trio.testing``
-    memory stream for tests), with its writer task; close it when the handler returns.
+    """Run *handler* on one connection over *stream* (a socket, a TLS stream, or a
+    ``trio.testing`` memory stream for tests), with its writer task; close it when the
+    handler returns.
 
     An exception from the handler is logged and ends only this connection; cancellation
     propagates.
     """
-    conn = ServerConnection(stream, config)
+    conn = ServerConnection(stream, config, handshake_timeout=handshake_timeout)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(conn._wire.run_writer)
+        nursery.start_soon(conn.run_writer)
         try:
             await handler(conn)
         except Exception:
@@ -173,6 +479,9 @@ async def serve(
     port: int = 5672,
     *,
     config: ConnectionConfig | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+    handshake_timeout: float | None = None,
+    max_connections: int | trio.CapacityLimiter | None = None,
     task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Accept AMQP connections on *host*:*port* forever, like ``trio.serve_tcp``: each one
@@ -181,11 +490,64 @@ async def serve(
     ``port=0`` picks a free port; with ``await nursery.start(serve, handler, ...)`` the
     listeners come back from ``task_status.started(listeners)``, so
     ``listeners[0].socket.getsockname()[1]`` is the port.
+
+    With *ssl_context* every connection speaks TLS (``amqps``). *handshake_timeout* bounds the
+    time from accept (including the TLS handshake) to ``connection.open-ok``.
+    *max_connections* (a number, or a ``trio.CapacityLimiter`` that several listeners share)
+    bounds the open connections: at the limit, the listener stops accepting until one
+    closes, as RabbitMQ's ``connection_max`` does.
     """
-    listeners = await trio.open_tcp_listeners(port, host=host)
-    await trio.serve_listeners(
-        functools.partial(serve_stream, handler, config=config),
-        listeners,
-        task_status=task_status,
+    limiter = (
+        trio.CapacityLimiter(max_connections)
+        if isinstance(max_connections, int)
+        else max_connections
     )
-    raise AssertionError("serve_listeners returned")
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    run = functools.partial(
+        serve_stream, handler, config=config, handshake_timeout=handshake_timeout
+    )
+    async with trio.open_nursery() as nursery:
+        for listener in listeners:
+            nursery.start_soon(_accept_loop, listener, nursery, run, ssl_context, limiter)
+        task_status.started(listeners)
+    raise AssertionError("the listeners stopped")
+
+
+async def _accept_loop(
+    listener: trio.SocketListener,
+    nursery: trio.Nursery,
+    run: Callable[[trio.abc.Stream], Awaitable[None]],
+    ssl_context: ssl.SSLContext | None,
+    limiter: trio.CapacityLimiter | None,
+) -> NoReturn:
+    async with listener:
+        while True:
+            token = object()
+            if limiter is not None:
+                await limiter.acquire_on_behalf_of(token)
+            try:
+                stream: trio.abc.Stream = await listener.accept()
+            except OSError as exc:
+                if limiter is not None:
+                    limiter.release_on_behalf_of(token)
+                if exc.errno not in _ACCEPT_CAPACITY_ERRNOS:
+                    raise
+                logger.warning("accept failed (%s): retrying in %s s", exc, _ACCEPT_RETRY)
+                await trio.sleep(_ACCEPT_RETRY)
+                continue
+            if ssl_context is not None:
+                stream = trio.SSLStream(stream, ssl_context, server_side=True)
+            nursery.start_soon(_run_one, run, stream, limiter, token)
+
+
+async def _run_one(
+    run: Callable[[trio.abc.Stream], Awaitable[None]],
+    stream: trio.abc.Stream,
+    limiter: trio.CapacityLimiter | None,
+    token: object,
+) -> None:
+    try:
+        await run(stream)
+    finally:
+        if limiter is not None:
+            limiter.release_on_behalf_of(token)

@@ -327,7 +327,7 @@ def test_reject_publish_dlx_dead_letters_the_refused_message(net: Net) -> None:
     [
         ({"x-message-ttl": -1}, "{value_negative,-1}"),
         ({"x-message-ttl": "abc"}, '"expected integer, got longstr"'),
-        ({"x-max-length": 1.5}, '"expected integer, got float"'),
+        ({"x-max-length": 1.5}, '"expected integer, got double"'),
         ({"x-overflow": "explode"}, "invalid_overflow"),
     ],
 )

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Final
 
 import pytest
 
-from amqp_broker import Broker, Session, parse_credentials
+from amqp_broker import Broker, BrokerOptions, Session, User, parse_credentials
 from amqp_sansio import (
     NEED_DATA,
     AccessRequest,
@@ -62,7 +62,7 @@ from amqp_sansio import (
 from amqp_sansio.testing import ConnectionPair, get_all_events
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from amqp_sansio import Event, FieldTable, Method
 
@@ -80,6 +80,25 @@ class Clock:
         return self.now
 
 
+class Transport:
+    """The session's transport in the harness: what the server core has not handed to the
+    client yet counts as output; reading can be paused."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.paused = False
+
+    @property
+    def outbound_size(self) -> int:
+        return self.client.server.outbound_size
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+
 class Client:
     """One client core joined to a broker session."""
 
@@ -88,7 +107,18 @@ class Client:
         self.pair = ConnectionPair(client_config=config)
         self.core = self.pair.client
         self.server = self.pair.server
-        self.session = Session(net.broker, self.server, users=USERS, peer=f"test{id(self)}")
+        self.transport = Transport(self)
+        self.session = Session(
+            net.broker,
+            self.server,
+            users=USERS if net.legacy_users else None,
+            peer=f"test{id(self)}",
+            transport=self.transport if net.transport else None,
+            coalesce_confirms=net.coalesce,
+        )
+        #: False: the client's socket is not read (nothing moves from the server to it).
+        self.reading = True
+        self.server_failed = False
         self.events: list[Event] = []
         #: Every event this client ever received, for :meth:`closed`.
         self.history: list[Event] = []
@@ -96,20 +126,28 @@ class Client:
     def move(self) -> bool:
         """Move bytes both ways once; True when something moved."""
         moved = False
-        data = self.core.data_to_send()
+        blocked = self.transport.paused  # the server reads nothing: the rest waits
+        data = b"" if blocked else self.core.data_to_send()
         if data and not self.session.finished:
             moved = True
             self.server.receive_data(data)
-            while True:
-                try:
-                    event = self.server.next_event()
-                except RemoteProtocolError as exc:
-                    self.session.protocol_error(exc)
-                    break
-                if event is NEED_DATA:
-                    break
-                self.session.handle(event)
+        while not blocked and not self.session.finished and not self.server_failed:
+            try:
+                event = self.server.next_event()
+            except RemoteProtocolError as exc:
+                self.server_failed = True
+                self.session.protocol_error(exc)
+                break
+            if event is NEED_DATA:
+                break
+            moved = True
+            self.session.handle(event)
+            blocked = self.transport.paused
+        if not self.reading:
+            return moved
+        self.session.flush_confirms()
         out = self.server.data_to_send()
+        self.session.drained()
         if out:
             moved = True
             self.core.receive_data(out)
@@ -222,9 +260,27 @@ def tags(events: Sequence[Event]) -> list[int]:
 class Net:
     """A broker and the client cores connected to it."""
 
-    def __init__(self, vhosts: tuple[str, ...] = ("/",)) -> None:
+    def __init__(
+        self,
+        vhosts: tuple[str, ...] = ("/",),
+        *,
+        options: BrokerOptions | None = None,
+        users: Mapping[str, str | User] | None = None,
+        transport: bool = False,
+        coalesce: bool = False,
+    ) -> None:
         self.clock = Clock()
-        self.broker = Broker(vhosts=vhosts, clock=self.clock, wall_clock=lambda: WALL_CLOCK)
+        self.broker = Broker(
+            vhosts=vhosts,
+            clock=self.clock,
+            wall_clock=lambda: WALL_CLOCK,
+            options=options,
+            users=users,
+        )
+        #: Sessions authenticate against USERS (allowed everything), not the broker's users.
+        self.legacy_users = users is None
+        self.transport = transport
+        self.coalesce = coalesce
         self.clients: list[Client] = []
 
     def connect(
@@ -980,18 +1036,17 @@ def test_nowait_methods_get_no_reply(net: Net) -> None:
     ("arguments", "flags", "text"),
     [
         (
-            {"x-queue-type": "stream"},
+            {"x-queue-type": "bogus"},
             {"durable": True},
             (
                 "PRECONDITION_FAILED - invalid arg 'x-queue-type' for queue 'typed' in vhost '/': "
-                "unsupported queue type 'stream' (this broker has classic and quorum-compatible "
-                "queues only)"
+                "\"unsupported queue type 'bogus'\""
             ),
         ),
         (
             {"x-queue-type": "quorum"},
             {},
-            "PRECONDITION_FAILED - invalid property 'durable' for queue 'typed' in vhost '/'",
+            "PRECONDITION_FAILED - invalid property 'non-durable' for queue 'typed' in vhost '/'",
         ),
         (
             {"x-dead-letter-routing-key": "k"},

@@ -1,4 +1,5 @@
-"""amqp_spark end to end: a local[2] Spark session (shared by this module) against RabbitMQ.
+"""amqp_spark end to end: a local[2] Spark session (shared by this module) against RabbitMQ,
+and the stream queues' exactly-once tests against the embedded broker too.
 
 The session never calls ``register``: ``format("amqp")`` is found through the top-level
 ``pyspark_amqp`` module, as users get it.
@@ -30,9 +31,22 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, DataFrameReader
     from pyspark.sql.streaming.query import StreamingQuery
 
-URL = os.environ.get("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 # A generous upper bound so a broken query fails the test instead of hanging it.
 QUERY_LIMIT_S = 180
+
+#: Run a test against RabbitMQ and against the embedded broker (amqp_broker serves stream
+#: queues as RabbitMQ 3.10 does over AMQP 0-9-1).
+ON_BOTH_BROKERS = pytest.mark.parametrize(
+    "url", [pytest.param("rabbitmq", marks=pytest.mark.rabbitmq), "embedded"], indirect=True
+)
+
+
+@pytest.fixture
+def url(request: pytest.FixtureRequest) -> str:
+    """The broker's URL: RabbitMQ's (``AMQP_URL``), or the one the test is parametrized with."""
+    value = request.getfixturevalue(f"{getattr(request, 'param', 'rabbitmq')}_url")
+    assert isinstance(value, str)
+    return value
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +73,8 @@ def spark() -> Iterator[SparkSession]:
 
 
 @pytest.fixture
-def broker() -> Iterator[amqp_blocking.Channel]:
-    with amqp_blocking.connect(URL) as connection, connection.channel() as channel:
+def broker(url: str) -> Iterator[amqp_blocking.Channel]:
+    with amqp_blocking.connect(url) as connection, connection.channel() as channel:
         yield channel
 
 
@@ -88,8 +102,8 @@ def publish(channel: amqp_blocking.Channel, queue: str, bodies: Sequence[str]) -
             publisher.publish(body.encode(), routing_key=queue, properties=BasicProperties())
 
 
-def read_stream(spark: SparkSession, queue: str, kind: str, **options: str) -> DataFrame:
-    reader = spark.readStream.format("amqp").option("url", URL)
+def read_stream(spark: SparkSession, url: str, queue: str, kind: str, **options: str) -> DataFrame:
+    reader = spark.readStream.format("amqp").option("url", url)
     reader = reader.option("queue", queue).option("queueType", kind)
     for key, value in options.items():
         reader = reader.option(key, value)
@@ -125,13 +139,18 @@ def wait_until_unconsumed(channel: amqp_blocking.Channel, queue: str) -> int:
 # --- stream queues: exactly once -------------------------------------------------------------
 
 
-@pytest.mark.rabbitmq
+@ON_BOTH_BROKERS
 def test_stream_queue_exactly_once_across_restart(
-    spark: SparkSession, broker: amqp_blocking.Channel, stream_queue: str, tmp_path: Path
+    spark: SparkSession,
+    url: str,
+    broker: amqp_blocking.Channel,
+    stream_queue: str,
+    tmp_path: Path,
 ) -> None:
     publish(broker, stream_queue, [f"m{i}" for i in range(1000)])
     df = read_stream(
         spark,
+        url,
         stream_queue,
         "stream",
         startingOffsets="first",
@@ -152,13 +171,18 @@ def test_stream_queue_exactly_once_across_restart(
     assert {row.queue for row in rows} == {stream_queue}
 
 
-@pytest.mark.rabbitmq
+@ON_BOTH_BROKERS
 def test_stream_queue_killed_mid_batch_is_still_exactly_once(
-    spark: SparkSession, broker: amqp_blocking.Channel, stream_queue: str, tmp_path: Path
+    spark: SparkSession,
+    url: str,
+    broker: amqp_blocking.Channel,
+    stream_queue: str,
+    tmp_path: Path,
 ) -> None:
     publish(broker, stream_queue, [f"m{i}" for i in range(400)])
     source = read_stream(
         spark,
+        url,
         stream_queue,
         "stream",
         startingOffsets="first",
@@ -198,10 +222,14 @@ def test_stream_queue_killed_mid_batch_is_still_exactly_once(
 
 @pytest.mark.rabbitmq
 def test_classic_queue_batches_ack_after_commit(
-    spark: SparkSession, broker: amqp_blocking.Channel, classic_queue: str, tmp_path: Path
+    spark: SparkSession,
+    url: str,
+    broker: amqp_blocking.Channel,
+    classic_queue: str,
+    tmp_path: Path,
 ) -> None:
     publish(broker, classic_queue, [f"m{i}" for i in range(50)])
-    df = read_stream(spark, classic_queue, "classic", maxMessagesPerTrigger="20").select(
+    df = read_stream(spark, url, classic_queue, "classic", maxMessagesPerTrigger="20").select(
         "body", "redelivered", "stream_offset"
     )
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
@@ -222,10 +250,14 @@ def test_classic_queue_batches_ack_after_commit(
 
 @pytest.mark.rabbitmq
 def test_classic_queue_crash_redelivers_only_that_batch(
-    spark: SparkSession, broker: amqp_blocking.Channel, classic_queue: str, tmp_path: Path
+    spark: SparkSession,
+    url: str,
+    broker: amqp_blocking.Channel,
+    classic_queue: str,
+    tmp_path: Path,
 ) -> None:
     publish(broker, classic_queue, [f"m{i:02d}" for i in range(50)])
-    source = read_stream(spark, classic_queue, "classic", maxMessagesPerTrigger="20")
+    source = read_stream(spark, url, classic_queue, "classic", maxMessagesPerTrigger="20")
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
     dying = source.select(
         "body",
@@ -262,7 +294,7 @@ def test_classic_queue_crash_redelivers_only_that_batch(
 
 @pytest.mark.rabbitmq
 def test_batch_read_of_an_offset_range(
-    spark: SparkSession, broker: amqp_blocking.Channel, stream_queue: str
+    spark: SparkSession, url: str, broker: amqp_blocking.Channel, stream_queue: str
 ) -> None:
     publish(broker, stream_queue, [f"m{i}" for i in range(300)])
 
@@ -270,7 +302,7 @@ def test_batch_read_of_an_offset_range(
         # a DataFrameReader's option() changes it in place: a fresh one per read
         return (
             spark.read.format("amqp")
-            .option("url", URL)
+            .option("url", url)
             .option("queueType", "stream")
             .option("numPartitions", "3")
         )
@@ -311,7 +343,7 @@ def drain(channel: amqp_blocking.Channel, queue: str) -> list[amqp_blocking.Mess
 
 @pytest.mark.rabbitmq
 def test_batch_write_publishes_every_row_once(
-    spark: SparkSession, broker: amqp_blocking.Channel, classic_queue: str
+    spark: SparkSession, url: str, broker: amqp_blocking.Channel, classic_queue: str
 ) -> None:
     rows = spark.range(10_000, numPartitions=4).select(
         F.col("id").cast("string").alias("body"),
@@ -319,7 +351,7 @@ def test_batch_write_publishes_every_row_once(
     )
     (
         rows.write.format("amqp")
-        .option("url", URL)
+        .option("url", url)
         .option("routingKey", classic_queue)
         .option("messageIdMode", "deterministic")
         .option("maxInFlight", "500")
@@ -336,13 +368,13 @@ def test_batch_write_publishes_every_row_once(
 
 
 @pytest.mark.rabbitmq
-def test_unroutable_mandatory_row_fails_the_job(spark: SparkSession) -> None:
+def test_unroutable_mandatory_row_fails_the_job(spark: SparkSession, url: str) -> None:
     key = f"nowhere-{uuid.uuid4().hex[:8]}"
     rows = spark.createDataFrame(
         [(b"lost",)], StructType([StructField("body", BinaryType(), False)])
     )
     with pytest.raises(PySparkException) as caught:
-        rows.write.format("amqp").option("url", URL).option("exchange", "amq.direct").option(
+        rows.write.format("amqp").option("url", url).option("exchange", "amq.direct").option(
             "routingKey", key
         ).mode("append").save()
     assert key in str(caught.value)
@@ -352,6 +384,7 @@ def test_unroutable_mandatory_row_fails_the_job(spark: SparkSession) -> None:
 @pytest.mark.rabbitmq
 def test_streaming_pipeline_stream_to_queue(
     spark: SparkSession,
+    url: str,
     broker: amqp_blocking.Channel,
     stream_queue: str,
     classic_queue: str,
@@ -359,7 +392,7 @@ def test_streaming_pipeline_stream_to_queue(
 ) -> None:
     publish(broker, stream_queue, [f"m{i}" for i in range(30)])
     forwarded = read_stream(
-        spark, stream_queue, "stream", startingOffsets="first", maxMessagesPerTrigger="20"
+        spark, url, stream_queue, "stream", startingOffsets="first", maxMessagesPerTrigger="20"
     ).select(
         F.upper(F.col("body").cast("string")).alias("body"),
         F.lit(classic_queue).alias("routing_key"),
@@ -367,7 +400,7 @@ def test_streaming_pipeline_stream_to_queue(
     )
     query = (
         forwarded.writeStream.format("amqp")
-        .option("url", URL)
+        .option("url", url)
         .option("messageIdMode", "deterministic")
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
         .trigger(availableNow=True)

@@ -1,10 +1,10 @@
 """The amqp readers against RabbitMQ, driven the way Spark drives them but without the JVM:
-offsets, admission control, AvailableNow, data loss, and the ack-after-commit protocol."""
+offsets, admission control, AvailableNow, data loss, and the ack-after-commit protocol. The
+stream reader's tests run against the embedded broker too."""
 
 from __future__ import annotations
 
 import logging
-import os
 import pickle
 import threading
 import time
@@ -30,15 +30,26 @@ if TYPE_CHECKING:
 
     import pyarrow as pa
 
-pytestmark = pytest.mark.rabbitmq
-
 _T = TypeVar("_T")
-URL = os.environ.get("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+
+#: Run a test against RabbitMQ and against the embedded broker (amqp_broker serves stream
+#: queues as RabbitMQ 3.10 does over AMQP 0-9-1).
+ON_BOTH_BROKERS = pytest.mark.parametrize(
+    "url", [pytest.param("rabbitmq", marks=pytest.mark.rabbitmq), "embedded"], indirect=True
+)
 
 
 @pytest.fixture
-def channel() -> Iterator[amqp_blocking.Channel]:
-    with amqp_blocking.connect(URL) as connection, connection.channel() as ch:
+def url(request: pytest.FixtureRequest) -> str:
+    """The broker's URL: RabbitMQ's (``AMQP_URL``), or the one the test is parametrized with."""
+    value = request.getfixturevalue(f"{getattr(request, 'param', 'rabbitmq')}_url")
+    assert isinstance(value, str)
+    return value
+
+
+@pytest.fixture
+def channel(url: str) -> Iterator[amqp_blocking.Channel]:
+    with amqp_blocking.connect(url) as connection, connection.channel() as ch:
         yield ch
 
 
@@ -66,8 +77,8 @@ def publish(channel: amqp_blocking.Channel, queue: str, bodies: Sequence[bytes])
             publisher.publish(body, routing_key=queue)
 
 
-def options(**values: str) -> dict[str, str]:
-    return {"url": URL, **{key.lower(): value for key, value in values.items()}}
+def options(url: str, **values: str) -> dict[str, str]:
+    return {"url": url, **{key.lower(): value for key, value in values.items()}}
 
 
 def ship(obj: _T) -> _T:
@@ -82,15 +93,16 @@ def offsets_of(batches: Iterator[pa.RecordBatch]) -> list[int]:
     return [offset for batch in batches for offset in batch.column("stream_offset").to_pylist()]
 
 
+@ON_BOTH_BROKERS
 def test_stream_reader_offsets_limits_and_available_now(
-    channel: amqp_blocking.Channel, queues: list[str]
+    url: str, channel: amqp_blocking.Channel, queues: list[str]
 ) -> None:
     big = declare(channel, queues, "stream")
     small = declare(channel, queues, "stream")
     publish(channel, big, [b"b%d" % i for i in range(150)])
     publish(channel, small, [b"s%d" % i for i in range(30)])
     source = AmqpDataSource(
-        options(queue=f"{big},{small}", queueType="stream", startingOffsets="first")
+        options(url, queue=f"{big},{small}", queueType="stream", startingOffsets="first")
     )
     reader = source.streamReader(source.schema())
     assert isinstance(reader, StreamQueueStreamReader)
@@ -120,25 +132,27 @@ def test_stream_reader_offsets_limits_and_available_now(
         reader.latestOffset({big: 0}, ReadAllAvailable())
 
 
+@ON_BOTH_BROKERS
 def test_starting_offsets_resolve_to_numbers(
-    channel: amqp_blocking.Channel, queues: list[str]
+    url: str, channel: amqp_blocking.Channel, queues: list[str]
 ) -> None:
     queue = declare(channel, queues, "stream")
     # pollTimeoutMs: how long a probe waits for a first message before calling it empty
     empty = AmqpDataSource(
-        options(queue=queue, queueType="stream", startingOffsets="next", pollTimeoutMs="300")
+        options(url, queue=queue, queueType="stream", startingOffsets="next", pollTimeoutMs="300")
     )
     assert empty.streamReader(empty.schema()).initialOffset() == {queue: 0}
     publish(channel, queue, [b"m%d" % i for i in range(20)])
     for spec, expected in [("first", 0), ("last", 19), ("next", 20), ("7", 7)]:
-        source = AmqpDataSource(options(queue=queue, queueType="stream", startingOffsets=spec))
+        source = AmqpDataSource(options(url, queue=queue, queueType="stream", startingOffsets=spec))
         assert source.streamReader(source.schema()).initialOffset() == {queue: expected}, spec
     past = AmqpDataSource(
-        options(queue=queue, queueType="stream", startingOffsets="timestamp:1000000000")
+        options(url, queue=queue, queueType="stream", startingOffsets="timestamp:1000000000")
     )
     assert past.streamReader(past.schema()).initialOffset() == {queue: 0}
     future = AmqpDataSource(
         options(
+            url,
             queue=queue,
             queueType="stream",
             startingOffsets="timestamp:4000000000",
@@ -148,7 +162,7 @@ def test_starting_offsets_resolve_to_numbers(
     assert future.streamReader(future.schema()).initialOffset() == {queue: 20}
     # endingOffsets past the tail stops at the tail instead of waiting for new messages
     batch = AmqpDataSource(
-        options(queue=queue, queueType="stream", startingOffsets="15", endingOffsets="99")
+        options(url, queue=queue, queueType="stream", startingOffsets="15", endingOffsets="99")
     )
     batch_reader = batch.reader(batch.schema())
     assert isinstance(batch_reader, StreamQueueBatchReader)
@@ -157,15 +171,16 @@ def test_starting_offsets_resolve_to_numbers(
     # an end inside the stream, and one at exactly the tail, stay as they are
     for last in ("12", "20"):
         inside = AmqpDataSource(
-            options(queue=queue, queueType="stream", startingOffsets="3", endingOffsets=last)
+            options(url, queue=queue, queueType="stream", startingOffsets="3", endingOffsets=last)
         )
         inside_reader = inside.reader(inside.schema())
         assert isinstance(inside_reader, StreamQueueBatchReader)
         assert inside_reader.partitions() == [OffsetRange(queue, 3, int(last))], last
 
 
+@ON_BOTH_BROKERS
 def test_retention_gap_is_data_loss(
-    channel: amqp_blocking.Channel, queues: list[str], caplog: pytest.LogCaptureFixture
+    url: str, channel: amqp_blocking.Channel, queues: list[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     # tiny segments and a tiny size limit: the oldest segments are deleted while publishing
     queue = declare(
@@ -177,7 +192,7 @@ def test_retention_gap_is_data_loss(
     channel.confirm_select()
     for _ in range(200):  # one chunk each (confirmed one by one), so many segments roll
         channel.basic_publish(b"x" * 100, routing_key=queue)
-    strict = AmqpDataSource(options(queue=queue, queueType="stream", startingOffsets="first"))
+    strict = AmqpDataSource(options(url, queue=queue, queueType="stream", startingOffsets="first"))
     deadline = time.monotonic() + 30
     while True:  # retention runs in the background: wait until it removed something
         reader = strict.streamReader(strict.schema())
@@ -201,7 +216,7 @@ def test_retention_gap_is_data_loss(
     assert from_gap == [offset for offset in kept if offset > gaps[0]]
 
     lenient = AmqpDataSource(
-        options(queue=queue, queueType="stream", startingOffsets="0", failOnDataLoss="false")
+        options(url, queue=queue, queueType="stream", startingOffsets="0", failOnDataLoss="false")
     )
     with caplog.at_level(logging.WARNING, logger="amqp_spark"):
         assert (
@@ -211,13 +226,14 @@ def test_retention_gap_is_data_loss(
     assert "retention" in caplog.text
 
 
+@pytest.mark.rabbitmq
 @pytest.mark.parametrize("kind", ["classic", "quorum"])
 def test_queue_reader_acks_only_after_the_next_read(
-    channel: amqp_blocking.Channel, queues: list[str], kind: str
+    url: str, channel: amqp_blocking.Channel, queues: list[str], kind: str
 ) -> None:
     queue = declare(channel, queues, kind)
     publish(channel, queue, [b"m%02d" % i for i in range(50)])
-    source = AmqpDataSource(options(queue=queue, queueType=kind, maxMessagesPerTrigger="20"))
+    source = AmqpDataSource(options(url, queue=queue, queueType=kind, maxMessagesPerTrigger="20"))
     reader = source.simpleStreamReader(source.schema())
     assert isinstance(reader, QueueStreamReader)
     reader.prepareForTriggerAvailableNow()
@@ -240,7 +256,7 @@ def test_queue_reader_acks_only_after_the_next_read(
     assert consumer is not None
     consumer.close()
     again = AmqpDataSource(
-        options(queue=queue, queueType=kind, maxMessagesPerTrigger="50", pollTimeoutMs="200")
+        options(url, queue=queue, queueType=kind, maxMessagesPerTrigger="50", pollTimeoutMs="200")
     )
     replay = again.simpleStreamReader(again.schema())
     assert isinstance(replay, QueueStreamReader)
@@ -258,8 +274,9 @@ def test_queue_reader_acks_only_after_the_next_read(
     assert channel.queue_declare(queue, passive=True).message_count == 0
 
 
+@ON_BOTH_BROKERS
 def test_tail_probe_ends_on_a_busy_stream(
-    channel: amqp_blocking.Channel, queues: list[str]
+    url: str, channel: amqp_blocking.Channel, queues: list[str]
 ) -> None:
     queue = declare(channel, queues, "stream")
     publish(channel, queue, [b"first"])
@@ -267,7 +284,7 @@ def test_tail_probe_ends_on_a_busy_stream(
     published: list[int] = []
 
     def keep_publishing() -> None:  # never idle for pollIdleMs
-        with amqp_blocking.connect(URL) as connection, connection.channel() as ch:
+        with amqp_blocking.connect(url) as connection, connection.channel() as ch:
             while not stop.is_set():
                 ch.basic_publish(b"more", routing_key=queue)
                 published.append(1)
@@ -278,7 +295,7 @@ def test_tail_probe_ends_on_a_busy_stream(
     try:
         while len(published) < 50:
             time.sleep(0.01)
-        source = AmqpDataSource(options(queue=queue, queueType="stream", pollTimeoutMs="300"))
+        source = AmqpDataSource(options(url, queue=queue, queueType="stream", pollTimeoutMs="300"))
         reader = source.streamReader(source.schema())
         tail = reader.latestOffset({queue: 0}, ReadAllAvailable())[queue]
         reader.stop()
@@ -291,14 +308,15 @@ def test_tail_probe_ends_on_a_busy_stream(
 # --- the executor's consumer, driven on the core in the calling thread -------------------------
 
 
+@ON_BOTH_BROKERS
 def test_range_consumer_outlasts_a_suspended_reader(
-    channel: amqp_blocking.Channel, queues: list[str]
+    url: str, channel: amqp_blocking.Channel, queues: list[str]
 ) -> None:
     # heartbeats are off on range connections: Spark suspends the reader between batches,
     # and with the URL's heartbeat of 1 s the broker would drop a silent connection in 2-3 s
     queue = declare(channel, queues, "stream")
     publish(channel, queue, [b"m%d" % i for i in range(10)])
-    params = ConnectionParameters.from_url(URL + "?heartbeat=1")
+    params = ConnectionParameters.from_url(url + "?heartbeat=1")
     with RangeConsumer(params, "test") as consumer:
         consumer.consume(queue, Int64(0), 5)
         first = [consumer.get(5.0) for _ in range(5)]
@@ -312,10 +330,11 @@ def test_range_consumer_outlasts_a_suspended_reader(
         assert consumer.get(0.2) is None  # the tail: nothing more within the timeout
 
 
+@pytest.mark.rabbitmq
 def test_range_consumer_raises_the_brokers_errors(
-    channel: amqp_blocking.Channel, queues: list[str]
+    url: str, channel: amqp_blocking.Channel, queues: list[str]
 ) -> None:
-    params = ConnectionParameters.from_url(URL)
+    params = ConnectionParameters.from_url(url)
     with RangeConsumer(params, "test") as consumer:
         consumer.consume(f"amqp-spark-missing-{uuid.uuid4().hex[:10]}", Int64(0), 10)
         with pytest.raises(NotFound, match="no queue"):
@@ -324,7 +343,7 @@ def test_range_consumer_raises_the_brokers_errors(
     queue = declare(channel, queues, "stream")
     publish(channel, queue, [b"m"])
     name = f"amqp-spark-forced-{uuid.uuid4().hex[:10]}"
-    forced = ConnectionParameters.from_url(URL + f"?name={name}")
+    forced = ConnectionParameters.from_url(url + f"?name={name}")
     with RangeConsumer(forced, "test") as consumer:
         consumer.consume(queue, Int64(0), 10)
         assert consumer.get(5.0) is not None

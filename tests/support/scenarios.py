@@ -12,6 +12,7 @@ against them, which keeps the adapters' surfaces from drifting apart.
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import threading
 import time
@@ -20,21 +21,40 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 import pytest
 
-from amqp_sansio import BasicProperties, Int64, QueueDeclareOk
+from amqp_sansio import (
+    BasicProperties,
+    ChannelOpen,
+    ChannelOpenOk,
+    ConnectionClose,
+    ConnectionOpen,
+    ConnectionOpenOk,
+    ConnectionStart,
+    ConnectionStartOk,
+    ConnectionTune,
+    ConnectionTuneOk,
+    Int64,
+    QueueDeclare,
+    QueueDeclareOk,
+)
 from amqp_sansio.client import (
+    AccessRefused,
     ConnectionClosedError,
     ConnectionForced,
+    ConnectionParameters,
     ConsumerCancelledError,
     MessageReturnedError,
     NotFound,
     PublishNackedError,
+    ResourceLocked,
 )
+from amqp_sansio.framing import PROTOCOL_HEADER_0_9_1, FrameReader, MethodFrame
+from amqp_sansio.testing import method_frame
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
     from contextlib import AbstractAsyncContextManager
 
-    from amqp_sansio import FieldTable
+    from amqp_sansio import FieldTable, Method
 
 
 class MessageLike(Protocol):
@@ -471,3 +491,355 @@ RABBITMQ_SCENARIOS: Final[dict[str, Callable[[Connect, str], Awaitable[None]]]] 
     "blocked": scenario_blocked,
     "forced_close": scenario_forced_close,
 }
+
+
+# --- RabbitMQ 3.10's behaviour where clients depend on it (issue 15, A-F) ----------------------
+#
+# Each runs against RabbitMQ and the embedded broker with the same expectations; the texts were
+# probed on RabbitMQ 3.10.8. They use a little more of the channel API than the scenarios above,
+# so they take the adapters that have it all (amqp_trio, amqp_asyncio).
+
+
+class FullChannelLike(ChannelLike, Protocol):
+    async def exchange_declare(
+        self,
+        exchange: str,
+        exchange_type: str = "direct",
+        *,
+        passive: bool = False,
+        durable: bool = False,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: FieldTable | None = None,
+    ) -> None: ...
+
+    async def exchange_delete(self, exchange: str, *, if_unused: bool = False) -> None: ...
+
+    async def exchange_bind(
+        self,
+        destination: str,
+        source: str,
+        routing_key: str = "",
+        *,
+        arguments: FieldTable | None = None,
+    ) -> None: ...
+
+    async def exchange_unbind(
+        self,
+        destination: str,
+        source: str,
+        routing_key: str = "",
+        *,
+        arguments: FieldTable | None = None,
+    ) -> None: ...
+
+    async def queue_bind(
+        self,
+        queue: str,
+        exchange: str,
+        routing_key: str = "",
+        *,
+        arguments: FieldTable | None = None,
+    ) -> None: ...
+
+    async def queue_unbind(
+        self,
+        queue: str,
+        exchange: str,
+        routing_key: str = "",
+        *,
+        arguments: FieldTable | None = None,
+    ) -> None: ...
+
+    async def basic_reject(self, delivery_tag: int, *, requeue: bool = True) -> None: ...
+
+    async def basic_nack(
+        self, delivery_tag: int, *, multiple: bool = False, requeue: bool = True
+    ) -> None: ...
+
+
+class FullConnectionLike(Protocol):
+    @property
+    def is_closed(self) -> bool: ...
+
+    def channel(self) -> AbstractAsyncContextManager[FullChannelLike]: ...
+
+
+class FullConnect(Protocol):
+    def __call__(
+        self, url_or_params: str = ..., *, connection_name: str | None = None
+    ) -> AbstractAsyncContextManager[FullConnectionLike]: ...
+
+
+async def _drain(ch: FullChannelLike, queue: str) -> list[tuple[bytes, bool]]:
+    """Every message left in *queue*, with its redelivered flag (basic.get, no ack)."""
+    got: list[tuple[bytes, bool]] = []
+    while (message := await ch.basic_get(queue, no_ack=True)) is not None:
+        got.append((message.body, message.redelivered))
+    return got
+
+
+async def scenario_unbind_missing(connect: FullConnect, url: str) -> None:
+    """A. queue.unbind and exchange.unbind naming a queue or exchange that no longer exists
+    answer unbind-ok (aio-pika's cleanup unbinds after an auto-delete)."""
+    queue, exchange, other = unique("unbind-q"), unique("unbind-x"), unique("unbind-x2")
+    async with connect(url) as conn, conn.channel() as ch:
+        await ch.exchange_declare(exchange, "direct")
+        await ch.exchange_declare(other, "direct")
+        await ch.queue_declare(queue)
+        await ch.queue_bind(queue, exchange, "k")
+        await ch.exchange_bind(other, exchange, "k")
+        await ch.queue_delete(queue)
+        await ch.queue_unbind(queue, exchange, "k")  # the queue is gone
+        await ch.exchange_delete(other)
+        await ch.exchange_unbind(other, exchange, "k")  # the destination is gone
+        await ch.exchange_unbind(exchange, other, "k")  # the source is gone
+        await ch.exchange_delete(exchange)
+        await ch.queue_unbind(queue, exchange, "k")  # both are gone
+        await ch.exchange_unbind(other, exchange, "k")
+        assert not ch.is_closed
+
+
+async def scenario_requeue_in_place(connect: FullConnect, url: str) -> None:
+    """B. basic.reject and basic.nack with requeue put each message back in its original
+    position, one at a time or in any order."""
+    queue = unique("requeue")
+    async with connect(url) as conn, conn.channel() as ch:
+        await ch.queue_declare(queue)
+        try:
+            await ch.confirm_select()
+            for n in range(6):
+                await ch.basic_publish(b"m%d" % n, routing_key=queue)
+            tags = []
+            for _ in range(4):
+                message = await ch.basic_get(queue)
+                assert message is not None
+                tags.append(message.delivery_tag)
+            for tag in tags:  # m0, m1, m2, m3 in turn
+                await ch.basic_reject(tag, requeue=True)
+            assert await _drain(ch, queue) == [
+                (b"m0", True),
+                (b"m1", True),
+                (b"m2", True),
+                (b"m3", True),
+                (b"m4", False),
+                (b"m5", False),
+            ]
+            for n in range(6):
+                await ch.basic_publish(b"n%d" % n, routing_key=queue)
+            tags = []
+            for _ in range(4):
+                message = await ch.basic_get(queue)
+                assert message is not None
+                tags.append(message.delivery_tag)
+            for index in (2, 0, 3, 1):
+                await ch.basic_nack(tags[index], requeue=True)
+            await ch.basic_publish(b"late", routing_key=queue)
+            assert [body for body, _ in await _drain(ch, queue)] == [
+                b"n0",
+                b"n1",
+                b"n2",
+                b"n3",
+                b"n4",
+                b"n5",
+                b"late",
+            ]
+        finally:
+            await ch.queue_delete(queue)
+
+
+async def scenario_passive_default_exchange(connect: FullConnect, url: str) -> None:
+    """C. A passive exchange.declare of the default exchange is 403 ACCESS_REFUSED; only the
+    channel closes."""
+    async with connect(url) as conn:
+        async with conn.channel() as ch:
+            with pytest.raises(AccessRefused) as refused:
+                await ch.exchange_declare("", "direct", passive=True)
+            assert refused.value.reply_code == 403
+            assert refused.value.reply_text == (
+                "ACCESS_REFUSED - operation not permitted on the default exchange"
+            )
+            assert ch.is_closed
+        async with conn.channel() as ch:
+            await ch.exchange_declare("amq.direct", "direct", passive=True)
+        assert not conn.is_closed
+
+
+async def scenario_exclusive_redeclare(connect: FullConnect, url: str) -> None:
+    """E. A non-exclusive queue.declare of an exclusive queue from another channel of the same
+    connection is 405 RESOURCE_LOCKED; a passive declare is allowed."""
+    queue = unique("exclusive")
+    async with connect(url) as conn, conn.channel() as ch:
+        await ch.queue_declare(queue, exclusive=True)
+        async with conn.channel() as other:
+            with pytest.raises(ResourceLocked) as locked:
+                await other.queue_declare(queue)
+            assert locked.value.reply_code == 405
+            assert locked.value.reply_text == (
+                f"RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{queue}' in "
+                "vhost '/'. It could be originally declared on another connection or the "
+                "exclusive property value does not match that of the original declaration."
+            )
+        async with conn.channel() as other:
+            ok = await other.queue_declare(queue, passive=True)
+            assert ok.queue == queue
+            await other.queue_declare(queue, exclusive=True)  # the same owner: fine
+        await ch.queue_delete(queue)
+
+
+async def scenario_priority_queue(connect: FullConnect, url: str) -> None:
+    """F. x-max-priority: higher priority first, arrival order within a priority (none counts
+    as 0, above the maximum as the maximum), for basic.get, deliveries and requeues."""
+    queue = unique("priority")
+    order = [1, 5, 3, 0, 9, None, 12, 5]
+    async with connect(url) as conn, conn.channel() as ch:
+        await ch.queue_declare(queue, arguments={"x-max-priority": 10})
+        try:
+            await ch.confirm_select()
+
+            async def publish(body: bytes, priority: int | None) -> None:
+                props = BasicProperties(priority=priority)
+                await ch.basic_publish(body, routing_key=queue, properties=props)
+
+            for n, priority in enumerate(order):
+                await publish(b"%d:%s" % (n, str(priority).encode()), priority)
+            got = [body for body, _ in await _drain(ch, queue)]
+            assert got == [b"6:12", b"4:9", b"1:5", b"7:5", b"2:3", b"0:1", b"3:0", b"5:None"]
+
+            for priority in (1, 5, 3, 0, 9):
+                await publish(b"p%d" % priority, priority)
+            taken = []
+            for _ in range(2):
+                message = await ch.basic_get(queue)
+                assert message is not None
+                taken.append(message.body)
+            assert taken == [b"p9", b"p5"]
+            await publish(b"p7", 7)
+            await publish(b"p5b", 5)
+            await ch.basic_nack(0, multiple=True, requeue=True)
+            got = [body for body, _ in await _drain(ch, queue)]
+            assert got == [b"p9", b"p7", b"p5", b"p5b", b"p3", b"p1", b"p0"]
+
+            for priority in (1, 5, 3, 0, 9):
+                await publish(b"c%d" % priority, priority)
+            await ch.basic_qos(1)
+            delivered: list[bytes] = []
+            async with ch.basic_consume(queue) as consumer:
+                async for message in consumer:
+                    delivered.append(message.body)
+                    await message.ack()
+                    if len(delivered) == 5:
+                        break
+            assert delivered == [b"c9", b"c5", b"c3", b"c1", b"c0"]
+        finally:
+            await ch.queue_delete(queue)
+
+
+#: Behaviours A, B, C, E, F of issue 15, by name (D needs raw frames: see
+#: :func:`channel_above_channel_max`).
+BEHAVIOUR_SCENARIOS: Final[dict[str, Callable[[FullConnect, str], Awaitable[None]]]] = {
+    "unbind_missing": scenario_unbind_missing,
+    "requeue_in_place": scenario_requeue_in_place,
+    "passive_default_exchange": scenario_passive_default_exchange,
+    "exclusive_redeclare": scenario_exclusive_redeclare,
+    "priority_queue": scenario_priority_queue,
+}
+
+
+# --- raw frames -------------------------------------------------------------------------------
+
+
+class RawAMQP:
+    """A handshake and frames by hand on a blocking socket, for what no client lets one do
+    (channel numbers above channel_max, a chosen tune-ok)."""
+
+    def __init__(self, url: str, *, channel_max: int = 0, timeout: float = 10.0) -> None:
+        params = ConnectionParameters.from_url(url)
+        self.sock = socket.create_connection((params.host, params.port), timeout=timeout)
+        self.reader = FrameReader()
+        self.sock.sendall(PROTOCOL_HEADER_0_9_1)
+        self.expect(ConnectionStart)
+        self.send(
+            0,
+            ConnectionStartOk(
+                client_properties={"capabilities": {"consumer_cancel_notify": True}},
+                mechanism="PLAIN",
+                response=b"\0%s\0%s" % (params.username.encode(), params.password.encode()),
+                locale="en_US",
+            ),
+        )
+        tune = self.expect(ConnectionTune)
+        assert isinstance(tune, ConnectionTune)
+        self.send(
+            0,
+            ConnectionTuneOk(
+                channel_max=channel_max or tune.channel_max,
+                frame_max=tune.frame_max,
+                heartbeat=0,
+            ),
+        )
+        self.send(0, ConnectionOpen(virtual_host=params.virtual_host))
+        self.expect(ConnectionOpenOk)
+
+    def send(self, channel: int, method: Method) -> None:
+        self.sock.sendall(method_frame(channel, method))
+
+    def method(self) -> tuple[int, Method] | None:
+        """The next method frame's channel and method (None at the end of the stream)."""
+        while True:
+            frame = self.reader.next_frame()
+            if frame is None:
+                try:
+                    data = self.sock.recv(65536)
+                except ConnectionResetError:
+                    data = b""
+                if not data:
+                    return None
+                self.reader.feed(data)
+            elif isinstance(frame, MethodFrame):
+                return frame.channel, frame.method
+
+    def expect(self, kind: type[Method], channel: int = 0) -> Method:
+        got = self.method()
+        assert got is not None, f"the connection ended before {kind.__name__}"
+        assert got[0] == channel, got
+        assert isinstance(got[1], kind), got
+        return got[1]
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def channel_above_channel_max(url: str) -> None:
+    """D. channel.open on a number above the negotiated channel_max opens the channel (RabbitMQ
+    3.10 limits how many are open); one more open channel than channel_max is 530, named by no
+    method."""
+    raw = RawAMQP(url)
+    try:
+        raw.send(65535, ChannelOpen())
+        raw.expect(ChannelOpenOk, 65535)
+        raw.send(65535, QueueDeclare(queue="", exclusive=True))
+        declared = raw.expect(QueueDeclareOk, 65535)
+        assert isinstance(declared, QueueDeclareOk)
+        assert declared.queue.startswith("amq.gen-")
+    finally:
+        raw.close()
+    raw = RawAMQP(url, channel_max=2)
+    try:
+        raw.send(1, ChannelOpen())
+        raw.expect(ChannelOpenOk, 1)
+        raw.send(500, ChannelOpen())
+        raw.expect(ChannelOpenOk, 500)
+        raw.send(3, ChannelOpen())
+        close = raw.expect(ConnectionClose)
+        assert close == ConnectionClose(
+            reply_code=530,
+            reply_text=(
+                "NOT_ALLOWED - number of channels opened (2) has reached the negotiated "
+                "channel_max (2)"
+            ),
+            class_id=0,
+            method_id=0,
+        )
+    finally:
+        raw.close()

@@ -1,4 +1,4 @@
-"""Everything that talks to RabbitMQ, on top of ``amqp_blocking``.
+"""Client connections to the broker, on top of ``amqp_blocking``: everything that talks to it.
 
 - :class:`StreamProbe` (driver): resolves ``startingOffsets`` to numbers and finds a stream's
   tail, over one lazily opened connection that is reopened after a failure.

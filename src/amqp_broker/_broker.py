@@ -1,0 +1,210 @@
+"""The broker: the root of the model, with its virtual hosts, users, flow control, clocks and
+the timer (message and queue expiry, consumer timeouts).
+
+The model does no I/O and reads no clock. Time comes in through the two callables given to
+:class:`Broker` (monotonic seconds for TTLs, wall-clock seconds for ``x-death`` timestamps and
+stream timestamps). Timers are checked whenever a queue is read and at
+:meth:`Broker.handle_timer`, which the transport calls at :meth:`Broker.next_deadline`.
+
+Import order inside the model, one way only: ``_errors``, ``_fields``, ``_message``,
+``_clock``, ``_memory``, ``_options``, ``_permissions``, ``_streams`` -> ``_routing`` ->
+``_queues`` -> ``_deadletter`` -> ``_vhost`` -> ``_channel`` -> ``_broker``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import TYPE_CHECKING, Final, final
+
+from ._channel import ModelConnection
+from ._clock import ModelClock
+from ._errors import BrokerError
+from ._memory import MemoryMonitor
+from ._options import BrokerOptions
+from ._permissions import UserRegistry
+from ._vhost import VirtualHost
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
+
+    from ._channel import DeliverySink, ReplyConsumers, TimeoutWatch
+    from ._permissions import Permission, User
+
+__all__ = ["Broker"]
+
+logger: Final = logging.getLogger("amqp_broker")
+
+#: The users a broker has when given none: guest/guest, allowed everything everywhere.
+DEFAULT_USERS: Final = {"guest": "guest"}
+
+
+@final
+class Broker:
+    """The root of the model: virtual hosts, users, the memory monitor and the clocks.
+
+    :param clock: monotonic seconds, for TTLs and timeouts (``trio.current_time``,
+        ``time.monotonic``, or a test's fake).
+    :param wall_clock: seconds since the epoch, for ``x-death`` and stream timestamps.
+    :param options: limits, timeouts and flow control (:class:`BrokerOptions`).
+    :param users: name -> password (allowed everything everywhere) or :class:`User`;
+        default guest/guest.
+    """
+
+    def __init__(
+        self,
+        *,
+        vhosts: Iterable[str] = ("/",),
+        clock: Callable[[], float],
+        wall_clock: Callable[[], float],
+        options: BrokerOptions | None = None,
+        users: Mapping[str, str | User] | None = None,
+    ) -> None:
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.options = BrokerOptions() if options is None else options
+        self._clock = ModelClock(clock, wall_clock)
+        #: Flow control: the octets held against the memory high watermark.
+        self.memory = MemoryMonitor(self.options.watermark)
+        #: The users and their permissions (see :meth:`set_permissions`).
+        self.users = UserRegistry(DEFAULT_USERS if users is None else users)
+        self.vhosts: dict[str, VirtualHost] = {}
+        for name in vhosts:
+            self.add_vhost(name)
+        self._connection_ids = itertools.count(1)
+        #: Direct reply-to: token -> the consuming channel and its consumer tag.
+        self.reply_to: ReplyConsumers = {}
+        #: Channels with unacknowledged deliveries, for the consumer timeout.
+        self._timeouts: TimeoutWatch = {}
+
+    @property
+    def timer_changed(self) -> Callable[[], None]:
+        """Called when a message with an expiry time was queued: the transport re-reads
+        :meth:`next_deadline`."""
+        return self._clock.timer_changed
+
+    @timer_changed.setter
+    def timer_changed(self, callback: Callable[[], None]) -> None:
+        self._clock.timer_changed = callback
+
+    # --- virtual hosts and users --------------------------------------------------------------
+
+    def add_vhost(self, name: str) -> VirtualHost:
+        """Create the virtual host *name* (with its predeclared exchanges) if it is new."""
+        vhost = self.vhosts.get(name)
+        if vhost is None:
+            vhost = self.vhosts[name] = VirtualHost(name, self._clock, self.memory)
+            vhost.max_connections = self.options.vhost_max_connections.get(name)
+        return vhost
+
+    def set_vhost_limits(self, vhost: str, *, max_connections: int | None) -> None:
+        """Like ``rabbitmqctl set_vhost_limits -p VHOST '{"max-connections": N}'``: at most
+        *max_connections* open connections on *vhost* (None: no limit). Open connections
+        stay open."""
+        self.vhosts[vhost].max_connections = max_connections
+
+    def add_user(self, name: str, password: str) -> None:
+        """Add (or replace) a user allowed everything everywhere until
+        :meth:`set_permissions` says otherwise."""
+        self.users.add(name, password)
+
+    def delete_user(self, name: str) -> None:
+        """Remove a user; its open connections stay open, as in RabbitMQ."""
+        self.users.delete(name)
+
+    def set_permissions(
+        self, user: str, vhost: str, configure: str = ".*", write: str = ".*", read: str = ".*"
+    ) -> None:
+        """Like ``rabbitmqctl set_permissions -p VHOST USER CONF WRITE READ``: regular
+        expressions over queue and exchange names; the user may then use only the virtual
+        hosts given permissions. Applies to connections opened afterwards."""
+        self.users.set_permissions(user, vhost, configure, write, read)
+
+    def clear_permissions(self, user: str, vhost: str) -> None:
+        """Like ``rabbitmqctl clear_permissions``: *user* may no longer open *vhost*."""
+        self.users.clear_permissions(user, vhost)
+
+    def admit(self, vhost: str, user: str, users: UserRegistry | None = None) -> str | None:
+        """Why *user* may not open a connection on *vhost* now (the text of RabbitMQ's 530,
+        checked in its order: the vhost, its connection limit, the user's access in *users*,
+        by default the broker's), or None."""
+        host = self.vhosts.get(vhost)
+        if host is None:
+            return f"vhost {vhost} not found"
+        limit = host.max_connections
+        if limit is not None and host.connections >= limit:
+            return (
+                f"access to vhost '{vhost}' refused for user '{user}': "
+                f"connection limit ({limit}) is reached"
+            )
+        if (self.users if users is None else users).permission(user, vhost) is None:
+            return f"access to vhost '{vhost}' refused for user '{user}'"
+        return None
+
+    def connect(
+        self,
+        vhost: str,
+        sink: DeliverySink,
+        *,
+        cancel_notify: bool = True,
+        user: str = "",
+        permission: Permission | None = None,
+    ) -> ModelConnection:
+        """A client connection opened on *vhost* (which must exist) by *user*, who may do
+        what *permission* allows (None: everything)."""
+        return ModelConnection(
+            self.vhosts[vhost],
+            sink,
+            next(self._connection_ids),
+            cancel_notify,
+            self.reply_to,
+            user=user,
+            permission=permission,
+            timeouts=self._timeouts if self.options.consumer_timeout is not None else None,
+        )
+
+    # --- timers -------------------------------------------------------------------------------
+
+    def next_deadline(self) -> float | None:
+        """When the earliest message at the head of a queue expires, an unused queue with
+        ``x-expires`` goes or a delivery has waited ``consumer_timeout`` for its ack; or None."""
+        deadlines = [d for v in self.vhosts.values() if (d := v.next_deadline()) is not None]
+        timeout = self.options.consumer_timeout
+        if timeout is not None:
+            for channel in list(self._timeouts):
+                oldest = channel.oldest_delivery()
+                if oldest is None or channel.closed:
+                    del self._timeouts[channel]
+                else:
+                    deadlines.append(oldest + timeout)
+        return min(deadlines, default=None)
+
+    def handle_timer(self) -> None:
+        """Expire (and dead-letter) every message whose time has come, at queue heads, delete
+        queues unused for their ``x-expires``, and close channels whose oldest delivery waited
+        longer than ``consumer_timeout`` (406, as RabbitMQ 3.10)."""
+        now = self._clock.now()
+        for vhost in list(self.vhosts.values()):
+            vhost.handle_timer(now)
+        timeout = self.options.consumer_timeout
+        if timeout is None:
+            return
+        for channel in list(self._timeouts):
+            oldest = channel.oldest_delivery()
+            if oldest is None or channel.closed:
+                self._timeouts.pop(channel, None)
+            elif oldest + timeout <= now:
+                self._timeouts.pop(channel, None)
+                logger.warning(
+                    "consumer on channel %d of connection %d timed out waiting for an ack",
+                    channel.number,
+                    channel.connection.number,
+                )
+                error = BrokerError(
+                    406,
+                    f"delivery acknowledgement on channel {channel.number} timed out. Timeout "
+                    f"value used: {round(timeout * 1000)} ms. This timeout value can be "
+                    "configured, see consumers doc guide to learn more",
+                    caused_by_method=False,
+                )
+                channel.connection.sink.channel_failed(channel.number, error)

@@ -1,0 +1,109 @@
+"""Flow control as RabbitMQ does it: a memory high watermark over the octets the broker holds.
+
+The monitor counts messages as they enter and leave queues (ready, unacknowledged, stream
+logs) and adds the connections' output buffers, which the transport samples. Above the
+watermark the alarm is on: a connection that publishes is then blocked (``connection.blocked``,
+its socket no longer read) until the alarm clears, when every blocked connection is told
+``connection.unblocked`` and read again (see :mod:`._session`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Final, final
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["BLOCKED_REASON", "MemoryMonitor"]
+
+logger: Final = logging.getLogger("amqp_broker")
+
+#: The reason RabbitMQ gives in ``connection.blocked`` for the memory alarm.
+BLOCKED_REASON: Final = "low on memory"
+
+
+@final
+class MemoryMonitor:
+    """The octets the broker holds against its watermark, and the alarm.
+
+    :param watermark: octets; None means no flow control.
+    """
+
+    __slots__ = ("_listeners", "alarmed", "held", "outbound", "watermark")
+
+    def __init__(self, watermark: int | None) -> None:
+        self.watermark = watermark
+        #: Octets of the messages in queues and stream logs, ready or unacknowledged.
+        self.held = 0
+        #: Octets waiting in the connections' output buffers, as last sampled.
+        self.outbound = 0
+        #: Whether the memory alarm is on.
+        self.alarmed = False
+        self._listeners: dict[Callable[[], None], None] = {}
+
+    def __repr__(self) -> str:
+        return (
+            f"<MemoryMonitor held={self.held} outbound={self.outbound} "
+            f"watermark={self.watermark} alarmed={self.alarmed}>"
+        )
+
+    @property
+    def used(self) -> int:
+        """Octets counted against the watermark."""
+        return self.held + self.outbound
+
+    def hold(self, octets: int) -> None:
+        """A message of *octets* entered a queue (or a channel's unacknowledged set)."""
+        self.held += octets
+        watermark = self.watermark
+        if not self.alarmed and watermark is not None and self.held + self.outbound > watermark:
+            self._raise()
+
+    def release(self, octets: int) -> None:
+        """A message of *octets* left the broker's care."""
+        self.held -= octets
+        if self.alarmed and self.held + self.outbound <= (self.watermark or 0):
+            self._clear()
+
+    def sample_outbound(self, octets: int) -> None:
+        """The connections' output buffers hold *octets* now."""
+        self.outbound = octets
+        watermark = self.watermark
+        if watermark is None:
+            return
+        if not self.alarmed and self.used > watermark:
+            self._raise()
+        elif self.alarmed and self.used <= watermark:
+            self._clear()
+
+    def set_watermark(self, octets: int | None) -> None:
+        """Change the watermark (like ``rabbitmqctl set_vm_memory_high_watermark``)."""
+        self.watermark = octets
+        if octets is None or self.used <= octets:
+            if self.alarmed:
+                self._clear()
+        elif not self.alarmed:
+            self._raise()
+
+    def on_clear(self, listener: Callable[[], None]) -> None:
+        """Call *listener* whenever the alarm clears (a blocked session unblocks)."""
+        self._listeners[listener] = None
+
+    def forget(self, listener: Callable[[], None]) -> None:
+        """Stop calling *listener*."""
+        self._listeners.pop(listener, None)
+
+    def _raise(self) -> None:
+        self.alarmed = True
+        logger.warning(
+            "memory alarm: %d octets held over the watermark of %d; publishers are blocked",
+            self.used,
+            self.watermark,
+        )
+
+    def _clear(self) -> None:
+        self.alarmed = False
+        logger.warning("memory alarm cleared: %d octets held; publishers resume", self.used)
+        for listener in list(self._listeners):
+            listener()

@@ -1,0 +1,77 @@
+"""What a broker can be told: limits, timeouts and flow control, with RabbitMQ's defaults."""
+
+from __future__ import annotations
+
+import os
+from typing import Final, final
+
+import attrs
+
+__all__ = ["BrokerOptions", "total_memory"]
+
+_MIB: Final = 1024 * 1024
+
+
+def total_memory() -> int:
+    """This machine's RAM in octets (what a relative watermark is a fraction of)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):  # pragma: no cover - every supported platform has both
+        return 1024 * _MIB
+
+
+@final
+@attrs.frozen(kw_only=True)
+class BrokerOptions:
+    """Limits, timeouts and flow control of one broker; every field has RabbitMQ 3.10's
+    default where RabbitMQ has the setting.
+
+    Times are in seconds, sizes in octets.
+    """
+
+    #: Seconds a client has, from the TCP accept to ``connection.open-ok``, before the socket
+    #: is closed without a word (RabbitMQ's ``handshake_timeout``, 10 s). None: no limit.
+    handshake_timeout: float | None = 10.0
+    #: Open connections the broker accepts at once (RabbitMQ's ``connection_max``): beyond it
+    #: the listener stops accepting until one closes, as RabbitMQ's does. None: no limit.
+    max_connections: int | None = None
+    #: Open connections per virtual host (RabbitMQ's ``max-connections`` vhost limit); one more
+    #: is refused at ``connection.open`` with 530. A vhost not named here has no limit.
+    vhost_max_connections: dict[str, int] = attrs.field(factory=dict)
+    #: Channels one connection may have open (proposed in ``connection.tune``); one more is a
+    #: 530. RabbitMQ's default is 2047.
+    channel_max: int = 2047
+    #: The memory high watermark as a fraction of this machine's RAM (RabbitMQ's
+    #: ``vm_memory_high_watermark.relative``, 0.4), over the octets the broker holds: messages
+    #: in queues (ready and unacknowledged) and the connections' output buffers.
+    memory_high_watermark: float = 0.4
+    #: The watermark in octets (RabbitMQ's ``vm_memory_high_watermark.absolute``); wins over
+    #: the relative one when set.
+    memory_high_watermark_bytes: int | None = None
+    #: Octets of output one connection may have waiting to be written: a consumer whose socket
+    #: is not read is sent nothing more; its messages stay in their queues.
+    outbound_limit: int = _MIB
+    #: Seconds a delivery may stay unacknowledged before its channel is closed with 406
+    #: (RabbitMQ's ``consumer_timeout``, 30 minutes). None: no limit.
+    consumer_timeout: float | None = 1800.0
+    #: Seconds the broker waits for ``close-ok`` after it sent ``connection.close`` (a refusal,
+    #: or shutdown).
+    close_timeout: float = 5.0
+    #: Seconds between two looks at the output buffers' size for the watermark (queued
+    #: messages are counted as they come and go).
+    memory_check_interval: float = 0.25
+
+    def __attrs_post_init__(self) -> None:
+        for field in attrs.fields(BrokerOptions):
+            value = getattr(self, field.name)
+            if isinstance(value, int | float) and value <= 0:
+                raise ValueError(f"{field.name} must be positive, not {value!r}")
+        if not 1 <= self.channel_max <= 0xFFFF:
+            raise ValueError(f"channel_max must be 1..65535, not {self.channel_max!r}")
+
+    @property
+    def watermark(self) -> int:
+        """The memory high watermark in octets."""
+        if self.memory_high_watermark_bytes is not None:
+            return self.memory_high_watermark_bytes
+        return int(total_memory() * self.memory_high_watermark)
