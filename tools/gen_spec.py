@@ -919,6 +919,8 @@ def emit_properties(e: Emitter, cls: ClassDef) -> str:
         e("@attrs.define(slots=True, kw_only=True, weakref_slot=False)")
     e(f"class {name}(ContentProperties):")
     doc = f"The properties of a ``{cls.name}`` content header; ``None`` means absent."
+    if not props:
+        doc = f"The properties of a ``{cls.name}`` content header: the class defines none."
     if lazy:
         names = ", ".join(f"``{p.name}``" for p in lazy)
         doc += (
@@ -928,6 +930,8 @@ def emit_properties(e: Emitter, cls: ClassDef) -> str:
         )
     emit_docstring(e, doc, 1)
     e()
+    if name.startswith("Test"):  # 0-8's test class, not a pytest test class
+        e("__test__: ClassVar[bool] = False", 1)
     e(f"CLASS_ID = {cls.index}", 1)
     e(
         f"FIELDS: ClassVar[tuple[FieldSpec, ...]] = ({field_specs(props)})",
@@ -1025,7 +1029,7 @@ def emit_properties(e: Emitter, cls: ClassDef) -> str:
     e("@classmethod", 1)
     e(f"def decode(cls, buf: Buffer, offset: int) -> tuple[{name}, int]:", 1)
     emit_bytes_guard(e, props, 2)
-    if len(props) <= 15 and all(p.type in C_PROPERTY_CODES for p in props):
+    if props and len(props) <= 15 and all(p.type in C_PROPERTY_CODES for p in props):
         codes = "".join(C_PROPERTY_CODES[p.type] for p in props)
         targets = [
             (f"self._{p.name}_raw", "bytes | None")
@@ -1111,7 +1115,7 @@ def generate(target: Target) -> str:
             else emit_properties(body, c),
         )
         for c in spec.classes
-        if c.properties
+        if c.properties or any(m.content for m in c.methods)
     ]
     for m in own:
         emit_method(body, m)

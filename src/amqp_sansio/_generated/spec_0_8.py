@@ -730,6 +730,37 @@ class TunnelProperties(ContentProperties):
 
 @final
 @attrs.define(slots=True, kw_only=True, weakref_slot=False)
+class TestProperties(ContentProperties):
+    """The properties of a ``test`` content header: the class defines none."""
+
+    __test__: ClassVar[bool] = False
+    CLASS_ID = 120
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = ()
+
+    def encode(self, out: bytearray) -> None:
+        start = len(out)
+        out += b"\x00\x00"
+        flags = 0
+        _S_H.pack_into(out, start, flags)
+
+    @classmethod
+    def decode(cls, buf: Buffer, offset: int) -> tuple[TestProperties, int]:
+        self = _new(cls)
+        (flags,) = _S_H.unpack_from(buf, offset)
+        offset += 2
+        word = flags
+        while word & 1:  # continuation words may follow, but no property lives there
+            (word,) = _S_H.unpack_from(buf, offset)
+            offset += 2
+            if word & 0xFFFE:
+                raise ValueError(f"test properties: unknown property flags {word:#06x}")
+        if flags & 0xFFFE:
+            raise ValueError(f"test properties: unknown property flags {flags:#06x}")
+        return self, offset
+
+
+@final
+@attrs.define(slots=True, kw_only=True, weakref_slot=False)
 class ConnectionOpen(Method):
     """Open connection to virtual host
 
@@ -3328,6 +3359,7 @@ PROPERTIES: Final[dict[int, type[ContentProperties]]] = {
     70: FileProperties,
     80: StreamProperties,
     110: TunnelProperties,
+    120: TestProperties,
 }
 
 __all__ = [
@@ -3432,6 +3464,7 @@ __all__ = [
     "TestContentOk",
     "TestInteger",
     "TestIntegerOk",
+    "TestProperties",
     "TestString",
     "TestStringOk",
     "TestTable",
