@@ -91,9 +91,9 @@ class ConnectionConfig:
     ``protocols`` is what the server role serves, most preferred first (default 0-9-1, 0-9,
     0-8): it binds itself to the version the client's header asks for, and answers any other
     header with the first one's header before closing. ``header_0_9`` says how the server reads
-    ``AMQP 1 1 0 9``: as ``"0-9-1"`` (default, RabbitMQ's reading: aioamqp and async_amqp speak
-    0-9-1 under it) or as ``"0-9"`` (qpid-python speaks 0-9 under it); either way that version
-    must be among ``protocols``. See :mod:`amqp_sansio` "Protocol versions".
+    ``AMQP 1 1 0 9`` when ``protocols`` holds both readings: as ``"0-9-1"`` (default, RabbitMQ's
+    reading: aioamqp and async_amqp speak 0-9-1 under it) or as ``"0-9"`` (qpid-python speaks
+    0-9 under it); a server of only one of them serves that one. See :doc:`/versions`.
     """
 
     username: str = "guest"

@@ -10,7 +10,8 @@ Two headers need a reading rather than a lookup:
 
 * ``AMQP 1 1 0 9`` is the 0-9 header, but aioamqp, async_amqp and trio-amqp speak 0-9-1 under it
   and RabbitMQ serves it as 0-9-1; qpid-python speaks (Qpid's) 0-9 under it. The server role
-  reads it as 0-9-1 unless told otherwise (``header_0_9``).
+  reads it as 0-9-1 unless told otherwise (``header_0_9``), and as the other reading when it
+  serves only that one.
 * ``AMQP 1 1 9 1`` is the header printed in the June 2006 0-8 PDF (py-amqplib sends it);
   RabbitMQ serves it as 0-8, and so do we. Our 0-8 client sends the XML's ``AMQP 1 1 8 0``.
 
@@ -121,12 +122,18 @@ def choose_version(
     None: refuse it (write :func:`header_for` the preferred version, then close).
 
     The server-side decision of the protocol header section, for one port serving several
-    versions or families: 0-10 is among the answers when *accepted* holds it.
+    versions or families: 0-10 is among the answers when *accepted* holds it. ``AMQP 1 1 0 9``
+    is served as *header_0_9* says when both readings are accepted, else as the one that is.
     """
     version = requested_version(header, header_0_9=header_0_9)
-    if version is _V.UNKNOWN:
-        return None
-    return version if version in {version_of(v) for v in accepted} else None
+    served = {version_of(v) for v in accepted}
+    if version in served:
+        return version
+    octets = header.octets if isinstance(header, ProtocolHeader) else bytes(header)
+    if octets == PROTOCOL_HEADER_0_9:
+        other = _V.AMQP_0_9 if version is _V.AMQP_0_9_1 else _V.AMQP_0_9_1
+        return other if other in served else None
+    return None
 
 
 def next_protocol(

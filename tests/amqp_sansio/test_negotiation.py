@@ -53,6 +53,15 @@ ACCEPTED = [
 ]
 
 
+def test_the_0_9_header_is_read_as_the_version_served() -> None:
+    # read as 0-9-1 by default, but a server of 0-9 and 0-8 only serves it as 0-9
+    config = ConnectionConfig(protocols=["0-9", "0-8"])
+    server = ConnectionPair(server_config=config).server
+    feed(server, PROTOCOL_HEADER_0_9)
+    assert server.protocol is AMQP_0_9
+    assert choose_version(PROTOCOL_HEADER_0_9, ["0-9-1"], header_0_9="0-9") is V.AMQP_0_9_1
+
+
 @pytest.mark.parametrize(("header", "reading", "spec", "start"), ACCEPTED)
 def test_server_binds_to_the_version_the_header_asks_for(
     header: bytes, reading: str, spec: ProtocolSpec, start: tuple[int, int]
@@ -102,10 +111,7 @@ def test_server_answers_other_headers_with_its_preferred_one(
     [
         (PROTOCOL_HEADER_0_9_1, ["0-8"], "0-9-1", PROTOCOL_HEADER_0_8),
         (PROTOCOL_HEADER_0_8, ["0-9-1", "0-9"], "0-9-1", PROTOCOL_HEADER_0_9_1),
-        # the 0-9 header read as 0-9, which this server does not serve
-        (PROTOCOL_HEADER_0_9, ["0-9-1"], "0-9", PROTOCOL_HEADER_0_9_1),
-        # read as 0-9-1, served by a server of 0-9 and 0-8 only: refused as well
-        (PROTOCOL_HEADER_0_9, ["0-9", "0-8"], "0-9-1", PROTOCOL_HEADER_0_9),
+        (PROTOCOL_HEADER_0_9, ["0-8"], "0-9-1", PROTOCOL_HEADER_0_8),
     ],
 )
 def test_server_refuses_versions_it_does_not_serve(
