@@ -151,7 +151,7 @@ SAMPLE: dict[str, object] = {
 
 
 @pytest.mark.parametrize("version", ["0-8", "0-9", "0-9-1"])
-def test_every_method_through_a_reader_with_the_version_s_ids(version: str) -> None:
+def test_all_methods_through_a_reader_with_the_version_s_ids(version: str) -> None:
     spec = {**SPECS, "0-9-1": AMQP_0_9_1}[version]
     reader = FrameReader(methods=spec.methods, properties=spec.properties)
     for index, cls in spec.methods.items():
@@ -219,3 +219,13 @@ def test_check_names_the_stale_version_module(tmp_path: Path, stale: str) -> Non
     assert result.returncode == 1
     assert f"{stale}.py" in result.stdout
     assert "spec_0_9_1.py" not in result.stdout
+
+
+def test_the_spec_coverage_page_is_fresh() -> None:
+    result = subprocess.run(
+        [sys.executable, "tools/gen_spec_coverage.py", "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime
 import struct
 from decimal import Decimal
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import pytest
 
@@ -16,12 +16,14 @@ from amqp_sansio import (
     AMQP_0_9,
     AMQP_0_9_1,
     AuthenticationRequested,
+    ChannelFlowChanged,
     ChannelOpened,
     ConnectionClosed,
     ConnectionConfig,
     ConnectionOpened,
     ConnectionRedirected,
     ConnectionState,
+    ConsumerCancelled,
     FieldTable,
     LocalProtocolError,
     MessageContent,
@@ -30,11 +32,17 @@ from amqp_sansio import (
     ProtocolSpec,
     RemoteProtocolError,
     Role,
+    SecureRequested,
     VirtualHostRequested,
 )
 from amqp_sansio._generated import spec_0_8, spec_0_9, spec_0_9_1
+from amqp_sansio._state import CHANNEL_LIFECYCLE
 from amqp_sansio.framing import MethodFrame
 from amqp_sansio.testing import ConnectionPair, feed, method_frame, parse_frames
+
+if TYPE_CHECKING:
+    from amqp_sansio import Connection, Event
+    from amqp_sansio._method import Method
 
 OLDER = [AMQP_0_9, AMQP_0_8]
 
@@ -443,3 +451,177 @@ def test_redirect_is_refused_where_it_can_not_be_sent() -> None:
         insisting.server.redirect("other")
     insisting.server.refuse_virtual_host("no")
     assert insisting.server.data_to_send()
+
+
+# --- every method of every version through both cores -----------------------------------------
+
+#: A value of each wire type; bits are False, so nowait is off and every request is answered.
+_SAMPLE: dict[str, object] = {
+    "bit": False,
+    "octet": 1,
+    "short": 2,
+    "long": 3,
+    "longlong": 1,
+    "timestamp": 5,
+    "shortstr": "s",
+    "longstr": b"l",
+    "table": {"k": "v"},
+    "content": MessageContent(data=b"c"),
+}
+#: Sends that need more than an open channel: the server's acks settle publishes made in
+#: confirm mode (test_connection_confirms.py covers them).
+_NEEDS_SETUP = {("basic.ack", Role.SERVER), ("basic.nack", Role.SERVER)}
+
+
+def _build(spec: ProtocolSpec, cls: type[Method]) -> Method:
+    return spec.make(cls.NAME, **{name: _SAMPLE[kind] for name, kind in cls.FIELDS})
+
+
+def _send(pair: ConnectionPair, role: Role, channel: int, method: Method) -> None:
+    conn = pair.client if role is Role.CLIENT else pair.server
+    if not type(method).HAS_CONTENT:
+        conn.send_method(channel, method)
+        return
+    props_cls = conn.protocol.properties[type(method).CLASS_ID]
+    if method.NAME == "basic.publish":
+        conn.publish(channel, method, props_cls(), b"body")
+    else:
+        conn.send_content(channel, method, props_cls(), b"body")
+
+
+def _exchange(
+    spec: ProtocolSpec, pair: ConnectionPair, sender: Role, method: Method, answer: int
+) -> None:
+    """*sender* sends *method* on channel 1; its peer sees it, and a request is answered (by
+    the peer's core itself, or by the peer with reply number *answer*), down the chain."""
+    _send(pair, sender, 1, method)
+    conn = pair.client if sender is Role.CLIENT else pair.server
+    events = pair.transfer(conn)
+    assert len(events) == 1, events
+    [event] = events
+    seen = getattr(event, "method", None)
+    if isinstance(event, ChannelFlowChanged | ConsumerCancelled):  # the core's own events
+        assert event.channel == 1
+    else:
+        assert seen == method, event
+    if not method.expects_reply():
+        return
+    peer = pair.peer(conn)
+    if peer.outbound_size:  # answered by the peer's core itself (flow-ok, cancel-ok)
+        [reply] = pair.transfer(peer)
+        assert isinstance(reply, MethodReceived)
+        assert reply.request is method
+        return
+    responses = type(method).RESPONSES
+    reply_method = _build(spec, responses[min(answer, len(responses) - 1)])
+    _exchange(spec, pair, sender.peer, reply_method, 0)
+
+
+def _conversations(spec: ProtocolSpec) -> list[tuple[str, Role, int]]:
+    """(meaning, sender, reply chosen) for every method that is not a reply, and every role
+    that may send it."""
+    replies = {reply for cls in spec.methods.values() for reply in cls.RESPONSES}
+    cases = []
+    for cls in spec.methods.values():
+        if cls.CLASS_ID == 10 or cls.NAME in CHANNEL_LIFECYCLE or cls in replies:
+            continue
+        for role in sorted(cls.SENT_BY, key=lambda r: r.value):
+            if (cls.NAME, role) in _NEEDS_SETUP:
+                continue
+            cases += [(cls.NAME, role, n) for n in range(max(1, len(cls.RESPONSES)))]
+    return cases
+
+
+@pytest.mark.parametrize("spec", [AMQP_0_9_1, *OLDER], ids=lambda s: s.version.value)
+def test_every_method_passes_the_tables_in_both_roles(spec: ProtocolSpec) -> None:
+    """Every method of every version but the connection class (the handshake tests) and the
+    channel lifecycle: sent by each role that may send it, received by the other, answered with
+    each reply it may get; and refused from a role that may not send it, on sending and on
+    receipt."""
+    checked = set()
+    for meaning, sender, answer in _conversations(spec):
+        pair = _pair(spec)
+        pair.open_channel()
+        method = _build(spec, spec.by_meaning[meaning])
+        _exchange(spec, pair, sender, method, answer)
+        chain = [type(method)]
+        while chain:  # the replies, and their replies (file.open-ok asks for file.stage)
+            cls = chain.pop()
+            if cls.NAME not in checked:
+                checked.add(cls.NAME)
+                chain += cls.RESPONSES
+    for cls in spec.methods.values():
+        if cls.CLASS_ID == 10 or cls.NAME in CHANNEL_LIFECYCLE:
+            continue
+        for role in {Role.CLIENT, Role.SERVER} - cls.SENT_BY:
+            pair = _pair(spec)
+            pair.open_channel()
+            method = _build(spec, cls)
+            with pytest.raises(LocalProtocolError):
+                _send(pair, role, 1, method)
+            receiver = pair.server if role is Role.CLIENT else pair.client
+            with pytest.raises(RemoteProtocolError) as info:
+                feed(receiver, method_frame(1, method, protocol=spec))
+            assert info.value.reply_code == 503
+    wanted = {
+        cls.NAME
+        for cls in spec.methods.values()
+        if cls.CLASS_ID != 10 and cls.NAME not in CHANNEL_LIFECYCLE
+    }
+    untested = wanted - checked
+    assert untested <= {name for name, _ in _NEEDS_SETUP}, untested
+
+
+@pytest.mark.parametrize("spec", [AMQP_0_9_1, *OLDER], ids=lambda s: s.version.value)
+def test_the_handshake_and_the_closes_in_each_version(spec: ProtocolSpec) -> None:
+    """The methods on the wire, by meaning and ids, with a SASL challenge and both closes."""
+    pair = ConnectionPair(ConnectionConfig(protocol=spec), ConnectionConfig(header_0_9="0-9"))
+    seen: list[tuple[str, tuple[int, int]]] = []
+
+    def move(sender: Connection) -> list[Event]:
+        data = sender.data_to_send()
+        if not data:
+            return []  # feeding b"" would end the stream
+        frames = parse_frames(data, protocol=spec)
+        seen.extend(
+            (f.method.NAME, spec.ids(type(f.method))) for f in frames if isinstance(f, MethodFrame)
+        )
+        return feed(pair.peer(sender), data)
+
+    for _ in range(6):
+        for event in move(pair.client) + move(pair.server):
+            if isinstance(event, AuthenticationRequested):
+                if not any(name == "connection.secure" for name, _ in seen):
+                    pair.server.send_secure(b"challenge?")
+                else:
+                    pair.server.accept_authentication()
+            elif isinstance(event, SecureRequested):
+                pair.client.answer_secure(b"answer")
+            elif isinstance(event, VirtualHostRequested):
+                pair.server.accept_virtual_host()
+    move(pair.server)
+    assert pair.client.state is pair.server.state is ConnectionState.OPEN
+    channel = pair.open_channel()
+    pair.server.close_channel(channel, 406, "PRECONDITION_FAILED")
+    move(pair.server)
+    move(pair.client)
+    pair.client.close()
+    move(pair.client)
+    move(pair.server)
+    close = (10, 60) if spec is AMQP_0_8 else (10, 50)
+    assert [name for name, _ in seen] == [
+        "connection.start",
+        "connection.start-ok",
+        "connection.secure",
+        "connection.secure-ok",
+        "connection.tune",
+        "connection.tune-ok",
+        "connection.open",
+        "connection.open-ok",
+        "channel.close",
+        "channel.close-ok",
+        "connection.close",
+        "connection.close-ok",
+    ]
+    assert dict(seen)["connection.close"] == close
+    assert dict(seen)["connection.close-ok"] == (close[0], close[1] + 1)
