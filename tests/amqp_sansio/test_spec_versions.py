@@ -201,8 +201,8 @@ def test_0_8_close_and_recover_ids() -> None:
 # --- the generator ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("stale", ["spec_0_8", "spec_0_9"])
-def test_check_names_the_stale_version_module(tmp_path: Path, stale: str) -> None:
+def test_check_names_the_stale_version_module(tmp_path: Path) -> None:
+    stale = "spec_0_8"
     for part in ("tools", "spec"):
         shutil.copytree(ROOT / part, tmp_path / part)
     shutil.copy(ROOT / "pyproject.toml", tmp_path)  # ruff formats the modules by its settings
