@@ -3,10 +3,20 @@
 
 One run writes one module per target in ``TARGETS`` (``src/amqp_sansio/_generated/``). A target
 names a structure file (XML: methods, ``<chassis>`` directions, ``<response>`` pairs), an
-optional RabbitMQ JSON (default values, the names RabbitMQ gives reserved fields, classes the XML
-lacks such as ``access``) and an optional documentation XML (labels and first paragraphs for the
-docstrings). 0-8 and 0-9 are further targets of this same tool: their XMLs spell names with
-spaces and carry other classes, which the loader already handles.
+optional RabbitMQ JSON (default values, the names RabbitMQ gives reserved fields, classes and
+methods the XML lacks such as ``access``, and the ids RabbitMQ gives methods where its reading
+of the version differs) and an optional documentation XML (labels and first paragraphs for the
+docstrings).
+
+Names follow one convention in every version: 0-8 spells them with spaces (``routing key``,
+``soft error``), which the loader turns into hyphens (``routing-key``) and Python underscores.
+
+A target with a ``base`` (0-8 and 0-9 over 0-9-1) reuses the base's class for every method that
+means the same (its spec name) and is identical on the wire and in Python: field names, types and
+defaults, synchronous, content, replies and senders, the replies being shared too. Fields the
+base also has take the base's defaults, so one meaning has one Python signature in every version.
+The version's ``METHODS`` maps its own wire index to such a class (0-8 sends the shared
+``connection.close`` as (10, 60)); everything else gets a class of its own in the version's module.
 
 ``python tools/gen_spec.py`` rewrites the modules; ``--check`` exits 1 when one is stale.
 """
@@ -14,6 +24,7 @@ spaces and carry other classes, which the loader already handles.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import keyword
@@ -32,7 +43,7 @@ import attrs
 import _gen_0_10
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Iterable, Iterator, Sequence
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 SPEC_DIR: Final = ROOT / "spec"
@@ -45,6 +56,10 @@ class Target:
     structure: str
     rabbitmq_json: str | None = None
     documentation: str | None = None
+    #: The module docstring's name for the version.
+    title: str = ""
+    #: The module whose classes this one reuses where a method is identical (see above).
+    base: str | None = None
 
 
 TARGETS: Final = (
@@ -53,24 +68,61 @@ TARGETS: Final = (
         structure="amqp0-9-1.stripped.extended.xml",
         rabbitmq_json="amqp-rabbitmq-0.9.1.json",
         documentation="amqp0-9-1.extended.xml",
+        title="AMQP 0-9-1 with RabbitMQ's extensions",
+    ),
+    Target(
+        module="spec_0_9",
+        structure="amqp0-9.stripped.xml",
+        documentation="amqp0-9.xml",
+        title="AMQP 0-9",
+        base="spec_0_9_1",
+    ),
+    # RabbitMQ 3.10 is the 0-8 server users meet: its JSON numbers basic.recover 110 (recover-ok
+    # 111, the XML's async recover at 100 becoming recover-async) and adds queue.unbind 50/51.
+    Target(
+        module="spec_0_8",
+        structure="amqp0-8.stripped.xml",
+        rabbitmq_json="amqp-rabbitmq-0.8.json",
+        documentation="amqp0-8.xml",
+        title="AMQP 0-8 as RabbitMQ reads it",
+        base="spec_0_9_1",
     ),
 )
 
-# The JSON carries no <chassis> or <response>: directions and replies for the classes only it
-# has (RabbitMQ still accepts access.request in every protocol mode).
-JSON_ONLY_METHODS: Final[dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
-    # "class.method": (roles that receive it, its replies)
-    "access.request": (("server",), ("request-ok",)),
-    "access.request-ok": (("client",), ()),
+# The JSON carries no <chassis> or <response>: directions, replies and whether a reply is
+# synchronous, for the methods only the JSON has. The XMLs that know these methods mark their
+# replies synchronous (0-8/0-9 access.request-ok, 0-9/0-9-1 queue.unbind-ok, 0-9-1
+# basic.recover-ok); RabbitMQ's JSON marks no reply synchronous.
+JSON_ONLY_METHODS: Final[dict[str, tuple[tuple[str, ...], tuple[str, ...], bool]]] = {
+    # "class.method": (roles that receive it, its replies, synchronous)
+    # RabbitMQ still accepts access.request in every protocol mode.
+    "access.request": (("server",), ("request-ok",), True),
+    "access.request-ok": (("client",), (), True),
+    # RabbitMQ's 0-8 additions
+    "queue.unbind": (("server",), ("unbind-ok",), True),
+    "queue.unbind-ok": (("client",), (), True),
+    "basic.recover-async": (("server",), (), False),
+    "basic.recover-ok": (("client",), (), True),
+}
+
+# Domains a structure XML uses without declaring them, and the primitive each stands for.
+UNDECLARED_DOMAINS: Final = {
+    # 0-9's message class (message.transfer's body) uses a domain "content" that amqp0-9.xml
+    # never declares. Qpid, the one implementation of that class, codes it as a flag octet
+    # (0: the octets inline, 1: a reference id) followed by a longstr (qpid/codec.py,
+    # encode_content); it is the primitive "content" here, MessageContent in Python.
+    "content": "content",
 }
 
 
-# Where the structure XML is wrong about the wire, "class.method": corrected attributes.
+# Where the structure XML is wrong about the wire, "class.method": corrected attributes. An
+# erratum with ``ids`` applies only to a version that numbers the method so.
 @attrs.frozen
 class Erratum:
     sent_by: tuple[str, ...] | None = None
     synchronous: bool | None = None
     responses: tuple[str, ...] | None = None
+    ids: tuple[int, int] | None = None
 
 
 ERRATA: Final[dict[str, Erratum]] = {
@@ -79,14 +131,15 @@ ERRATA: Final[dict[str, Erratum]] = {
     "connection.update-secret": Erratum(sent_by=("client",)),
     "connection.update-secret-ok": Erratum(sent_by=("server",)),
     # 0-9-1 gives basic.recover neither synchronous="1" nor <response>, yet recover-ok answers it
-    # (the spec's prose; RabbitMQ sends it).
-    "basic.recover": Erratum(synchronous=True, responses=("recover-ok",)),
+    # (the spec's prose; RabbitMQ sends it). RabbitMQ's 0-8 moves it to the same ids; 0-8's and
+    # 0-9's own basic.recover (60, 100) is asynchronous and has no reply.
+    "basic.recover": Erratum(synchronous=True, responses=("recover-ok",), ids=(60, 110)),
 }
 
 
 def corrected(m: MethodDef) -> MethodDef:
     fix = ERRATA.get(m.spec_name)
-    if fix is None:
+    if fix is None or (fix.ids is not None and fix.ids != (m.class_id, m.method_id)):
         return m
     return attrs.evolve(
         m,
@@ -115,6 +168,7 @@ PY_TYPES: Final = {
     "shortstr": "str",
     "longstr": "bytes",
     "table": "FieldTable",
+    "content": "MessageContent",
 }
 STRUCT_CODES: Final = {"octet": "B", "short": "H", "long": "I", "longlong": "Q", "timestamp": "Q"}
 TYPE_DEFAULTS: Final[dict[str, object]] = {
@@ -207,16 +261,21 @@ def squash(text: str | None) -> str:
     return " ".join((text or "").split())
 
 
+def norm(name: str | None) -> str:
+    """A spec name in the one convention: 0-8's spaces (``routing key``) become hyphens."""
+    return "-".join((name or "").split())
+
+
 def load_docs(path: Path) -> dict[str, str]:
     """Labels and first paragraphs, keyed "class.method" and "class.method.field"."""
     docs: dict[str, str] = {}
     root = ET.parse(path).getroot()
     for cls in root.iter("class"):
-        cname = cls.get("name", "")
+        cname = norm(cls.get("name"))
         for meth in cls.iter("method"):
-            key = f"{cname}.{meth.get('name')}"
+            key = f"{cname}.{norm(meth.get('name'))}"
             first = next((d for d in meth.findall("doc") if d.get("type") is None), None)
-            label = squash(meth.get("label"))
+            label = squash(meth.get("label") or _inline_label(meth))
             docs[key] = "\n\n".join(
                 p
                 for p in (
@@ -226,136 +285,217 @@ def load_docs(path: Path) -> dict[str, str]:
                 if p
             )
             for field in meth.findall("field"):
-                docs[f"{key}.{field.get('name')}"] = squash(field.get("label"))
+                docs[f"{key}.{norm(field.get('name'))}"] = squash(
+                    field.get("label") or _inline_label(field)
+                )
         for field in cls.findall("field"):
-            docs[f"{cname}.{field.get('name')}"] = squash(field.get("label"))
+            docs[f"{cname}.{norm(field.get('name'))}"] = squash(
+                field.get("label") or _inline_label(field)
+            )
     return docs
 
 
+def _inline_label(elem: ET.Element) -> str:
+    # 0-8 and 0-9 put the label in the element's own text rather than a label attribute.
+    return (elem.text or "").strip()
+
+
+@attrs.frozen
+class JsonArgument:
+    name: str
+    type: str | None
+    domain: str | None
+    default: object  # NO_DEFAULT when the JSON gives none
+
+
+@attrs.frozen
+class JsonMethod:
+    name: str
+    id: int
+    synchronous: bool
+    content: bool
+    arguments: tuple[JsonArgument, ...]
+
+
+@attrs.frozen
+class JsonClass:
+    name: str
+    id: int
+    methods: tuple[JsonMethod, ...]
+    properties: tuple[str, ...]
+
+
+def load_json(path: Path) -> tuple[dict[str, JsonClass], dict[str, str]]:
+    """RabbitMQ's JSON as records: its classes by name, and its domains."""
+    raw = json.loads(path.read_text())
+    classes = {
+        str(c["name"]): JsonClass(
+            name=str(c["name"]),
+            id=int(c["id"]),
+            methods=tuple(
+                JsonMethod(
+                    name=str(m["name"]),
+                    id=int(m["id"]),
+                    synchronous=bool(m.get("synchronous")),
+                    content=bool(m.get("content")),
+                    arguments=tuple(
+                        JsonArgument(
+                            name=str(a["name"]),
+                            type=a.get("type"),
+                            domain=a.get("domain"),
+                            default=a.get("default-value", NO_DEFAULT),
+                        )
+                        for a in m["arguments"]
+                    ),
+                )
+                for m in c["methods"]
+            ),
+            properties=tuple(str(p["name"]) for p in c.get("properties", ())),
+        )
+        for c in raw["classes"]
+    }
+    return classes, {str(name): str(kind) for name, kind in raw["domains"]}
+
+
+@functools.cache
 def load_spec(target: Target) -> SpecDef:
     root = ET.parse(SPEC_DIR / target.structure).getroot()
-    domains = {d.get("name", ""): d.get("type", "") for d in root.iter("domain")}
+    domains = {norm(d.get("name")): d.get("type", "") for d in root.iter("domain")}
     docs = load_docs(SPEC_DIR / target.documentation) if target.documentation else {}
-    rabbit = (
-        json.loads((SPEC_DIR / target.rabbitmq_json).read_text()) if target.rabbitmq_json else None
+    json_classes, json_domains = (
+        load_json(SPEC_DIR / target.rabbitmq_json) if target.rabbitmq_json else ({}, {})
     )
-    json_classes = {c["name"]: c for c in rabbit["classes"]} if rabbit else {}
-    json_domains = dict(rabbit["domains"]) if rabbit else {}
 
     def primitive(elem_type: str | None, domain: str | None, table: dict[str, str]) -> str:
-        kind = elem_type or table[domain or ""]
+        kind = norm(elem_type) or norm(domain)
+        if kind not in table and kind in UNDECLARED_DOMAINS:
+            return UNDECLARED_DOMAINS[kind]
+        kind = table.get(kind, kind)
         while kind in table and table[kind] != kind:  # domains may alias domains
             kind = table[kind]
         if kind not in PY_TYPES:
             raise SystemExit(f"unknown field type {kind!r}")
         return kind
 
+    def json_method(jcls: JsonClass, jm: JsonMethod) -> MethodDef:
+        """A method only the JSON has: directions and replies from JSON_ONLY_METHODS."""
+        receivers, responses, synchronous = JSON_ONLY_METHODS[f"{jcls.name}.{jm.name}"]
+        return MethodDef(
+            class_name=jcls.name,
+            name=jm.name,
+            class_id=jcls.id,
+            method_id=jm.id,
+            synchronous=synchronous,
+            content=jm.content,
+            responses=responses,
+            sent_by=senders(receivers),
+            fields=tuple(
+                make_field(
+                    jcls.name,
+                    jm.name,
+                    ja.name,
+                    primitive(ja.type, ja.domain, json_domains),
+                    ja.default,
+                    docs,
+                )
+                for ja in jm.arguments
+            ),
+        )
+
     classes: list[ClassDef] = []
     seen: set[str] = set()
     for cls in root.iter("class"):
-        cname = cls.get("name", "")
+        cname = norm(cls.get("name"))
         seen.add(cname)
         jcls = json_classes.get(cname)
-        jmethods = {m["name"]: m for m in jcls["methods"]} if jcls else {}
+        jmethods = {m.name: m for m in jcls.methods} if jcls else {}
         methods = []
         for meth in cls.findall("method"):
-            mname = meth.get("name", "")
-            jargs = jmethods[mname]["arguments"] if mname in jmethods else None
+            mname = norm(meth.get("name"))
+            jm = jmethods.get(mname)
+            jargs = jm.arguments if jm is not None else None
             xfields = meth.findall("field")
             if jargs is not None and len(jargs) != len(xfields):
                 raise SystemExit(f"{cname}.{mname}: XML and JSON disagree on the argument count")
             fields = []
             for pos, xf in enumerate(xfields):
                 kind = primitive(xf.get("type"), xf.get("domain"), domains)
-                spec_name = xf.get("name", "")
+                spec_name = norm(xf.get("name"))
                 default: object = NO_DEFAULT
                 if jargs is not None:
                     ja = jargs[pos]
-                    jkind = primitive(ja.get("type"), ja.get("domain"), json_domains)
+                    jkind = primitive(ja.type, ja.domain, json_domains)
                     if jkind != kind:
                         raise SystemExit(
                             f"{cname}.{mname}.{spec_name}: {kind} in XML, {jkind} in JSON"
                         )
                     # The XML says "reserved-1" where RabbitMQ says "ticket", and "no-wait" where it
                     # says "nowait": RabbitMQ's names are the ones users know from pika.
-                    if xf.get("reserved") or ja["name"] == spec_name.replace("-", ""):
-                        spec_name = ja["name"]
-                    elif ja["name"] != spec_name:
+                    if xf.get("reserved") or ja.name == spec_name.replace("-", ""):
+                        spec_name = ja.name
+                    elif ja.name != spec_name:
                         raise SystemExit(
-                            f"{cname}.{mname}: field {spec_name!r} is {ja['name']!r} in JSON"
+                            f"{cname}.{mname}: field {spec_name!r} is {ja.name!r} in JSON"
                         )
-                    if "default-value" in ja:
-                        default = ja["default-value"]
+                    default = ja.default
                 if xf.get("reserved") and default is NO_DEFAULT:
                     default = TYPE_DEFAULTS[kind]
                 fields.append(make_field(cname, mname, spec_name, kind, default, docs))
-            methods.append(
-                MethodDef(
-                    class_name=cname,
-                    name=mname,
-                    class_id=int(cls.get("index", "")),
-                    method_id=int(meth.get("index", "")),
-                    synchronous=meth.get("synchronous") == "1",
-                    content=meth.get("content") == "1",
-                    responses=tuple(r.get("name", "") for r in meth.findall("response")),
-                    sent_by=senders(c.get("name", "") for c in meth.findall("chassis")),
-                    fields=tuple(fields),
-                    doc=docs.get(f"{cname}.{mname}", ""),
-                )
+            method = MethodDef(
+                class_name=cname,
+                name=mname,
+                class_id=int(cls.get("index", "")),
+                method_id=int(meth.get("index", "")),
+                synchronous=meth.get("synchronous") == "1",
+                content=meth.get("content") == "1",
+                responses=tuple(norm(r.get("name")) for r in meth.findall("response")),
+                sent_by=senders(norm(c.get("name")) for c in meth.findall("chassis")),
+                fields=tuple(fields),
+                doc=docs.get(f"{cname}.{mname}", ""),
             )
+            ids = (method.class_id, method.method_id)
+            if jm is not None and jcls is not None and (jcls.id, jm.id) != ids:
+                # RabbitMQ's reading numbers the method differently (0-8 basic.recover): its
+                # ids and synchronous flag win; the arguments and the chassis are the XML's.
+                method = attrs.evolve(
+                    method,
+                    class_id=jcls.id,
+                    method_id=jm.id,
+                    synchronous=jm.synchronous,
+                    responses=(),
+                )
+            methods.append(method)
+        # Methods RabbitMQ's reading adds to a class of the XML (0-8 queue.unbind).
+        known = {m.name for m in methods}
+        if jcls is not None:
+            methods += [json_method(jcls, jm) for jm in jcls.methods if jm.name not in known]
         props = tuple(
             make_field(
                 cname,
                 None,
-                f.get("name", ""),
+                norm(f.get("name")),
                 primitive(f.get("type"), f.get("domain"), domains),
                 None,
                 docs,
             )
             for f in cls.findall("field")
         )
-        if jcls and jcls.get("properties"):  # RabbitMQ names the 14th basic property cluster-id
+        if jcls and jcls.properties:  # RabbitMQ names the 14th basic property cluster-id
             props = tuple(
-                attrs.evolve(p, name=py_ident(jp["name"]), spec_name=jp["name"])
-                for p, jp in zip(props, jcls["properties"], strict=True)
+                attrs.evolve(p, name=py_ident(jp), spec_name=jp)
+                for p, jp in zip(props, jcls.properties, strict=True)
             )
         classes.append(ClassDef(cname, int(cls.get("index", "")), tuple(methods), props))
 
     for cname, jcls in json_classes.items():
         if cname in seen:
             continue
-        methods = []
-        for jm in jcls["methods"]:
-            key = f"{cname}.{jm['name']}"
-            receivers, responses = JSON_ONLY_METHODS[key]
-            methods.append(
-                MethodDef(
-                    class_name=cname,
-                    name=jm["name"],
-                    class_id=jcls["id"],
-                    method_id=jm["id"],
-                    synchronous=bool(jm.get("synchronous")),
-                    content=bool(jm.get("content")),
-                    responses=responses,
-                    sent_by=senders(receivers),
-                    fields=tuple(
-                        make_field(
-                            cname,
-                            jm["name"],
-                            ja["name"],
-                            primitive(ja.get("type"), ja.get("domain"), json_domains),
-                            ja.get("default-value", NO_DEFAULT),
-                            docs,
-                        )
-                        for ja in jm["arguments"]
-                    ),
-                )
-            )
-        classes.append(ClassDef(cname, jcls["id"], tuple(methods), ()))
+        methods = [json_method(jcls, jm) for jm in jcls.methods]
+        classes.append(ClassDef(cname, jcls.id, tuple(methods), ()))
 
     classes = [attrs.evolve(c, methods=tuple(corrected(m) for m in c.methods)) for c in classes]
     constants = tuple(
-        Constant(py_ident(c.get("name", "")).upper(), int(c.get("value", "")), c.get("class", ""))
+        Constant(py_ident(c.get("name", "")).upper(), int(c.get("value", "")), norm(c.get("class")))
         for c in root.iter("constant")
     )
     version = (
@@ -387,10 +527,87 @@ def make_field(
     )
 
 
-def senders(receivers: Iterator[str] | Sequence[str]) -> tuple[str, ...]:
+def senders(receivers: Iterable[str]) -> tuple[str, ...]:
     # <chassis name="client"> means the client implements (receives) the method.
     other = {"client": "server", "server": "client"}
     return tuple(sorted({other[r] for r in receivers}))
+
+
+# --- versions over a base ---------------------------------------------------------------------
+
+
+@attrs.frozen
+class Plan:
+    """One version's classes: its own, and those it reuses from its base module."""
+
+    spec: SpecDef
+    #: The version's methods in wire order, with the base's defaults where the base has the field.
+    methods: tuple[MethodDef, ...]
+    #: Spec names of the methods whose class is the base's.
+    shared: frozenset[str]
+    #: Class names of the property classes that are the base's.
+    shared_properties: frozenset[str]
+
+
+def _signature(m: MethodDef) -> object:
+    """What must agree for two versions to share a method's class (not its ids or docs)."""
+    return (
+        m.spec_name,
+        m.synchronous,
+        m.content,
+        m.responses,
+        m.sent_by,
+        tuple((f.name, f.type, f.default, f.secret) for f in m.fields),
+    )
+
+
+def _with_base_defaults(m: MethodDef, base: MethodDef | None) -> MethodDef:
+    if base is None:
+        return m
+    theirs = {f.name: f for f in base.fields}
+    fields = tuple(
+        attrs.evolve(f, default=theirs[f.name].default)
+        if f.name in theirs and theirs[f.name].type == f.type
+        else f
+        for f in m.fields
+    )
+    return attrs.evolve(m, fields=fields)
+
+
+def plan(target: Target) -> Plan:
+    """Which of *target*'s methods reuse the base's classes (none without a base)."""
+    spec = load_spec(target)
+    methods = [m for c in spec.classes for m in c.methods]
+    if target.base is None:
+        return Plan(spec, tuple(methods), frozenset(), frozenset())
+    base_spec = load_spec(next(t for t in TARGETS if t.module == target.base))
+    base = {m.spec_name: m for c in base_spec.classes for m in c.methods}
+    methods = [_with_base_defaults(m, base.get(m.spec_name)) for m in methods]
+    same = {
+        m.spec_name
+        for m in methods
+        if m.spec_name in base and _signature(m) == _signature(base[m.spec_name])
+    }
+    # A shared class answers with its base's replies: share only where those are shared too.
+    while True:
+        unshared = {
+            name
+            for name in same
+            if any(f"{base[name].class_name}.{r}" not in same for r in base[name].responses)
+        }
+        if not unshared:
+            break
+        same -= unshared
+    base_props = {c.name: c.properties for c in base_spec.classes if c.properties}
+    shared_props = frozenset(
+        c.name
+        for c in spec.classes
+        if c.properties
+        and c.name in base_props
+        and [(p.name, p.type) for p in c.properties]
+        == [(p.name, p.type) for p in base_props[c.name]]
+    )
+    return Plan(spec, tuple(methods), frozenset(same), shared_props)
 
 
 # --- emitting --------------------------------------------------------------------------------
@@ -506,6 +723,11 @@ def emit_encode_fields(e: Emitter, fields: Sequence[Field], indent: int) -> None
             e(f"out += self.{item.name}", indent)
         elif item.type == "table":
             e(f"encode_table(out, self.{item.name})", indent)
+        elif item.type == "content":  # see UNDECLARED_DOMAINS
+            e(f"content = self.{item.name}", indent)
+            e("out.append(1 if content.reference else 0)", indent)
+            e("out += _S_I.pack(len(content.data))", indent)
+            e("out += content.data", indent)
 
 
 def emit_decode_field(e: Emitter, item: Run | Field, indent: int) -> None:
@@ -539,6 +761,20 @@ def emit_decode_field(e: Emitter, item: Run | Field, indent: int) -> None:
         e("offset += 4 + n", indent)
     elif item.type == "table":
         e(f"self.{item.name}, offset = decode_table(buf, offset)", indent)
+    elif item.type == "content":  # see UNDECLARED_DOMAINS
+        e("flag = buf[offset]", indent)
+        e("if flag > 1:", indent)
+        e(
+            'raise ValueError(f"content flag {flag}: neither 0 (inline) nor 1 (a reference)")',
+            indent + 1,
+        )
+        e("(n,) = _S_I.unpack_from(buf, offset + 1)", indent)
+        e(
+            f"self.{item.name} = MessageContent("
+            "data=bytes(buf[offset + 5 : offset + 5 + n]), reference=flag == 1)",
+            indent,
+        )
+        e("offset += 5 + n", indent)
 
 
 #: Codes of ``amqp_sansio._speedups.unpack_fields`` by wire type; properties read a table as
@@ -604,6 +840,8 @@ def emit_method(e: Emitter, m: MethodDef) -> None:
     e(f"class {m.py_name}(Method):")
     emit_docstring(e, m.doc or f"``{m.spec_name}``", 1)
     e()
+    if m.py_name.startswith("Test"):  # 0-8's test class, not a pytest test class
+        e("__test__: ClassVar[bool] = False", 1)
     e(f"CLASS_ID = {m.class_id}", 1)
     e(f"METHOD_ID = {m.method_id}", 1)
     e(f"INDEX = {m.class_id << 16 | m.method_id}", 1)
@@ -644,7 +882,9 @@ def emit_method(e: Emitter, m: MethodDef) -> None:
     e(f"def decode(cls, buf: Buffer, offset: int) -> tuple[{m.py_name}, int]:", 1)
     emit_bytes_guard(e, m.fields, 2)
     # Only where there is a string or a table: fixed-width arguments are one struct call already.
-    if any(f.type in ("shortstr", "longstr", "table") for f in m.fields):
+    if any(f.type in ("shortstr", "longstr", "table") for f in m.fields) and all(
+        f.type in C_FIELD_CODES for f in m.fields
+    ):
         codes = "".join(C_FIELD_CODES[f.type] for f in m.fields)
         targets = [(f"self.{f.name}", PY_TYPES[f.type]) for f in m.fields]
         emit_c_unpack(e, "unpack_fields", codes, targets)
@@ -681,6 +921,8 @@ def emit_properties(e: Emitter, cls: ClassDef) -> str:
         e("@attrs.define(slots=True, kw_only=True, weakref_slot=False)")
     e(f"class {name}(ContentProperties):")
     doc = f"The properties of a ``{cls.name}`` content header; ``None`` means absent."
+    if not props:
+        doc = f"The properties of a ``{cls.name}`` content header: the class defines none."
     if lazy:
         names = ", ".join(f"``{p.name}``" for p in lazy)
         doc += (
@@ -690,6 +932,8 @@ def emit_properties(e: Emitter, cls: ClassDef) -> str:
         )
     emit_docstring(e, doc, 1)
     e()
+    if name.startswith("Test"):  # 0-8's test class, not a pytest test class
+        e("__test__: ClassVar[bool] = False", 1)
     e(f"CLASS_ID = {cls.index}", 1)
     e(
         f"FIELDS: ClassVar[tuple[FieldSpec, ...]] = ({field_specs(props)})",
@@ -787,7 +1031,7 @@ def emit_properties(e: Emitter, cls: ClassDef) -> str:
     e("@classmethod", 1)
     e(f"def decode(cls, buf: Buffer, offset: int) -> tuple[{name}, int]:", 1)
     emit_bytes_guard(e, props, 2)
-    if len(props) <= 15 and all(p.type in C_PROPERTY_CODES for p in props):
+    if props and len(props) <= 15 and all(p.type in C_PROPERTY_CODES for p in props):
         codes = "".join(C_PROPERTY_CODES[p.type] for p in props)
         targets = [
             (f"self._{p.name}_raw", "bytes | None")
@@ -860,11 +1104,22 @@ def emit_decode_property(e: Emitter, cls: ClassDef, p: Field, bit: int, indent: 
 
 
 def generate(target: Target) -> str:
-    spec = load_spec(target)
+    layout = plan(target)
+    spec = layout.spec
     body = Emitter()
-    methods = [m for c in spec.classes for m in c.methods]
-    prop_classes = [(c.index, emit_properties(body, c)) for c in spec.classes if c.properties]
-    for m in methods:
+    methods = layout.methods
+    own = [m for m in methods if m.spec_name not in layout.shared]
+    prop_classes = [
+        (
+            c.index,
+            camel(c.name) + "Properties"
+            if c.name in layout.shared_properties
+            else emit_properties(body, c),
+        )
+        for c in spec.classes
+        if c.properties or any(m.content for m in c.methods)
+    ]
+    for m in own:
         emit_method(body, m)
 
     e = Emitter()
@@ -877,7 +1132,15 @@ def generate(target: Target) -> str:
             digest = hashlib.sha256((SPEC_DIR / src).read_bytes()).hexdigest()
             e(f"#   spec/{src} (sha256 {digest[:16]})")
     e("# Regenerate with `python tools/gen_spec.py`; `--check` fails when this file is stale.")
-    e(f'"""AMQP {major}-{minor}-{revision} methods, content properties and constants."""')
+    doc = f"{target.title}: methods, content properties and constants."
+    if target.base is not None:
+        doc += (
+            f"\n\n{len(layout.shared)} of the {len(methods)} methods mean the same as in "
+            f"``{target.base}`` and are identical on the wire and in Python: they are its classes, "
+            "imported from there (``METHODS`` maps this version's ids to them). The others are "
+            "this version's own."
+        )
+    emit_docstring(e, doc, 0)
     e()
     e("from __future__ import annotations")
     e()
@@ -892,6 +1155,7 @@ def generate(target: Target) -> str:
     e("Buffer,", 1)
     e("ContentProperties,", 1)
     e("FieldSpec,", 1)
+    e("MessageContent,", 1)
     e("Method,", 1)
     e("Role,", 1)
     e("decode_received_table,", 1)
@@ -901,6 +1165,15 @@ def generate(target: Target) -> str:
     e("unpack_properties,", 1)
     e(")")
     e("from .._table import FieldTable, decode_table, encode_table")
+    imported = sorted(
+        {m.py_name for m in methods if m.spec_name in layout.shared}
+        | {camel(name) + "Properties" for name in layout.shared_properties}
+    )
+    if imported:
+        e(f"from .{target.base} import (")
+        for name in imported:
+            e(f"{name},", 1)
+        e(")")
     e("from .reply_codes import ReplyCode")
     e()
 
@@ -934,17 +1207,22 @@ def generate(target: Target) -> str:
     e()
     e("# The replies each request expects; set here because replies are defined after requests.")
     by_name = {m.spec_name: m for m in methods}
-    for m in methods:
+    for m in own:
         if m.responses:
             replies = ", ".join(by_name[f"{m.class_name}.{r}"].py_name for r in m.responses)
             e(f"{m.py_name}.RESPONSES = ({replies},)")
     e()
     e(f"AnyMethod: TypeAlias = {' | '.join(m.py_name for m in methods)}")
     e()
-    e("#: Method classes keyed by ``class_id << 16 | method_id``.")
+    e("#: Method classes keyed by ``class_id << 16 | method_id`` as this version sends them.")
     e("METHODS: Final[dict[int, type[Method]]] = {")
+    base_ids = _base_ids(target)
     for m in methods:
-        e(f"{m.py_name}.INDEX: {m.py_name},", 1)
+        index = m.class_id << 16 | m.method_id
+        if m.spec_name in layout.shared and base_ids[m.spec_name] != index:
+            e(f"{index}: {m.py_name},  # ({m.class_id}, {m.method_id}) in this version", 1)
+        else:
+            e(f"{m.py_name}.INDEX: {m.py_name},", 1)
     e("}")
     e("#: Content property classes keyed by class id.")
     e("PROPERTIES: Final[dict[int, type[ContentProperties]]] = {")
@@ -958,6 +1236,14 @@ def generate(target: Target) -> str:
         e(f"{n!r},", 1)
     e("]")
     return format_source("\n".join(e.lines) + "\n", OUT_DIR / f"{target.module}.py")
+
+
+def _base_ids(target: Target) -> dict[str, int]:
+    """The wire index each method has in *target*'s base (empty without a base)."""
+    if target.base is None:
+        return {}
+    base = load_spec(next(t for t in TARGETS if t.module == target.base))
+    return {m.spec_name: m.class_id << 16 | m.method_id for c in base.classes for m in c.methods}
 
 
 def is_reply_code(constant: Constant) -> bool:

@@ -53,8 +53,10 @@ does; `none` means the method only goes through the request FIFO (a reply must a
 oldest outstanding request; RabbitMQ may answer {overtaken} late, so other replies may
 overtake them, and {tagged} find their request by consumer tag).
 
-The tables below are AMQP 0-9-1's (with RabbitMQ's extensions); another version's method table
-gives the same meanings its own ids and argument lists.
+The rows are the same in every version ({{doc}}`versions`); a meaning a version lacks has no row
+there (`connection.redirect` is 0-8's and 0-9's, `connection.blocked` RabbitMQ's 0-9-1). The
+channel tables below are AMQP 0-9-1's (with RabbitMQ's extensions): another version's "work"
+rows are every method of its own channel classes, by the role that may send it.
 """
 
 

@@ -1,15 +1,17 @@
-"""amqp_sansio: a sans-IO AMQP 0-9-1 protocol core.
+"""amqp_sansio: a sans-IO AMQP 0-9-1 protocol core, which speaks 0-9 and 0-8 too.
 
-The generated wire methods (``QueueDeclare``, ``BasicDeliver``, ...), ``BasicProperties``,
-``ReplyCode`` and the spec constants are re-exported here with flat names. The frame layer, for
-those who drive frames themselves, is :mod:`amqp_sansio.framing`.
+The generated 0-9-1 wire methods (``QueueDeclare``, ``BasicDeliver``, ...), ``BasicProperties``,
+``ReplyCode`` and the spec constants are re-exported here with flat names; 0-9's and 0-8's
+method tables are :data:`AMQP_0_9` and :data:`AMQP_0_8` (``AMQP_0_8.make("basic.consume",
+...)``), which share the 0-9-1 classes wherever a method is the same. The frame layer, for those
+who drive frames themselves, is :mod:`amqp_sansio.framing`.
 """
 
 from __future__ import annotations
 
 from ._config import ConnectionConfig
 from ._connection import Connection
-from ._errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+from ._errors import LocalProtocolError, ProtocolError, ProtocolHeaderRefused, RemoteProtocolError
 from ._events import (
     NEED_DATA,
     AuthenticationRequested,
@@ -20,6 +22,7 @@ from ._events import (
     ConnectionClosed,
     ConnectionLost,
     ConnectionOpened,
+    ConnectionRedirected,
     ConsumerCancelled,
     Event,
     HeartbeatTimeout,
@@ -36,9 +39,12 @@ from ._events import (
     UnblockedByPeer,
     VirtualHostRequested,
 )
+from ._frames import ProtocolHeader, ProtocolVersion
 from ._generated.spec_0_9_1 import *  # noqa: F403  (the generated module's __all__)
 from ._generated.spec_0_9_1 import __all__ as _spec_all
-from ._method import Buffer, ContentProperties, Method, Role
+from ._method import Buffer, ContentProperties, MessageContent, Method, Role
+from ._negotiation import AUTO_ORDER, choose_version, header_for, next_protocol, requested_version
+from ._protocol import AMQP_0_8, AMQP_0_9, AMQP_0_9_1, ProtocolSpec
 from ._state import ChannelState, ConnectionState
 from ._table import (
     MAX_TABLE_DEPTH,
@@ -63,6 +69,10 @@ from ._topology import Topology
 from ._util import fix_module_names
 
 __all__ = [
+    "AMQP_0_8",
+    "AMQP_0_9",
+    "AMQP_0_9_1",
+    "AUTO_ORDER",
     "MAX_TABLE_DEPTH",
     "MAX_TABLE_ENTRIES",
     "Buffer",
@@ -78,8 +88,13 @@ __all__ = [
     "Int64",
     "LocalProtocolError",
     "LongString",
+    "MessageContent",
     "Method",
     "ProtocolError",
+    "ProtocolHeader",
+    "ProtocolHeaderRefused",
+    "ProtocolSpec",
+    "ProtocolVersion",
     "RemoteProtocolError",
     "Role",
     "Timestamp",
@@ -87,6 +102,10 @@ __all__ = [
     "UInt8",
     "UInt16",
     "UInt32",
+    "choose_version",
+    "header_for",
+    "next_protocol",
+    "requested_version",
 ]
 __all__ += [
     "NEED_DATA",
@@ -101,6 +120,7 @@ __all__ += [
     "ConnectionConfig",
     "ConnectionLost",
     "ConnectionOpened",
+    "ConnectionRedirected",
     "ConnectionState",
     "ConsumerCancelled",
     "Event",

@@ -254,13 +254,13 @@ class ChannelMachine:
     def pass_through(self, method: Method) -> MethodReceived:
         """A method the application handles, matched to the request it answers."""
         request = self._match_reply(method)
-        if request is None:
-            if method.expects_reply():
-                self.requests_in.append(method)
-        elif type(request) in self.link.tables.recorded:
+        if request is not None and type(request) in self.link.tables.recorded:
             topology = self.link.topology
             assert topology is not None  # recorded only in the client role
             topology.succeeded(self.number, request, method)
+        # A reply may be a request too (0-8/0-9 file.open-ok asks for file.stage).
+        if method.expects_reply():
+            self.requests_in.append(method)
         return MethodReceived(channel=self.number, method=method, request=request)
 
     def _opened_by_peer(self, method: Method) -> ChannelOpened:
@@ -355,11 +355,15 @@ class ChannelMachine:
 
     def _delivery(self, method: Method) -> None:
         self.content = new_assembly(method)
+        if method.RESPONSES:  # content that asks for a reply (0-8 test.content)
+            self.requests_in.append(method)
 
     def _content_reply(self, method: Method) -> None:
         # get-ok answers a basic.get, which stays outstanding until the body is in
         assembly = self.content = new_assembly(method)
         assembly.request = self._match_reply(method, keep=True)
+        if method.RESPONSES:
+            self.requests_in.append(method)
 
     def _published(self, method: Method) -> None:
         # Server role: the client numbers its publishes the same way once confirms are on.
@@ -664,7 +668,8 @@ class ChannelMachine:
             while requests_in and type(requests_in[0]) is flow:
                 waiting = cast("ChannelFlow", requests_in.popleft())
                 self._answer(self.link.flow_ok(active=waiting.active))
-        elif method.expects_reply():
+        # A reply may be a request too (0-8/0-9 file.open-ok asks for file.stage).
+        if method.expects_reply():
             self.requests_out.append(method)
 
     def _answer(self, method: Method) -> None:

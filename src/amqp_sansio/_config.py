@@ -6,9 +6,14 @@ from typing import TYPE_CHECKING, Final, final
 
 import attrs
 
+from ._frames import ProtocolVersion
 from ._generated.spec_0_9_1 import FRAME_MIN_SIZE
+from ._negotiation import version_of
+from ._protocol import AMQP_0_8, AMQP_0_9, AMQP_0_9_1, ProtocolSpec, spec_for
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from ._table import FieldTable
 
 __all__ = [
@@ -38,6 +43,27 @@ def _check(name: str, value: int | None, low: int, high: int, *, zero: bool = Fa
         raise ValueError(f"{name} must be in {allowed}, not {value!r}")
 
 
+def _protocols(
+    value: Iterable[ProtocolSpec | ProtocolVersion | str] | str,
+) -> tuple[ProtocolSpec, ...]:
+    if isinstance(value, str):  # one name, not its characters
+        value = (value,)
+    specs = tuple(spec_for(p) for p in value)
+    if not specs:
+        raise ValueError("protocols must name at least one version")
+    versions = [spec.version for spec in specs]
+    if len(set(versions)) != len(versions):
+        raise ValueError(f"protocols names a version twice: {[v.value for v in versions]}")
+    return specs
+
+
+def _header_0_9(value: ProtocolVersion | str) -> ProtocolVersion:
+    version = version_of(value)
+    if version not in (ProtocolVersion.AMQP_0_9_1, ProtocolVersion.AMQP_0_9):
+        raise ValueError(f"header_0_9 is '0-9-1' or '0-9', not {version.value!r}")
+    return version
+
+
 @final
 @attrs.frozen(kw_only=True)
 class ConnectionConfig:
@@ -58,6 +84,16 @@ class ConnectionConfig:
     than it arrive as chunk events).
 
     Server role: ``server_properties``, ``mechanisms``, ``locales``.
+
+    The protocol version: ``protocol`` is what the client role speaks, ``"0-9-1"`` (default),
+    ``"0-9"`` or ``"0-8"`` (or a :class:`ProtocolVersion`, or a :class:`ProtocolSpec` for a
+    method table of one's own); it chooses the header the client sends and the tables it speaks.
+    ``protocols`` is what the server role serves, most preferred first (default 0-9-1, 0-9,
+    0-8): it binds itself to the version the client's header asks for, and answers any other
+    header with the first one's header before closing. ``header_0_9`` says how the server reads
+    ``AMQP 1 1 0 9`` when ``protocols`` holds both readings: as ``"0-9-1"`` (default, RabbitMQ's
+    reading: aioamqp and async_amqp speak 0-9-1 under it) or as ``"0-9"`` (qpid-python speaks
+    0-9 under it); a server of only one of them serves that one. See :doc:`/versions`.
     """
 
     username: str = "guest"
@@ -76,6 +112,13 @@ class ConnectionConfig:
     server_properties: FieldTable | None = None
     mechanisms: tuple[str, ...] = ("PLAIN", "AMQPLAIN")
     locales: tuple[str, ...] = ("en_US",)
+    protocol: ProtocolSpec = attrs.field(default=AMQP_0_9_1, converter=spec_for)
+    protocols: tuple[ProtocolSpec, ...] = attrs.field(
+        default=(AMQP_0_9_1, AMQP_0_9, AMQP_0_8), converter=_protocols
+    )
+    header_0_9: ProtocolVersion = attrs.field(
+        default=ProtocolVersion.AMQP_0_9_1, converter=_header_0_9
+    )
 
     def __attrs_post_init__(self) -> None:
         _check("channel_max", self.channel_max, 1, CHANNEL_MAX_LIMIT, zero=True)

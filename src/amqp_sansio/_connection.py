@@ -19,12 +19,17 @@ from __future__ import annotations
 
 import struct
 from collections import deque
-from typing import TYPE_CHECKING, Final, TypeAlias, cast, final
+from typing import TYPE_CHECKING, Final, Protocol, TypeAlias, cast, final
 
 from . import _handshake as handshake
 from ._channel import ChannelLink, ChannelMachine, new_assembly
 from ._config import CHANNEL_MAX_LIMIT, ConnectionConfig
-from ._errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+from ._errors import (
+    LocalProtocolError,
+    ProtocolError,
+    ProtocolHeaderRefused,
+    RemoteProtocolError,
+)
 from ._events import (
     NEED_DATA,
     AuthenticationRequested,
@@ -32,6 +37,7 @@ from ._events import (
     ConnectionClosed,
     ConnectionLost,
     ConnectionOpened,
+    ConnectionRedirected,
     Event,
     HeartbeatTimeout,
     PublishReturned,
@@ -56,24 +62,10 @@ from ._generated.spec_0_9_1 import (
     BasicProperties,
     BasicPublish,
     BasicReject,
-    ChannelClose,
-    ConnectionClose,
-    ConnectionCloseOk,
-    ConnectionOpen,
-    ConnectionOpenOk,
-    ConnectionSecure,
-    ConnectionSecureOk,
-    ConnectionStart,
-    ConnectionStartOk,
-    ConnectionTune,
-    ConnectionTuneOk,
-    ConnectionUpdateSecret,
 )
-from ._generated.spec_0_9_1 import ConnectionBlocked as ConnectionBlockedMethod
 from ._heartbeat import Heartbeat, Tick
 from ._method import Role
 from ._outbox import PASSTHROUGH, Outbox
-from ._protocol import AMQP_0_9_1, ProtocolSpec
 from ._state import (
     ChannelState,
     ChannelTransition,
@@ -89,7 +81,18 @@ from ._topology import Topology, TopologyRecorder
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from ._generated.spec_0_9_1 import (
+        ConnectionBlocked,
+        ConnectionClose,
+        ConnectionSecure,
+        ConnectionSecureOk,
+        ConnectionStart,
+        ConnectionStartOk,
+        ConnectionTune,
+        ConnectionTuneOk,
+    )
     from ._method import Buffer, ContentProperties, Method
+    from ._protocol import ProtocolSpec
     from ._table import FieldTable
 
 __all__ = ["Connection", "ConnectionConfig"]
@@ -129,9 +132,23 @@ def _settle_frame(channel: int, method: Method) -> bytes | None:
 _Handler0: TypeAlias = "Callable[[Connection, Method], Event | None]"
 
 
+class _Open(Protocol):
+    """connection.open in every version (0-8's and 0-9's are answered by redirect too)."""
+
+    virtual_host: str
+    insist: bool
+
+
+class _Redirect(Protocol):
+    """connection.redirect (0-8, 0-9)."""
+
+    host: str
+    known_hosts: str
+
+
 @final
 class Connection:
-    """One AMQP 0-9-1 connection in the client or the server role, without I/O.
+    """One AMQP 0-9-1, 0-9 or 0-8 connection in the client or the server role, without I/O.
 
     The client role queues its protocol header at construction: call :meth:`data_to_send`
     first. The client answers ``start``, ``tune`` and ``open`` by itself from its config; the
@@ -139,8 +156,11 @@ class Connection:
     (:class:`AuthenticationRequested`, :class:`VirtualHostRequested`) for the rest. While such a
     decision is pending, ``next_event`` returns ``NEED_DATA`` and leaves later frames buffered.
 
-    ``spec`` chooses the method table (default AMQP 0-9-1): the state machines are keyed by
-    what methods mean, so another version's table plugs into the same transitions.
+    The version: the client speaks the config's ``protocol``; the server serves the one of the
+    config's ``protocols`` that the client's header asks for, and binds itself to it when the
+    header arrives (:attr:`protocol` says which). The state machines are keyed by what methods
+    mean, so every version's method table plugs into the same transitions; build methods of the
+    connection's version with ``conn.protocol.make("queue.declare", ...)``.
     """
 
     # Slots: attribute access stays specialized however many attributes the core grows
@@ -151,6 +171,7 @@ class Connection:
         "_channel_open",
         "_channels",
         "_client_properties",
+        "_close_cls",
         "_close_sent",
         "_closing_chan",
         "_closing_conn",
@@ -163,6 +184,7 @@ class Connection:
         "_fast_sends",
         "_heartbeat",
         "_inbox",
+        "_insist",
         "_link",
         "_mechanism",
         "_outbox",
@@ -178,63 +200,78 @@ class Connection:
         "role",
     )
 
-    def __init__(
-        self,
-        role: Role,
-        config: ConnectionConfig | None = None,
-        *,
-        spec: ProtocolSpec = AMQP_0_9_1,
-    ) -> None:
+    def __init__(self, role: Role, config: ConnectionConfig | None = None) -> None:
         self.role: Final = role
-        self.config: Final = ConnectionConfig() if config is None else config
-        self._spec: Final = spec
+        if config is None:
+            config = ConnectionConfig()
+        self.config: Final = config
         self._peer: Final = role.peer
         self._closing_conn, self._closing_chan = closing_state(role)
         self._state = _C.AWAIT_HEADER
+        self._inbox: bytearray | None = bytearray()  # octets before framing starts
+        self._eof = False
+        self._events: deque[Event] = deque()
+        self._error: ProtocolError | None = None
+        self._topology: Final = TopologyRecorder() if role is Role.CLIENT else None
+        self._channels: dict[int, ChannelMachine] = {}
+        # The server serves its preferred version until a client's header asks for another.
+        self._bind(config.protocol if role is Role.CLIENT else config.protocols[0])
+        # Our properties are checked now, so a table the version can't carry fails here rather
+        # than in the middle of the handshake (the server checks each version it serves).
+        self._client_properties: FieldTable = {}
+        if role is Role.CLIENT:
+            props = self._client_properties = handshake.client_properties(config, self._spec)
+            self._spec.narrow_table(props, "connection.start-ok client_properties")
+        else:
+            for spec in config.protocols:
+                props = handshake.server_properties(config, spec)
+                spec.narrow_table(props, "connection.start server_properties")
+        self._channel_max = CHANNEL_MAX_LIMIT
+        self._heartbeat: Final = Heartbeat()
+        self._server_properties: FieldTable = {}
+        self._virtual_host = ""
+        self._insist = False
+        self._mechanism = ""
+        # Server role: start-ok/secure-ok ("connection.start-ok") or open ("connection.open")
+        # waits for the application. "dead" (HeartbeatTimeout): the peer is presumed dead and
+        # nothing more is parsed.
+        self._decision: str | None = None
+        self._close_sent: ConnectionClose | None = None
+        if role is Role.CLIENT:
+            self._move(role, Input.PROTOCOL_HEADER)
+            self._outbox.data += self._spec.header
+
+    def _bind(self, spec: ProtocolSpec) -> None:
+        """Speak *spec*: its frame reader, tables, outbox and channel link. The server role binds
+        again when the client's header names another version; no channel exists yet."""
+        self._spec = spec
         # The server role tolerates frames 8 octets over frame_max, as RabbitMQ does.
         self._reader = FrameReader(
-            slack=8 if role is Role.SERVER else 0,
+            slack=8 if self.role is Role.SERVER else 0,
             methods=spec.methods,
             properties=spec.properties,
         )
-        self._inbox: bytearray | None = bytearray()  # octets before framing starts
-        self._eof = False
-        self._outbox: Final = Outbox(spec.wire_ids)
-        self._events: deque[Event] = deque()
-        self._error: ProtocolError | None = None
-        tables = self._tables = compile_tables(spec, role)
-        self._topology: Final = TopologyRecorder() if role is Role.CLIENT else None
-        self._link: Final = ChannelLink(
+        self._outbox = Outbox(spec)
+        tables = self._tables = compile_tables(spec, self.role)
+        self._link = ChannelLink(
             spec=spec,
             tables=tables,
-            role=role,
+            role=self.role,
             outbox=self._outbox,
             events=self._events,
             topology=self._topology,
             max_message_size=self.config.max_message_size,
             chunk_threshold=self.config.chunk_threshold,
         )
-        self._channels: dict[int, ChannelMachine] = {}
         # Channel 0's request FIFO (update-secret); its state never changes.
-        self._channel0: Final = ChannelMachine(0, self._link)
+        self._channel0 = ChannelMachine(0, self._link)
         self._channel0.state = _H.OPEN
-        self._channel_open: Final = spec.by_meaning["channel.open"]
-        self._channel_max = CHANNEL_MAX_LIMIT
-        self._heartbeat: Final = Heartbeat()
-        self._server_properties: FieldTable = {}
-        self._client_properties: FieldTable = {}
-        self._virtual_host = ""
-        self._mechanism = ""
-        # Server role: start-ok/secure-ok or open waits for the application. HeartbeatTimeout:
-        # the peer is presumed dead and nothing more is parsed.
-        self._decision: type[Method | HeartbeatTimeout] | None = None
-        self._close_sent: ConnectionClose | None = None
-        self._fast_sends: Final = tables.fast_sends
-        self._fast_publish: Final = tables.fast_publish
-        self._fast_receipts: Final = tables.fast_receipts
-        if role is Role.CLIENT:
-            self._move(role, Input.PROTOCOL_HEADER)
-            self._outbox.data += spec.header
+        by_meaning = spec.by_meaning
+        self._channel_open = by_meaning["channel.open"]
+        self._close_cls = by_meaning["connection.close"]
+        self._fast_sends = tables.fast_sends
+        self._fast_publish = tables.fast_publish
+        self._fast_receipts = tables.fast_receipts
 
     def __repr__(self) -> str:
         return (
@@ -243,6 +280,12 @@ class Connection:
         )
 
     # --- Introspection ------------------------------------------------------------------------
+
+    @property
+    def protocol(self) -> ProtocolSpec:
+        """The version this connection speaks: its method table, header and field types. The
+        server role speaks its preferred version until a client's header names another."""
+        return self._spec
 
     @property
     def state(self) -> ConnectionState:
@@ -419,25 +462,26 @@ class Connection:
             header = parse_protocol_header(inbox)
             if header is None:
                 return False
-            raise RemoteProtocolError(
-                f"the server refused our protocol header and offers {header.version.value} "
-                f"{header.version_octets}",
+            raise ProtocolHeaderRefused(
+                f"the server refused our protocol header ({self._spec.version.value}) and "
+                f"offers {header.version.value} {header.version_octets}",
                 reply_code=ReplyCode.NOT_IMPLEMENTED,
+                requested=self._spec.version,
+                offered=header,
             )
         header = parse_protocol_header(inbox)  # raises 501 on octets that are not "AMQP"
         if header is None:
             return False
-        if not handshake.accepts_header(self._spec, header.octets):
-            raise RemoteProtocolError(
-                f"unsupported protocol header {header.octets!r} ({header.version.value})",
-                reply_code=ReplyCode.NOT_IMPLEMENTED,
-            )
+        spec = handshake.server_spec(self.config, header)  # 540 for a version we don't serve
+        if spec is not self._spec:
+            self._bind(spec)
         del inbox[:8]
         self._move(Role.CLIENT, Input.PROTOCOL_HEADER)
-        self._server_properties = handshake.server_properties(self.config)
-        major, minor = self._spec.start_version
+        self._server_properties = handshake.server_properties(self.config, spec)
+        major, minor = spec.start_version
         self._send0(
-            ConnectionStart(
+            spec.make(
+                "connection.start",
                 version_major=major,
                 version_minor=minor,
                 server_properties=self._server_properties,
@@ -457,9 +501,10 @@ class Connection:
     def _fail(self, exc: ProtocolError) -> None:
         """Enter ERROR, answering the peer first: our header (server, bad header) or a close."""
         if self._state is _C.AWAIT_HEADER and self.role is Role.SERVER:
-            self._outbox.data += self._spec.header
-        elif self._tables.connection_send[self._state].get(ConnectionClose) is not None:
-            close = ConnectionClose(
+            self._outbox.data += self._spec.header  # the preferred version's
+        elif self._tables.connection_send[self._state].get(self._close_cls) is not None:
+            close = self._spec.make(
+                "connection.close",
                 reply_code=exc.reply_code,
                 reply_text=handshake.shortstr(exc.reply_text),
                 class_id=exc.class_id,
@@ -544,7 +589,7 @@ class Connection:
         return self._channel0.pass_through(method)
 
     def _closed_by_peer(self, method: Method) -> Event | None:
-        self._send0(ConnectionCloseOk())
+        self._send0(self._spec.make("connection.close-ok"))
         if self._state is not _C.CLOSED:
             return None  # the closes crossed: ours is still waiting for its close-ok
         return self._closed(cast("ConnectionClose", method), by_peer=True)
@@ -569,7 +614,7 @@ class Connection:
         return self._emit(returns, closed)
 
     def _blocked(self, method: Method) -> BlockedByPeer:
-        return BlockedByPeer(reason=cast("ConnectionBlockedMethod", method).reason)
+        return BlockedByPeer(reason=cast("ConnectionBlocked", method).reason)
 
     def _unblocked(self, method: Method) -> UnblockedByPeer:
         return UnblockedByPeer()
@@ -581,9 +626,9 @@ class Connection:
         self._server_properties = start.server_properties
         mechanism = handshake.check_start(self.config, start, self._spec)
         self._mechanism = mechanism
-        self._client_properties = handshake.client_properties(self.config)
         self._send0(
-            ConnectionStartOk(
+            self._spec.make(
+                "connection.start-ok",
                 client_properties=self._client_properties,
                 mechanism=mechanism,
                 response=handshake.sasl_response(self.config, mechanism),
@@ -598,11 +643,17 @@ class Connection:
         channel_max, frame_max, heartbeat = handshake.client_tune(
             self.config, cast("ConnectionTune", method)
         )
+        spec = self._spec
         self._send0(
-            ConnectionTuneOk(channel_max=channel_max, frame_max=frame_max, heartbeat=heartbeat)
+            spec.make(
+                "connection.tune-ok",
+                channel_max=channel_max,
+                frame_max=frame_max,
+                heartbeat=heartbeat,
+            )
         )
         self._tuned(channel_max, frame_max, heartbeat)
-        self._send0(ConnectionOpen(virtual_host=self.config.virtual_host))
+        self._send0(spec.make("connection.open", virtual_host=self.config.virtual_host))
         self._virtual_host = self.config.virtual_host
 
     def _tuned(self, channel_max: int, frame_max: int, heartbeat: int) -> None:
@@ -614,16 +665,28 @@ class Connection:
     def answer_secure(self, response: bytes) -> None:
         """Client role: answer a :class:`SecureRequested` challenge."""
         self._check_usable()
-        self._send0(ConnectionSecureOk(response=response))
+        self._send0(self._spec.make("connection.secure-ok", response=response))
 
     def update_secret(self, secret: bytes, reason: str) -> None:
         """Client role, once open: send ``connection.update-secret`` (RabbitMQ: a fresh OAuth 2
         token). The answer arrives as :class:`MethodReceived` on channel 0 with ``request`` set;
         a refusal is the server's ``connection.close``. The secret never appears in a repr.
 
-        :raises LocalProtocolError: the server role, or the connection is not open.
+        :raises LocalProtocolError: the server role, the connection is not open, or the version
+            has no update-secret (0-8, 0-9).
         """
-        self.send_method(0, ConnectionUpdateSecret(new_secret=secret, reason=reason))
+        update = self._spec.by_meaning.get("connection.update-secret")
+        if update is None:
+            raise LocalProtocolError(
+                f"AMQP {self._spec.version.value} has no connection.update-secret",
+                reply_code=ReplyCode.COMMAND_INVALID,
+            )
+        self.send_method(0, self._spec.make(update.NAME, new_secret=secret, reason=reason))
+
+    def _redirected(self, method: Method) -> ConnectionRedirected:
+        # 0-8/0-9: the server answered open with redirect; the connection is over (CLOSED).
+        redirect = cast("_Redirect", method)
+        return ConnectionRedirected(host=redirect.host, known_hosts=redirect.known_hosts)
 
     def _opened(self, method: Method | None = None) -> ConnectionOpened:
         return ConnectionOpened(
@@ -638,12 +701,13 @@ class Connection:
     # --- Handshake, server role ---------------------------------------------------------------
 
     def _on_start_ok(self, method: Method) -> AuthenticationRequested:
-        if isinstance(method, ConnectionStartOk):
-            self._client_properties = method.client_properties
-            self._mechanism = method.mechanism
-            handshake.check_start_ok(self.config, method)
+        if method.NAME == "connection.start-ok":
+            start_ok = cast("ConnectionStartOk", method)
+            self._client_properties = start_ok.client_properties
+            self._mechanism = start_ok.mechanism
+            handshake.check_start_ok(self.config, start_ok)
         response = cast("ConnectionStartOk | ConnectionSecureOk", method).response
-        self._decision = ConnectionStartOk
+        self._decision = "connection.start-ok"
         return AuthenticationRequested(
             mechanism=self._mechanism,
             response=response,
@@ -651,7 +715,7 @@ class Connection:
             client_properties=self._client_properties,
         )
 
-    def _decide(self, expected: type[Method], what: str) -> None:
+    def _decide(self, expected: str, what: str) -> None:
         self._check_usable()
         if self._decision is not expected:
             raise LocalProtocolError(
@@ -661,21 +725,25 @@ class Connection:
 
     def accept_authentication(self) -> None:
         """Server role: accept the credentials of :class:`AuthenticationRequested`; sends tune."""
-        self._decide(ConnectionStartOk, "authentication")
+        self._decide("connection.start-ok", "authentication")
         channel_max, frame_max, heartbeat = handshake.server_tune(self.config)
         self._send0(
-            ConnectionTune(channel_max=channel_max, frame_max=frame_max, heartbeat=heartbeat)
+            self._spec.make(
+                "connection.tune", channel_max=channel_max, frame_max=frame_max, heartbeat=heartbeat
+            )
         )
 
     def refuse_authentication(self, text: str) -> None:
         """Server role: refuse the credentials: 403 ACCESS_REFUSED closes the connection."""
-        self._decide(ConnectionStartOk, "authentication")
-        self._send_close(ReplyCode.ACCESS_REFUSED, f"ACCESS_REFUSED - {text}", ConnectionStartOk)
+        self._decide("connection.start-ok", "authentication")
+        self._send_close(
+            ReplyCode.ACCESS_REFUSED, f"ACCESS_REFUSED - {text}", "connection.start-ok"
+        )
 
     def send_secure(self, challenge: bytes) -> None:
         """Server role: send a SASL challenge; the answer is another AuthenticationRequested."""
-        self._decide(ConnectionStartOk, "authentication")
-        self._send0(ConnectionSecure(challenge=challenge))
+        self._decide("connection.start-ok", "authentication")
+        self._send0(self._spec.make("connection.secure", challenge=challenge))
 
     def _on_tune_ok(self, method: Method) -> None:
         tune_ok = cast("ConnectionTuneOk", method)
@@ -683,20 +751,51 @@ class Connection:
         self._tuned(tune_ok.channel_max, tune_ok.frame_max, tune_ok.heartbeat)
 
     def _on_open(self, method: Method) -> VirtualHostRequested:
-        self._virtual_host = cast("ConnectionOpen", method).virtual_host
-        self._decision = ConnectionOpen
+        open_ = cast("_Open", method)
+        self._virtual_host = open_.virtual_host
+        self._insist = open_.insist
+        self._decision = "connection.open"
         return VirtualHostRequested(virtual_host=self._virtual_host)
 
     def accept_virtual_host(self) -> None:
         """Server role: accept :class:`VirtualHostRequested`; sends open-ok."""
-        self._decide(ConnectionOpen, "virtual host")
-        self._send0(ConnectionOpenOk())
+        self._decide("connection.open", "virtual host")
+        self._send0(self._spec.make("connection.open-ok"))
         self._events.append(self._opened())
+
+    def redirect(self, host: str, known_hosts: str = "") -> None:
+        """Server role, 0-8 and 0-9: answer :class:`VirtualHostRequested` with
+        ``connection.redirect``: the client should connect to *host* instead. The connection is
+        over (``CLOSED``): close the transport once the redirect is written.
+
+        :raises LocalProtocolError: the version has no redirect (0-9-1), or the client's open
+            set ``insist`` (the spec: the server MUST NOT redirect such a client).
+        """
+        self._decide("connection.open", "virtual host")
+        if self._insist:
+            self._decision = "connection.open"  # still owed an answer
+            raise LocalProtocolError(
+                "the client's connection.open insists on this server: it must not be redirected",
+                reply_code=ReplyCode.COMMAND_INVALID,
+            )
+        if "connection.redirect" not in self._spec.by_meaning:
+            self._decision = "connection.open"
+            raise LocalProtocolError(
+                f"AMQP {self._spec.version.value} has no connection.redirect",
+                reply_code=ReplyCode.COMMAND_INVALID,
+            )
+        self._send0(
+            self._spec.make(
+                "connection.redirect",
+                host=handshake.shortstr(host),
+                known_hosts=handshake.shortstr(known_hosts),
+            )
+        )
 
     def refuse_virtual_host(self, text: str) -> None:
         """Server role: refuse the virtual host: 530 NOT_ALLOWED closes the connection."""
-        self._decide(ConnectionOpen, "virtual host")
-        self._send_close(ReplyCode.NOT_ALLOWED, f"NOT_ALLOWED - {text}", ConnectionOpen)
+        self._decide("connection.open", "virtual host")
+        self._send_close(ReplyCode.NOT_ALLOWED, f"NOT_ALLOWED - {text}", "connection.open")
 
     # --- Closing the connection ---------------------------------------------------------------
 
@@ -705,10 +804,13 @@ class Connection:
         self._check_usable()
         self._send_close(reply_code, reply_text, None)
 
-    def _send_close(self, reply_code: int, reply_text: str, cause: type[Method] | None) -> None:
-        class_id, method_id = (0, 0) if cause is None else self._spec.ids(cause)
+    def _send_close(self, reply_code: int, reply_text: str, cause: str | None) -> None:
+        """Send connection.close; *cause* is the meaning of the method that caused it."""
+        spec = self._spec
+        class_id, method_id = (0, 0) if cause is None else spec.ids(spec.by_meaning[cause])
         self._send0(
-            ConnectionClose(
+            spec.make(
+                "connection.close",
                 reply_code=int(reply_code),
                 reply_text=handshake.shortstr(reply_text),
                 class_id=class_id,
@@ -741,7 +843,8 @@ class Connection:
         """Start closing *channel*; :class:`ChannelClosed` follows the peer's close-ok."""
         self.send_method(
             channel,
-            ChannelClose(
+            self._spec.make(
+                "channel.close",
                 reply_code=int(reply_code),
                 reply_text=handshake.shortstr(reply_text),
                 class_id=0,
@@ -788,10 +891,10 @@ class Connection:
                 cls,
             )
         if channel == 0:
-            if cls is not ConnectionClose:
+            if cls is not self._close_cls:
                 self._channel0.check_reply(method)
             self._send0(method)
-            if cls is not ConnectionClose:
+            if cls is not self._close_cls:
                 self._channel0.commit(method)
             return
         ch, row = self._check_channel_send(channel, method)
@@ -994,7 +1097,7 @@ class Connection:
             self._outbox.data += HEARTBEAT_FRAME
         elif tick is Tick.PEER_DEAD:
             self._state = _C.ERROR
-            self._decision = HeartbeatTimeout  # parse nothing more
+            self._decision = "dead"  # parse nothing more
             self._events.append(HeartbeatTimeout())
 
 
@@ -1008,6 +1111,7 @@ _RECEIVED0: Final[dict[Effect, _Handler0]] = {
     Effect.TUNE_OK: Connection._on_tune_ok,
     Effect.OPEN: Connection._on_open,
     Effect.OPEN_OK: Connection._opened,
+    Effect.REDIRECT: Connection._redirected,
     Effect.CLOSE: Connection._closed_by_peer,
     Effect.CLOSE_OK: Connection._close_ok,
     Effect.BLOCKED: Connection._blocked,

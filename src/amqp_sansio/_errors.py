@@ -7,7 +7,17 @@ answer the peer without translating anything.
 
 from __future__ import annotations
 
-__all__ = ["LocalProtocolError", "ProtocolError", "RemoteProtocolError"]
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._frames import ProtocolHeader, ProtocolVersion
+
+__all__ = [
+    "LocalProtocolError",
+    "ProtocolError",
+    "ProtocolHeaderRefused",
+    "RemoteProtocolError",
+]
 
 
 class ProtocolError(Exception):
@@ -52,3 +62,30 @@ class LocalProtocolError(ProtocolError):
 
 class RemoteProtocolError(ProtocolError):
     """The peer broke the protocol (malformed bytes, an illegal method, a limit exceeded)."""
+
+
+class ProtocolHeaderRefused(RemoteProtocolError):
+    """Client role: the server answered our protocol header with its own (reply code 540): it
+    does not speak ``requested`` and offers ``offered``.
+
+    A client that speaks several versions reconnects with the offered one
+    (:func:`~amqp_sansio.next_protocol` says which to try next).
+
+    :ivar requested: the version we asked for.
+    :ivar offered: the header the server wrote; ``offered.version`` is what it speaks.
+    """
+
+    requested: ProtocolVersion
+    offered: ProtocolHeader
+
+    def __init__(
+        self,
+        reply_text: str,
+        *,
+        reply_code: int,
+        requested: ProtocolVersion,
+        offered: ProtocolHeader,
+    ) -> None:
+        super().__init__(reply_text, reply_code=reply_code)
+        self.requested = requested
+        self.offered = offered

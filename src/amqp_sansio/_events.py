@@ -34,6 +34,7 @@ __all__ = [
     "ConnectionClosed",
     "ConnectionLost",
     "ConnectionOpened",
+    "ConnectionRedirected",
     "ConsumerCancelled",
     "Event",
     "HeartbeatTimeout",
@@ -88,6 +89,18 @@ class ConnectionOpened:
     frame_max: int
     heartbeat: int
     virtual_host: str
+
+
+@final
+@attrs.frozen(kw_only=True, slots=True)
+class ConnectionRedirected:
+    """Client role, AMQP 0-8 and 0-9: the server answered ``connection.open`` with
+    ``connection.redirect``. The connection is over (``CLOSED``, nothing more is parsed or
+    sent): close the transport and connect to ``host`` (``"host"`` or ``"host:port"``);
+    ``known_hosts`` lists other servers of the cluster, as the server names them."""
+
+    host: str
+    known_hosts: str
 
 
 @final
@@ -368,6 +381,7 @@ class MessageCompleted:
 
 Event: TypeAlias = (
     ConnectionOpened
+    | ConnectionRedirected
     | AuthenticationRequested
     | SecureRequested
     | VirtualHostRequested

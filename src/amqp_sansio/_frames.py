@@ -517,9 +517,9 @@ class FrameReader:
             try:
                 method, offset = cls.decode(buf, start + 4)
             except _DECODE_ERRORS:
-                self._bad_method(channel, size, cls)
+                self._bad_method(channel, size, cls, index)
             if offset != end:
-                self._bad_method(channel, size, cls)
+                self._bad_method(channel, size, cls, index)
             self._pos = end + 1
             return MethodFrame(channel, method)
 
@@ -611,16 +611,18 @@ class FrameReader:
         start = self._pos + 7
         return bytes(self._buf[start : start + size])
 
-    def _bad_method(self, channel: int, size: int, cls: type[Method]) -> NoReturn:
+    def _bad_method(self, channel: int, size: int, cls: type[Method], index: int) -> NoReturn:
         # Decode again from a copy bounded by the payload: what the first attempt read past its
         # end belongs to later frames, and must not change the error.
         detail, cause = _decode_problem(cls.decode, self._payload(size), 4)
+        # The ids as received: a version may number a shared class differently (0-8's close).
+        class_id, method_id = index >> 16, index & 0xFFFF
         raise RemoteProtocolError(
             f"{self._where(FRAME_METHOD, channel, size)}: cannot decode {cls.NAME} "
-            f"({cls.CLASS_ID}, {cls.METHOD_ID}): {detail}",
+            f"({class_id}, {method_id}): {detail}",
             reply_code=_SYNTAX_ERROR,
-            class_id=cls.CLASS_ID,
-            method_id=cls.METHOD_ID,
+            class_id=class_id,
+            method_id=method_id,
         ) from cause
 
     def _bad_header(self, channel: int, size: int, class_id: int, weight: int) -> NoReturn:

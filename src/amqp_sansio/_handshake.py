@@ -16,7 +16,6 @@ from ._config import (
     SERVER_HEARTBEAT,
 )
 from ._errors import RemoteProtocolError
-from ._frames import PROTOCOL_HEADER_0_9, ProtocolVersion
 from ._generated.reply_codes import ReplyCode
 from ._generated.spec_0_9_1 import (
     FRAME_MIN_SIZE,
@@ -25,17 +24,18 @@ from ._generated.spec_0_9_1 import (
     ConnectionTune,
     ConnectionTuneOk,
 )
+from ._negotiation import choose_version, requested_version
 from ._table import decode_table_entries, encode_table_entries
 
 if TYPE_CHECKING:
     from ._config import ConnectionConfig
+    from ._frames import ProtocolHeader
     from ._method import Method
     from ._protocol import ProtocolSpec
     from ._table import FieldTable, FieldValue
 
 __all__ = [
     "Limits",
-    "accepts_header",
     "check_start",
     "check_start_ok",
     "check_tune_ok",
@@ -44,6 +44,7 @@ __all__ = [
     "limits",
     "sasl_response",
     "server_properties",
+    "server_spec",
     "server_tune",
     "shortstr",
     "username",
@@ -98,12 +99,12 @@ def _lower_nonzero(ours: int, theirs: int) -> int:
     return ours or theirs
 
 
-def _our_properties() -> FieldTable:
+def _our_properties(spec: ProtocolSpec) -> FieldTable:
     return {
         "product": "amqp-sansio",
         "version": _VERSION,
         "platform": f"Python {platform.python_version()}",
-        "capabilities": dict(_CAPABILITIES),
+        "capabilities": dict(_CAPABILITIES) if spec.table_types is None else {},
     }
 
 
@@ -135,10 +136,14 @@ def check_start(config: ConnectionConfig, start: ConnectionStart, spec: Protocol
     return mechanism
 
 
-def client_properties(config: ConnectionConfig) -> FieldTable:
+def client_properties(config: ConnectionConfig, spec: ProtocolSpec) -> FieldTable:
     """What start-ok says about us: product, version, platform, capabilities, the connection
-    name, then the config's own ``client_properties`` over them."""
-    props = _our_properties()
+    name, then the config's own ``client_properties`` over them.
+
+    The capabilities are RabbitMQ's 0-9-1 extensions, in booleans: a version with fewer field
+    types (0-8, 0-9) says nothing about them, as RabbitMQ's own 0-8 server does.
+    """
+    props = _our_properties(spec)
     if config.connection_name is not None:
         props["connection_name"] = config.connection_name
     props.update(config.client_properties)
@@ -185,19 +190,30 @@ def client_tune(config: ConnectionConfig, tune: ConnectionTune) -> Limits:
 # --- Server role ------------------------------------------------------------------------------
 
 
-def accepts_header(spec: ProtocolSpec, octets: bytes) -> bool:
-    """Whether a client's protocol header asks for *spec*'s version. 0-9-1 also takes the
-    0-9 header, as RabbitMQ does: aioamqp and async_amqp speak 0-9-1 under it."""
-    if octets == spec.header:
-        return True
-    return spec.version is ProtocolVersion.AMQP_0_9_1 and octets == PROTOCOL_HEADER_0_9
+def server_spec(config: ConnectionConfig, header: ProtocolHeader) -> ProtocolSpec:
+    """The version the server serves a client whose protocol header is *header*: one of the
+    config's ``protocols``, as :func:`~._negotiation.choose_version` decides.
+
+    :raises RemoteProtocolError: (540) the header asks for a version we do not serve.
+    """
+    served = {spec.version: spec for spec in config.protocols}
+    version = choose_version(header, served, header_0_9=config.header_0_9)
+    if version is None:
+        requested = requested_version(header, header_0_9=config.header_0_9)
+        raise RemoteProtocolError(
+            f"unsupported protocol header {header.octets!r} ({requested.value}); we serve "
+            + ", ".join(version.value for version in served),
+            reply_code=ReplyCode.NOT_IMPLEMENTED,
+        )
+    return served[version]
 
 
-def server_properties(config: ConnectionConfig) -> FieldTable:
-    """What connection.start says about us."""
+def server_properties(config: ConnectionConfig, spec: ProtocolSpec) -> FieldTable:
+    """What connection.start says about us (capabilities as in :func:`client_properties`, an
+    empty table in 0-8 and 0-9, as RabbitMQ's)."""
     if config.server_properties is not None:
         return config.server_properties
-    return _our_properties()
+    return _our_properties(spec)
 
 
 def check_start_ok(config: ConnectionConfig, start_ok: ConnectionStartOk) -> None:

@@ -4,25 +4,50 @@ The state machines (:mod:`._state`) are written once, by meaning; a :class:`Prot
 them to one version's generated classes. Methods that mean the same in two versions and have the
 same arguments share their Python class; where a version numbers such a class differently (0-8's
 connection.close is (10, 60)), its spec records the ids it uses on the wire.
+
+A version older than 0-9-1 also defines fewer field-table types: its spec narrows the tables of
+what we send to them (:meth:`ProtocolSpec.narrow`) before anything is encoded. 0-9-1 does not
+narrow, so its sends pay for none of this.
 """
 
 from __future__ import annotations
 
+import copy
 import struct
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, Final, Protocol, TypeVar, cast, final
 
-from ._frames import PROTOCOL_HEADER_0_9_1, ProtocolVersion
-from ._generated import spec_0_9_1
+from ._frames import (
+    PROTOCOL_HEADER_0_8,
+    PROTOCOL_HEADER_0_9,
+    PROTOCOL_HEADER_0_9_1,
+    ProtocolVersion,
+)
+from ._generated import spec_0_8, spec_0_9, spec_0_9_1
+from ._negotiation import version_of
+from ._table import TYPES_0_8, TYPES_0_9, narrow_table
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from ._method import ContentProperties, Method
+    from ._table import FieldTable
 
-__all__ = ["AMQP_0_9_1", "ProtocolSpec"]
+__all__ = ["AMQP_0_8", "AMQP_0_9", "AMQP_0_9_1", "SPECS", "ProtocolSpec", "spec_for"]
 
 _pack_ids: Final = struct.Struct(">HH").pack
+
+_T = TypeVar("_T", "Method", "ContentProperties")
+
+
+class _Make(Protocol):
+    """A method class of some version, called with its fields by name."""
+
+    def __call__(self, **fields: object) -> Method: ...
+
+
+def _table_fields(cls: type[Method | ContentProperties]) -> tuple[str, ...]:
+    return tuple(name for name, kind in cls.FIELDS if kind == "table")
 
 
 @final
@@ -33,6 +58,9 @@ class ProtocolSpec:
         method_id``) in this version; a shared class may sit at another index than its own
         ``INDEX``, and is then sent with these ids.
     :param properties: content property classes keyed by class id.
+    :param table_types: the field-value type codes this version defines, when it defines fewer
+        than RabbitMQ's 0-9-1 dialect: the tables of what we send are narrowed to them
+        (:meth:`narrow`). None (0-9-1): tables are sent as they are.
     """
 
     __slots__ = (
@@ -41,6 +69,8 @@ class ProtocolSpec:
         "methods",
         "properties",
         "start_version",
+        "table_fields",
+        "table_types",
         "version",
         "wire_ids",
     )
@@ -53,6 +83,7 @@ class ProtocolSpec:
         start_version: tuple[int, int],
         methods: Mapping[int, type[Method]],
         properties: Mapping[int, type[ContentProperties]],
+        table_types: frozenset[str] | None = None,
     ) -> None:
         #: Which version this is.
         self.version: Final = version
@@ -72,11 +103,32 @@ class ProtocolSpec:
                 raise ValueError(f"{version.value}: two classes mean {cls.NAME}")
             if index != cls.INDEX:
                 wire_ids[cls] = _pack_ids(index >> 16, index & 0xFFFF)
+        classes = set(methods.values())
+        for cls in classes:
+            for reply in cls.RESPONSES:
+                if reply not in classes:
+                    # A shared class answered by another version's reply: the request FIFO
+                    # would never match what this version decodes.
+                    raise ValueError(
+                        f"{version.value}: {cls.NAME}'s reply {reply.__qualname__} is not in the "
+                        "method table"
+                    )
         #: Meaning (``"basic.consume"``) -> this version's class.
         self.by_meaning: Final[Mapping[str, type[Method]]] = MappingProxyType(by_meaning)
         #: Classes this version numbers differently from their own ``CLASS_ID``/``METHOD_ID``:
         #: the 4 octets it sends instead.
         self.wire_ids: Final[Mapping[type[Method], bytes]] = MappingProxyType(wire_ids)
+        self.table_types: Final = table_types
+        fields: dict[type[Method | ContentProperties], tuple[str, ...]] = {}
+        if table_types is not None:
+            owners: list[type[Method | ContentProperties]] = [*methods.values()]
+            owners += properties.values()
+            for owner in owners:
+                names = _table_fields(owner)
+                if names:
+                    fields[owner] = names
+        #: Where :meth:`narrow` looks: the table fields of each class that has any.
+        self.table_fields: Final = MappingProxyType(fields)
 
     def __repr__(self) -> str:
         return f"<ProtocolSpec {self.version.value}>"
@@ -88,6 +140,42 @@ class ProtocolSpec:
             return cls.CLASS_ID, cls.METHOD_ID
         return ids[0] << 8 | ids[1], ids[2] << 8 | ids[3]
 
+    def make(self, meaning: str, **fields: object) -> Method:
+        """This version's method of *meaning* (``"basic.consume"``), built from *fields*.
+
+        :raises KeyError: the version has no such method.
+        """
+        return cast("_Make", self.by_meaning[meaning])(**fields)
+
+    def narrow_table(self, table: FieldTable, what: str) -> FieldTable:
+        """*table* narrowed to this version's field types (itself in 0-9-1); *what* names it in
+        the error.
+
+        :raises LocalProtocolError: (502) a value this version can't carry.
+        """
+        if self.table_types is None:
+            return table
+        return narrow_table(table, self.table_types, self.version.value, what)
+
+    def narrow(self, value: _T) -> _T:
+        """*value* (a method or content properties we send) with its field tables narrowed to
+        the field types this version defines: *value* itself when there is nothing to do, else a
+        copy.
+
+        :raises LocalProtocolError: (502) a table holds a value this version can't carry; the
+            error names the method or property, the key and the value's type.
+        """
+        names = self.table_fields.get(type(value))
+        if names is None or self.table_types is None:
+            return value
+        narrowed = copy.copy(value)  # a decoded table is decoded in the copy only
+        what = getattr(type(value), "NAME", None) or f"{type(value).__name__}"
+        for name in names:
+            table: FieldTable | None = getattr(narrowed, name)
+            if table:
+                setattr(narrowed, name, self.narrow_table(table, f"{what} {name}"))
+        return narrowed
+
 
 #: AMQP 0-9-1 with RabbitMQ's extensions.
 AMQP_0_9_1: Final = ProtocolSpec(
@@ -97,3 +185,49 @@ AMQP_0_9_1: Final = ProtocolSpec(
     methods=spec_0_9_1.METHODS,
     properties=spec_0_9_1.PROPERTIES,
 )
+
+#: AMQP 0-9 (``connection.start`` says 0-9, as RabbitMQ's does for 0-9 and 0-9-1 alike).
+AMQP_0_9: Final = ProtocolSpec(
+    ProtocolVersion.AMQP_0_9,
+    header=PROTOCOL_HEADER_0_9,
+    start_version=(0, 9),
+    methods=spec_0_9.METHODS,
+    properties=spec_0_9.PROPERTIES,
+    table_types=TYPES_0_9,
+)
+
+#: AMQP 0-8 as RabbitMQ 3.10 reads it (basic.recover 110, queue.unbind); ``connection.start``
+#: says 8-0.
+AMQP_0_8: Final = ProtocolSpec(
+    ProtocolVersion.AMQP_0_8,
+    header=PROTOCOL_HEADER_0_8,
+    start_version=(8, 0),
+    methods=spec_0_8.METHODS,
+    properties=spec_0_8.PROPERTIES,
+    table_types=TYPES_0_8,
+)
+
+#: The built-in versions by :class:`ProtocolVersion`.
+SPECS: Final[Mapping[ProtocolVersion, ProtocolSpec]] = MappingProxyType(
+    {spec.version: spec for spec in (AMQP_0_9_1, AMQP_0_9, AMQP_0_8)}
+)
+
+
+def spec_for(protocol: ProtocolSpec | ProtocolVersion | str) -> ProtocolSpec:
+    """The :class:`ProtocolSpec` of *protocol*: a spec itself, a version, or its name
+    (``"0-9-1"``, ``"0-9"``, ``"0-8"``).
+
+    :raises ValueError: not a version :class:`~amqp_sansio.Connection` speaks (0-10 has its own
+        core, ``amqp_sansio.v0_10``).
+    """
+    if isinstance(protocol, ProtocolSpec):
+        return protocol
+    version = version_of(protocol)
+    spec = SPECS.get(version)
+    if spec is None:
+        speaks = ", ".join(repr(v.value) for v in SPECS)
+        raise ValueError(
+            f"the connection speaks {speaks}, not {version.value!r}"
+            + (" (0-10 is amqp_sansio.v0_10)" if version is ProtocolVersion.AMQP_0_10 else "")
+        )
+    return spec

@@ -121,6 +121,7 @@ class Effect(enum.Enum):
     TUNE_OK = "tune-ok"  #: server: check the client's limits
     OPEN = "open"  #: server: ask the application about the virtual host
     OPEN_OK = "open-ok"  #: client: the connection is open
+    REDIRECT = "redirect"  #: client (0-8, 0-9): connect elsewhere; the connection is over
     CLOSE = "close"  #: answer close-ok; closed unless the closes crossed
     CLOSE_OK = "close-ok"  #: our close was answered
     BLOCKED = "blocked"  #: connection.blocked
@@ -262,6 +263,8 @@ def _connection_table() -> dict[Role, _ConnRows]:
     client[_C.AWAIT_TUNE_OK]["connection.tune-ok"] = Transition(_C.AWAIT_OPEN, _E.TUNE_OK)
     client[_C.AWAIT_OPEN]["connection.open"] = Transition(_C.AWAIT_OPEN_OK, _E.OPEN)
     server[_C.AWAIT_OPEN_OK]["connection.open-ok"] = Transition(_C.OPEN, _E.OPEN_OK)
+    # 0-8 and 0-9: the server may send the client elsewhere instead; nothing follows.
+    server[_C.AWAIT_OPEN_OK]["connection.redirect"] = Transition(_C.CLOSED, _E.REDIRECT)
     return table
 
 
@@ -301,6 +304,7 @@ def channel_transitions(methods: Iterable[type[Method]]) -> dict[Role, _ChanRows
     assembler, not here.
     """
     methods = tuple(methods)
+    replies = frozenset(reply.NAME for cls in methods for reply in cls.RESPONSES)
     table: dict[Role, _ChanRows] = {}
     for role, mine, theirs in (
         (_CLIENT, _H.CLIENT_CLOSING, _H.SERVER_CLOSING),
@@ -309,7 +313,7 @@ def channel_transitions(methods: Iterable[type[Method]]) -> dict[Role, _ChanRows
         effects = _CHANNEL_EFFECTS[role]
         work = {
             cls.NAME: ChannelTransition(
-                _H.OPEN, *effects.get(cls.NAME, (_content_effect(cls), _E.NONE))
+                _H.OPEN, *effects.get(cls.NAME, (_content_effect(cls, replies), _E.NONE))
             )
             for cls in methods
             if cls.CLASS_ID != 10 and cls.NAME not in CHANNEL_LIFECYCLE and role in cls.SENT_BY
@@ -336,10 +340,14 @@ def channel_transitions(methods: Iterable[type[Method]]) -> dict[Role, _ChanRows
     return table
 
 
-def _content_effect(cls: type[Method]) -> Effect:
-    # Content methods of other classes (0-8/0-9 file, stream, message) are assembled like
-    # basic.deliver; a method without content just passes through.
-    return _E.DELIVERY if cls.HAS_CONTENT else _E.NONE
+def _content_effect(cls: type[Method], replies: frozenset[str]) -> Effect:
+    # Content methods of other classes (0-8/0-9 file and stream deliveries, file.stage, 0-8's
+    # test.content) are assembled like basic.deliver, or like basic.get-ok where they answer a
+    # request (file.stage answers file.open-ok, test.content-ok answers test.content); a
+    # method without content just passes through.
+    if not cls.HAS_CONTENT:
+        return _E.NONE
+    return _E.CONTENT_REPLY if cls.NAME in replies else _E.DELIVERY
 
 
 def closing_state(role: Role) -> tuple[ConnectionState, ChannelState]:
@@ -432,6 +440,7 @@ class CompiledTables:
             publish is not None
             and self._plain(spec, publish, open_send)
             and publish not in self.recorded
+            and spec.table_types is None  # encode_publish does not narrow headers
         )
         deliver = by_meaning.get("basic.deliver")
         row = None if deliver is None else self.channel_receive[_H.OPEN].get(deliver)

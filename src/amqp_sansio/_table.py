@@ -56,7 +56,7 @@ import struct
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, Context, Decimal
-from typing import TYPE_CHECKING, Final, TypeAlias, Union, final
+from typing import TYPE_CHECKING, Final, TypeAlias, Union, cast, final
 
 import attrs
 
@@ -70,6 +70,8 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_TABLE_DEPTH",
     "MAX_TABLE_ENTRIES",
+    "TYPES_0_8",
+    "TYPES_0_9",
     "FieldArray",
     "FieldTable",
     "FieldValue",
@@ -89,6 +91,7 @@ __all__ = [
     "decode_table_entries",
     "encode_table",
     "encode_table_entries",
+    "narrow_table",
 ]
 
 #: How deep tables and arrays may nest; the outermost table is depth 0.
@@ -779,6 +782,82 @@ def _describe(value: object) -> str:
     if isinstance(value, int) and value.bit_length() > 64:
         return f"<int of {value.bit_length()} bits>"
     return repr(value)
+
+
+# --- Older versions' tables ---------------------------------------------------------------
+
+#: The field-value types the AMQP 0-8 spec defines (``S`` long string, ``I`` signed 32-bit,
+#: ``D`` decimal, ``T`` timestamp, ``F`` nested table), and 0-9's, which adds ``V`` (void).
+TYPES_0_8: Final = frozenset("SIDTF")
+TYPES_0_9: Final = frozenset("SIDTFV")
+
+
+def narrow_table(
+    table: Mapping[str, FieldValue], types: frozenset[str], version: str, what: str
+) -> FieldTable:
+    """*table* with its values made to encode as the field types *types* only.
+
+    A version older than 0-9-1 defines fewer field types (:data:`TYPES_0_8`,
+    :data:`TYPES_0_9`): an ``int`` becomes :class:`Int32` (``I``), and ``str``, ``Decimal``,
+    ``datetime``, mappings and ``None`` (only where ``V`` is defined) keep their types; any other
+    value (``bool``, ``float``, ``bytes``, lists, the other typed values) has no encoding there.
+
+    :raises LocalProtocolError: (502) a value has no encoding in *version*, named with *what*
+        (``"queue.declare arguments"``) and the key path.
+    """
+    try:
+        return _narrow_entries(table, types, 0)
+    except _EncodeError as exc:
+        path = exc.path[::-1]
+        where = "".join(f"[{p!r}]" for p in path)
+        allowed = " ".join(sorted(types, key="SIDTFV".index))
+        raise LocalProtocolError(
+            f"{what}{where}: {exc.reason}; AMQP {version} field tables define only {allowed}",
+            reply_code=ReplyCode.SYNTAX_ERROR,
+        ) from None
+
+
+def _narrow_entries(table: Mapping[str, object], types: frozenset[str], depth: int) -> FieldTable:
+    if depth > MAX_TABLE_DEPTH:
+        raise _EncodeError(f"nested deeper than {MAX_TABLE_DEPTH}")
+    out: FieldTable = {}
+    key: object = None
+    try:
+        for key, value in table.items():
+            if not isinstance(key, str):
+                raise _EncodeError(f"key of type {type(key).__name__} (keys are str)")
+            out[key] = _narrow_value(value, types, depth)
+    except _EncodeError as exc:
+        exc.path.append(key)
+        raise
+    return out
+
+
+def _narrow_value(value: object, types: frozenset[str], depth: int) -> FieldValue:
+    code: str | None = None
+    if isinstance(value, (str, LongString)):
+        code = "S"
+    elif isinstance(value, bool):
+        code = "t"
+    elif isinstance(value, int) and "I" in types:
+        if -0x8000_0000 <= value <= 0x7FFF_FFFF:
+            return Int32(value)
+        raise _EncodeError(f"int {_describe(value)} does not fit I (signed 32-bit)")
+    elif isinstance(value, Int32):
+        code = "I"
+    elif isinstance(value, Decimal):
+        code = "D"
+    elif isinstance(value, (datetime, Timestamp)):
+        code = "T"
+    elif value is None:
+        code = "V"
+    elif isinstance(value, Mapping):
+        if "F" in types:
+            return _narrow_entries(value, types, depth + 1)
+        code = "F"
+    if code is not None and code in types:
+        return cast("FieldValue", value)  # one of the types tested above
+    raise _EncodeError(f"a {type(value).__name__} value has no field type")
 
 
 #: The pure-Python encoder, whatever ``encode_table`` is bound to.

@@ -24,15 +24,17 @@ from ._events import (
     Event,
     VirtualHostRequested,
 )
-from ._frames import PROTOCOL_HEADER_0_9_1, FrameReader, encode_content, encode_method_frame
+from ._frames import FrameReader, encode_content, encode_method_frame
 from ._generated.spec_0_9_1 import FRAME_MIN_SIZE
 from ._method import Role
+from ._protocol import AMQP_0_9_1
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from ._frames import Frame
     from ._method import Buffer, ContentProperties, Method
+    from ._protocol import ProtocolSpec
 
 __all__ = [
     "ConnectionPair",
@@ -103,18 +105,23 @@ def feed_in_pieces(
     return events
 
 
-def parse_frames(data: Buffer, *, frame_max: int = _NO_FRAME_LIMIT) -> list[Frame]:
-    """The frames in *data*, for asserting on what a core wrote.
+def parse_frames(
+    data: Buffer, *, frame_max: int = _NO_FRAME_LIMIT, protocol: ProtocolSpec = AMQP_0_9_1
+) -> list[Frame]:
+    """The frames in *data*, for asserting on what a core wrote, read with *protocol*'s method
+    table.
 
-    A leading AMQP 0-9-1 protocol header (what a client core writes first) is skipped.
+    A leading protocol header of that version (what a client core writes first) is skipped.
 
     :raises ValueError: *data* ends inside a frame.
     :raises RemoteProtocolError: *data* is not valid framing.
     """
     view = memoryview(data)
-    if bytes(view[:8]) == PROTOCOL_HEADER_0_9_1:
+    if bytes(view[:8]) == protocol.header:
         view = view[8:]
-    reader = FrameReader(frame_max=frame_max)
+    reader = FrameReader(
+        frame_max=frame_max, methods=protocol.methods, properties=protocol.properties
+    )
     reader.feed(view)
     frames: list[Frame] = []
     while (frame := reader.next_frame()) is not None:
@@ -124,10 +131,20 @@ def parse_frames(data: Buffer, *, frame_max: int = _NO_FRAME_LIMIT) -> list[Fram
     return frames
 
 
-def method_frame(channel: int, method: Method, *, frame_max: int = FRAME_MIN_SIZE) -> bytes:
-    """The octets of one method frame."""
+def method_frame(
+    channel: int,
+    method: Method,
+    *,
+    frame_max: int = FRAME_MIN_SIZE,
+    protocol: ProtocolSpec = AMQP_0_9_1,
+) -> bytes:
+    """The octets of one method frame, with the ids *protocol* gives the method (0-8 numbers
+    connection.close (10, 60)); its tables are encoded as they are."""
     out = bytearray()
     encode_method_frame(out, channel, method, frame_max=frame_max)
+    ids = protocol.wire_ids.get(type(method))
+    if ids is not None:
+        out[7:11] = ids
     return bytes(out)
 
 

@@ -133,8 +133,8 @@ def still_serves(client: RawClient) -> None:
 
 @pytest.mark.parametrize(
     "header",
-    [b"AMQP\x00\x00\x0a\x00", b"AMQP\x01\x01\x08\x00", b"GET / HTTP/1.1\r\n\r\n"],
-    ids=["0-10", "0-8", "http"],
+    [b"AMQP\x00\x00\x0a\x00", b"AMQP\x00\x01\x00\x00", b"GET / HTTP/1.1\r\n\r\n"],
+    ids=["0-10", "1.0", "http"],
 )
 def test_wrong_protocol_header_gets_ours_and_a_close(
     url: str, bystander: RawClient, header: bytes

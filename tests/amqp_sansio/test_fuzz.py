@@ -35,6 +35,10 @@ from tests.support.fuzzing import (
 
 CORPUS = corpus()
 ROLES = pytest.mark.parametrize("role", [Role.CLIENT, Role.SERVER], ids=lambda r: r.value)
+#: The versions and what each gets of the budget: 0-9-1 most, its corpus being the largest.
+VERSIONS = pytest.mark.parametrize(
+    ("version", "budget"), [("0-9-1", 1.0), ("0-9", 0.4), ("0-8", 0.4)], ids=["0-9-1", "0-9", "0-8"]
+)
 
 
 @pytest.mark.parametrize("session", CORPUS, ids=lambda s: s.name)
@@ -50,23 +54,41 @@ def test_unmutated_sessions_replay_the_same_whole_and_in_pieces(session: Session
         assert whole.events > 3
 
 
+@pytest.mark.parametrize(
+    "session", [s for s in CORPUS if s.name.startswith("pair/")], ids=lambda s: s.name
+)
+def test_pair_sessions_replay_the_same_one_octet_at_a_time(session: Session) -> None:
+    """Every version, both roles: each octet fed alone gives the same events."""
+    whole = run_session(session, eof=True)
+    octets = run_session(session, eof=True, byte_at_a_time=True)
+    assert (octets.events, octets.error) == (whole.events, None)
+
+
+@VERSIONS
 @ROLES
-def test_mutated_sessions_give_only_events_or_remote_errors(role: Role) -> None:
-    rng = random.Random(20261121 + (role is Role.SERVER))
-    sessions = [s for s in CORPUS if s.role is role]
+def test_mutated_sessions_give_only_events_or_remote_errors(
+    role: Role, version: str, budget: float
+) -> None:
+    rng = random.Random(20261121 + (role is Role.SERVER) + 10 * (version != "0-9-1"))
+    sessions = [s for s in CORPUS if s.role is role and s.version == version]
+    assert sessions
     errors = 0
-    for _ in range(2500):
+    runs = int(2500 * budget)
+    for _ in range(runs):
         mutated = mutate_session(rng.choice(sessions), rng)
         outcome = run_session(mutated, rng if rng.random() < 0.5 else None, eof=rng.random() < 0.3)
         errors += outcome.error is not None
-    assert errors > 100  # the mutations reach the error paths, not only harmless octets
+    assert errors > runs // 25  # the mutations reach the error paths, not only harmless octets
 
 
+@VERSIONS
 @ROLES
-def test_random_octets_give_only_events_or_remote_errors(role: Role) -> None:
-    rng = random.Random(4242 + (role is Role.SERVER))
-    for _ in range(1500):
-        run_session(random_session(role, rng), rng if rng.random() < 0.5 else None)
+def test_random_octets_give_only_events_or_remote_errors(
+    role: Role, version: str, budget: float
+) -> None:
+    rng = random.Random(4242 + (role is Role.SERVER) + 10 * (version != "0-9-1"))
+    for _ in range(int(1500 * budget)):
+        run_session(random_session(role, rng, version), rng if rng.random() < 0.5 else None)
 
 
 def _open_pair() -> ConnectionPair:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from hypothesis import strategies as st
 
-from amqp_sansio._method import INT_LIMITS
+from amqp_sansio._method import INT_LIMITS, MessageContent
 
 if TYPE_CHECKING:
     from amqp_sansio._method import ContentProperties, Method
@@ -63,6 +63,8 @@ def wire_value(wire_type: str) -> st.SearchStrategy[object]:
         return st.one_of(st.binary(max_size=64), st.binary(min_size=4096, max_size=5000))
     if wire_type == "table":
         return field_tables
+    if wire_type == "content":  # 0-9's message.transfer body: inline octets or a reference
+        return st.builds(MessageContent, data=st.binary(max_size=64), reference=st.booleans())
     raise AssertionError(f"no strategy for {wire_type}")
 
 

@@ -4,7 +4,7 @@
 #   spec/amqp-rabbitmq-0.9.1.json (sha256 d5e313bbe9672506)
 #   spec/amqp0-9-1.extended.xml (sha256 3d25097e4f9031b1)
 # Regenerate with `python tools/gen_spec.py`; `--check` fails when this file is stale.
-"""AMQP 0-9-1 methods, content properties and constants."""
+"""AMQP 0-9-1 with RabbitMQ's extensions: methods, content properties and constants."""
 
 from __future__ import annotations
 
@@ -1432,7 +1432,7 @@ class AccessRequestOk(Method):
     METHOD_ID = 11
     INDEX = 1966091
     NAME = "access.request-ok"
-    SYNCHRONOUS = False
+    SYNCHRONOUS = True
     HAS_CONTENT = False
     SENT_BY = _BY_SERVER
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (("ticket", "short"),)
@@ -3549,7 +3549,9 @@ class BasicNack(Method):
 @final
 @attrs.define(slots=True, kw_only=True, weakref_slot=False)
 class ConfirmSelect(Method):
-    """This method sets the channel to use publisher acknowledgements. The client can only use this
+    """Select confirm mode (i.e. enable publisher acknowledgements)
+
+    This method sets the channel to use publisher acknowledgements. The client can only use this
     method on a non-transactional channel.
     """
 
@@ -3584,7 +3586,9 @@ class ConfirmSelect(Method):
 @final
 @attrs.define(slots=True, kw_only=True, weakref_slot=False)
 class ConfirmSelectOk(Method):
-    """This method confirms to the client that the channel was successfully set to use publisher
+    """Acknowledge confirm mode
+
+    This method confirms to the client that the channel was successfully set to use publisher
     acknowledgements.
     """
 
@@ -3879,7 +3883,7 @@ AnyMethod: TypeAlias = (
     | TxRollbackOk
 )
 
-#: Method classes keyed by ``class_id << 16 | method_id``.
+#: Method classes keyed by ``class_id << 16 | method_id`` as this version sends them.
 METHODS: Final[dict[int, type[Method]]] = {
     ConnectionStart.INDEX: ConnectionStart,
     ConnectionStartOk.INDEX: ConnectionStartOk,
