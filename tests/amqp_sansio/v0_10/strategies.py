@@ -147,7 +147,10 @@ def typed_values(depth: int = 0) -> st.SearchStrategy[Value]:
 
 @functools.cache
 def arrays(depth: int = 0) -> st.SearchStrategy[Value]:
-    return st.sampled_from(CODES).flatmap(
+    # Deep down, nested codes have no values to draw: an array of them would be a list of
+    # nothing(), which hypothesis refuses. Draw only codes that have values at this depth.
+    codes = [code for code in CODES if not plain_value(code, depth).is_empty]
+    return st.sampled_from(codes).flatmap(
         lambda code: st.lists(plain_value(code, depth), max_size=3).map(
             lambda values: Array(code, tuple(values))
         )
