@@ -51,6 +51,7 @@ from amqp_sansio.client import (
     ConnectionParameters,
     ConnectionTimeoutError,
     Router,
+    connect_failed,
     connection_parameters,
     error_from,
 )
@@ -141,6 +142,8 @@ def connect_core(
         raise ConnectionTimeoutError(
             f"no TCP connection to {params.address} within {params.connection_timeout} s"
         ) from None
+    except OSError as exc:
+        raise connect_failed(params.address, exc) from exc
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if context is not None:
