@@ -3,7 +3,8 @@
 Built for tests and demos that must run without RabbitMQ: ``python -m amqp_broker`` serves it
 on a port; :func:`running` (Trio) and :func:`run_in_thread` (synchronous code) start one on a
 free port and yield its URL. :class:`Broker` is the sans-IO model and :class:`Session` turns one
-server-role core's events into model calls, so both are testable without sockets.
+server-role core's events into model calls, so both are testable without sockets;
+:func:`memory_pair` puts the model behind an ``amqp_sansio.testing.ConnectionPair``.
 :class:`BrokerOptions` holds the limits, timeouts and flow control (RabbitMQ's defaults), and
 :class:`User`/:class:`Permission` the users and what they may do.
 """
@@ -15,6 +16,7 @@ from ._channel import DeliverySink, GetResult, ModelChannel, ModelConnection, Pu
 from ._errors import BrokerError
 from ._message import Message
 from ._options import BrokerOptions
+from ._pair import BrokerSide, memory_pair
 from ._permissions import Permission, User
 from ._queues import QueueInfo
 from ._routing import topic_matches
@@ -25,6 +27,7 @@ __all__ = [
     "Broker",
     "BrokerError",
     "BrokerOptions",
+    "BrokerSide",
     "DeliverySink",
     "GetResult",
     "Message",
@@ -37,6 +40,7 @@ __all__ = [
     "SessionTransport",
     "User",
     "make_broker",
+    "memory_pair",
     "run_in_thread",
     "running",
     "serve",
