@@ -13,7 +13,8 @@ Markers say what else a test needs: ``rabbitmq`` (a broker at ``AMQP_URL``; adde
 test that uses ``rabbitmq_url``), ``spark`` (PySpark and Java; every test of ``amqp_spark``) and
 ``node`` (Node.js with amqplib). ``make test`` also runs everything without them on Python 3.12
 and 3.13 (``AMQP_SANSIO_TESTS=portable``, where PySpark is not installed, so the Spark test
-modules are not even collected).
+modules are not even collected, nor the API reference's, which needs Sphinx and imports every
+package).
 """
 
 from __future__ import annotations
@@ -81,8 +82,11 @@ def amqp_url(request: pytest.FixtureRequest) -> str:
 #: Test modules that import PySpark; left out of the portable run (see the module docstring).
 _SPARK_MODULES: Final = ("amqp_spark/*", "project/test_bench_spark.py")
 
+#: Test modules that need the development tools (Sphinx) besides PySpark.
+_DEV_MODULES: Final = ("project/test_api_docs.py",)
+
 if os.environ.get("AMQP_SANSIO_TESTS") == "portable":
-    collect_ignore_glob = list(_SPARK_MODULES)
+    collect_ignore_glob = [*_SPARK_MODULES, *_DEV_MODULES]
     # The other interpreters run every test, not the search: a few examples each (a test's own
     # @settings still wins where it sets max_examples).
     hypothesis.settings.register_profile("portable", max_examples=10)
