@@ -50,9 +50,11 @@ from ._router import (
     Router,
     Waiter,
 )
+from ._versions import ADAPTER_VERSIONS, ClientProtocol, ProtocolFallback, client_protocol
 from .exports import *  # noqa: F403  (the exceptions and ConnectionParameters)
 
 __all__ = [
+    "ADAPTER_VERSIONS",
     "DEFAULT_CONSUMER_BUFFER",
     "DEFAULT_URL",
     "REQUESTS",
@@ -60,12 +62,14 @@ __all__ = [
     "AsyncSettler",
     "AuthMechanism",
     "ChannelBook",
+    "ClientProtocol",
     "CloseReason",
     "ConfirmSink",
     "ConfirmTracker",
     "ConsumerSink",
     "Message",
     "Param",
+    "ProtocolFallback",
     "PublishOutcome",
     "PublishTicketState",
     "PublisherCounts",
@@ -75,6 +79,7 @@ __all__ = [
     "Router",
     "Waiter",
     "check_window",
+    "client_protocol",
     "connection_parameters",
     "consumer_buffer_size",
     "consumer_tag",
