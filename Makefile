@@ -77,9 +77,19 @@ docs: $(STAMP)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 
 # A publish/consume round trip through the Trio client with confirms, a progress bar and the
-# throughput: against AMQP_URL (default local RabbitMQ), else the embedded broker.
-demo: $(STAMP)
-	$(BIN)/python examples/demo.py
+# throughput: against AMQP_URL (default local RabbitMQ), else the embedded broker. Its own light
+# venv with the `trio` extra only (the demo imports nothing else): no Spark, no dev tools.
+DEMO_VENV  := .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed-demo
+
+$(DEMO_STAMP): pyproject.toml hatch_build.py src/amqp_sansio/_speedups.c
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(DEMO_VENV)/bin/python -m pip install --quiet -e '.[trio]'
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
+	$(DEMO_VENV)/bin/python examples/demo.py
 
 # async_amqp (a peer in bench/e2e.py) needs pamqp < 4, so it gets a virtualenv of its own. If
 # that cannot be built, say why and benchmark the others.
@@ -100,4 +110,4 @@ bench: $(STAMP) $(ASYNC_AMQP_VENV)/.installed
 	$(BIN)/python bench/spark.py
 
 clean:
-	rm -rf $(VENV) .venv-3.12 .venv-3.13 build/package-check docs/_build .mypy_cache .pytest_cache .ruff_cache .coverage .hypothesis
+	rm -rf $(VENV) $(DEMO_VENV) .venv-3.12 .venv-3.13 build/package-check docs/_build .mypy_cache .pytest_cache .ruff_cache .coverage .hypothesis

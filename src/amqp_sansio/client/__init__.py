@@ -24,6 +24,7 @@ from ._confirms import (
     PublishTicketState,
 )
 from ._errors import CloseReason, error_for_close, error_from
+from ._guards import ConsumeBlock, connect_failed
 from ._message import AsyncMessage, AsyncSettler, Message
 from ._params import DEFAULT_URL, AuthMechanism
 from ._requests import (
@@ -66,6 +67,7 @@ __all__ = [
     "CloseReason",
     "ConfirmSink",
     "ConfirmTracker",
+    "ConsumeBlock",
     "ConsumerSink",
     "Message",
     "Param",
@@ -80,6 +82,7 @@ __all__ = [
     "Waiter",
     "check_window",
     "client_protocol",
+    "connect_failed",
     "connection_parameters",
     "consumer_buffer_size",
     "consumer_tag",
