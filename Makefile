@@ -38,8 +38,13 @@ $(NODE_PEER): tests/amqp_broker/node/package.json tests/amqp_broker/node/package
 	npm ci --prefix tests/amqp_broker/node --no-audit --no-fund
 	touch $(NODE_PEER)
 
+# Two workers, each started with -bb as the controller is; every Spark test on one of them (one
+# JVM). PYTEST_WORKERS=0 runs everything in one process.
+PYTEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,--tx '$(PYTEST_WORKERS)*popen//python=$(BIN)/python -bb' --dist loadgroup)
+
 pytest: $(STAMP) $(NODE_PEER)
-	$(BIN)/python -bb -m coverage run -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -bb -m pytest $(XDIST) --cov --cov-report= $(PYTEST_ARGS)
 	$(BIN)/python -m coverage report --include='src/*'
 
 # The tests that need neither RabbitMQ nor Spark nor Node, on the other interpreters pyenv holds

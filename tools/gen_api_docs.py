@@ -152,22 +152,24 @@ def _primitive(value: object) -> bool:
     return isinstance(value, int | float | str | bytes) or value is None
 
 
-def _homes() -> dict[int, str]:
+def _homes() -> dict[tuple[int, str], str]:
     """For every exported object, the module whose section documents it."""
-    homes: dict[int, str] = {}
+    homes: dict[tuple[int, str], str] = {}
     for name in MODULES:
         module = importlib.import_module(name)
         for export in _exports(module):
             value = getattr(module, export)
             if _primitive(value):
                 continue  # an int is not one object: each module documents its own
-            if id(value) in homes:
+            # By object and name: one tuple may be exported under two names.
+            key = (id(value), export)
+            if key in homes:
                 continue
             declared = getattr(value, "__module__", None)
             if (inspect.isclass(value) or inspect.isfunction(value)) and declared in MODULES:
-                homes[id(value)] = declared
+                homes[key] = declared
             else:
-                homes[id(value)] = name
+                homes[key] = name
     return homes
 
 
@@ -283,7 +285,7 @@ def _data_doc(lines: list[str]) -> str:
 
 def generate() -> str:
     homes = _homes()
-    _EXPORTED.update(homes)
+    _EXPORTED.update(object_id for object_id, _ in homes)
     alias_names: dict[int, str] = {}
     for name in MODULES:
         module = importlib.import_module(name)
@@ -301,8 +303,8 @@ def generate() -> str:
         for export in _exports(module):
             value = getattr(module, export)
             kind = _kind(value)
-            if not _primitive(value) and homes[id(value)] != name:
-                home = homes[id(value)]
+            if not _primitive(value) and homes[id(value), export] != name:
+                home = homes[id(value), export]
                 elsewhere.append(f"{{py:{_ROLE[kind]}}}`~{home}.{export}`")
                 continue
             entry = _entry(name, export, value, kind, alias_names)

@@ -379,6 +379,7 @@ class Channel(ChannelMethods):
     def _send(self, method: Method, consumer: Consumer | None = None) -> asyncio.Future[Reply]:
         """Queue a request in the core and its future in the FIFO, with no await between."""
         self._check_open()
+        method = self._core.protocol.adapt(method)  # a 0-8/0-9 connection's own class
         self._core.send_method(self.number, method)
         future: asyncio.Future[Reply] = self._conn._loop.create_future()
         self._book.expect(method, future, consumer)
@@ -391,7 +392,7 @@ class Channel(ChannelMethods):
 
     async def _send_no_reply(self, method: Method) -> None:
         self._check_open()
-        self._core.send_method(self.number, method)
+        self._core.send_method(self.number, self._core.protocol.adapt(method))
         self._conn._flush_soon()
 
     def _message(self, event: MessageReceived) -> Message:

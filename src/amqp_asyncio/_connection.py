@@ -44,6 +44,8 @@ from amqp_sansio.client import (
     ConnectionLostError,
     ConnectionParameters,
     ConnectionTimeoutError,
+    ProtocolFallback,
+    ProtocolVersionRefused,
     Router,
     connect_failed,
     connection_parameters,
@@ -56,7 +58,7 @@ if TYPE_CHECKING:
     import ssl
     from collections.abc import AsyncIterator
 
-    from amqp_sansio import Event, FieldTable
+    from amqp_sansio import Event, FieldTable, ProtocolVersion
     from amqp_sansio.client import Reply
 
 __all__ = ["Connection", "connect"]
@@ -199,6 +201,12 @@ class Connection:
         the broker's reply, :class:`~amqp_sansio.client.ConnectionLostError`); None while
         open."""
         return self._book.error
+
+    @property
+    def protocol(self) -> str:
+        """The AMQP version spoken: ``"0-9-1"``, ``"0-9"`` or ``"0-8"`` (what ``"auto"``
+        settled on)."""
+        return self._core.protocol.version.value
 
     @property
     def heartbeat(self) -> int:
@@ -463,6 +471,7 @@ async def connect(
     *,
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
+    protocol: str | ProtocolVersion | None = None,
 ) -> AsyncIterator[Connection]:
     """Connect to a broker for the duration of an ``async with`` block.
 
@@ -470,17 +479,35 @@ async def connect(
     :meth:`~amqp_sansio.client.ConnectionParameters.from_url`) or
     :class:`~amqp_sansio.client.ConnectionParameters`. TLS is used for ``amqps`` or when
     *ssl_context* is given (default context: :meth:`ConnectionParameters.ssl_context`).
-    *connection_name* shows in the broker's management UI.
+    *connection_name* shows in the broker's management UI. *protocol* (``"0-9-1"``,
+    ``"0-9"``, ``"0-8"`` or ``"auto"``) wins over the URL's ``protocol`` parameter; ``"auto"``
+    tries 0-9-1 and reconnects with what the server answers (:doc:`/versions`).
 
     Leaving the block closes the connection (200) and waits for the broker's close-ok.
 
     :raises ConnectionTimeoutError: TCP, TLS and AMQP handshake took longer than
-        ``connection_timeout``.
+        ``connection_timeout`` (per attempt).
     :raises ConnectionClosedError: the broker refused the login (403) or the virtual host
         (:class:`~amqp_sansio.client.NotAllowed`).
+    :raises ProtocolVersionRefused: the broker does not speak the version asked for (with
+        ``"auto"``: none of those it offered).
     :raises OSError: the TCP connection failed.
     """
-    params = connection_parameters(url_or_params, connection_name)
+    fallback = ProtocolFallback(connection_parameters(url_or_params, connection_name, protocol))
+    while True:
+        try:
+            conn = await _open(fallback.params, ssl_context)
+            break
+        except ProtocolVersionRefused as exc:
+            if not fallback.retry(exc):
+                raise
+    try:
+        yield conn
+    finally:
+        await conn.aclose()
+
+
+async def _open(params: ConnectionParameters, ssl_context: ssl.SSLContext | None) -> Connection:
     loop = asyncio.get_running_loop()
     conn = Connection(params, loop)
     context = ssl_context
@@ -515,7 +542,4 @@ async def connect(
         params.virtual_host,
         conn.heartbeat,
     )
-    try:
-        yield conn
-    finally:
-        await conn.aclose()
+    return conn

@@ -6,7 +6,8 @@ free port and yield its URL. :class:`Broker` is the sans-IO model and :class:`Se
 server-role core's events into model calls, so both are testable without sockets;
 :func:`memory_pair` puts the model behind an ``amqp_sansio.testing.ConnectionPair``.
 :class:`BrokerOptions` holds the limits, timeouts and flow control (RabbitMQ's defaults), and
-:class:`User`/:class:`Permission` the users and what they may do.
+:class:`User`/:class:`Permission` the users and what they may do. :func:`memory_server` is a
+server factory for ``amqp_sansio.testing`` (``MemoryConnection``, ``fault_sweep``).
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from __future__ import annotations
 from ._broker import Broker
 from ._channel import DeliverySink, GetResult, ModelChannel, ModelConnection, PublishOutcome
 from ._errors import BrokerError
+from ._inmemory import MemoryServer, MemoryServerSide, memory_pair, memory_server
 from ._message import Message
 from ._options import BrokerOptions
-from ._pair import BrokerSide, memory_pair
 from ._permissions import Permission, User
 from ._queues import QueueInfo
 from ._routing import topic_matches
@@ -27,9 +28,10 @@ __all__ = [
     "Broker",
     "BrokerError",
     "BrokerOptions",
-    "BrokerSide",
     "DeliverySink",
     "GetResult",
+    "MemoryServer",
+    "MemoryServerSide",
     "Message",
     "ModelChannel",
     "ModelConnection",
@@ -41,6 +43,7 @@ __all__ = [
     "User",
     "make_broker",
     "memory_pair",
+    "memory_server",
     "run_in_thread",
     "running",
     "serve",

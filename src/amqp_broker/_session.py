@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Final, Protocol, final
 import attrs
 
 from amqp_sansio import (
+    AMQP_0_9_1,
     AccessRequest,
     AccessRequestOk,
     AuthenticationRequested,
@@ -442,7 +443,9 @@ class Session:
     def consumer_cancelled(self, channel: int, consumer_tag: str) -> None:
         """Send a server-side ``basic.cancel`` (the consumer's queue was deleted)."""
         try:
-            self.core.send_method(channel, BasicCancel(consumer_tag=consumer_tag, nowait=True))
+            # 0-8 and 0-9 clients can't be sent basic.cancel: refused here, like a closing core
+            cancel = BasicCancel(consumer_tag=consumer_tag, nowait=True)
+            self.core.send_method(channel, self.core.protocol.adapt(cancel))
         except LocalProtocolError as exc:
             logger.debug("cancel to %s dropped: %s", self.peer, exc)
             return
@@ -464,6 +467,9 @@ class Session:
         return None if connection is None else connection.channels.get(number)
 
     def _on_method(self, number: int, method: Method) -> None:
+        # The model speaks 0-9-1's classes: a 0-8 or 0-9 client's own classes (basic.consume,
+        # basic.ack, ...) become 0-9-1's of the same meaning; shared ones pass as they are.
+        method = AMQP_0_9_1.adapt(method)
         if number == 0:
             self._on_connection_method(method)
             return
@@ -510,8 +516,12 @@ class Session:
         if self.connection is not None:
             self.connection.close_channel(number)
 
+    def _send(self, number: int, reply: Method) -> None:
+        """Send *reply* as the client's version's class of its meaning."""
+        self.core.send_method(number, self.core.protocol.adapt(reply))
+
     def _dispatch(self, channel: ModelChannel, number: int, method: Method) -> None:
-        send = self.core.send_method
+        send = self._send
         match method:
             case BasicAck():
                 channel.ack(method.delivery_tag, multiple=method.multiple)

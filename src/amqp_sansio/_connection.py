@@ -456,8 +456,11 @@ class Connection:
         inbox = self._inbox
         assert inbox is not None
         if self.role is Role.CLIENT:
-            # A server refusing our header writes its own instead of connection.start.
-            if not inbox or inbox[0] != ord("A"):
+            # A server refusing our header writes its own instead of connection.start: wait for
+            # the first octet before framing starts (next_event() may come before any data).
+            if not inbox:
+                return False
+            if inbox[0] != ord("A"):
                 return self._start_framing(inbox)
             header = parse_protocol_header(inbox)
             if header is None:

@@ -397,6 +397,7 @@ class Channel(ChannelMethods):
         """Queue a request in the core and its waiter with the router, with no await between."""
         self._check_open()
         try:
+            method = self._core.protocol.adapt(method)  # a 0-8/0-9 connection's own class
             self._core.send_method(self.number, method)
         except LocalProtocolError as exc:
             self._raise_refused(exc)
@@ -412,7 +413,7 @@ class Channel(ChannelMethods):
         self._check_open()
         await trio.lowlevel.checkpoint_if_cancelled()  # before sending: cancelled = not sent
         try:
-            self._core.send_method(self.number, method)
+            self._core.send_method(self.number, self._core.protocol.adapt(method))
         except LocalProtocolError as exc:
             self._raise_refused(exc)
             raise

@@ -57,28 +57,29 @@ def test_the_broker_checks_the_login() -> None:
 
 
 def test_a_dropped_link_requeues_and_deletes_exclusive_queues() -> None:
-    broker = amqp_broker.Broker(clock=lambda: 0.0, wall_clock=lambda: 0.0)
-    first = amqp_broker.memory_pair(broker=broker)
+    server = amqp_broker.memory_server()
+    broker = server.broker
+    first = amqp_broker.memory_pair(server=server)
     first.handshake()
     channel = first.open_channel()
     exclusive = _declare(first, channel, queue="mine", exclusive=True).queue
     assert exclusive in broker.vhosts["/"].queues
     first.end_of_stream(first.client)
     assert exclusive not in broker.vhosts["/"].queues
-    second = amqp_broker.memory_pair(broker=broker)
+    second = amqp_broker.memory_pair(server=server)
     second.handshake()
     assert _declare(second, second.open_channel(), queue="mine").message_count == 0
 
 
 def test_pairs_on_one_broker_share_messages() -> None:
-    broker = amqp_broker.Broker(clock=lambda: 0.0, wall_clock=lambda: 0.0)
-    producer = amqp_broker.memory_pair(broker=broker)
+    server = amqp_broker.memory_server()
+    producer = amqp_broker.memory_pair(server=server)
     producer.handshake()
     channel = producer.open_channel()
     _declare(producer, channel, queue="shared")
     producer.client.publish(channel, BasicPublish(routing_key="shared"), BasicProperties(), b"hi")
     producer.transfer(producer.client)
-    consumer = amqp_broker.memory_pair(broker=broker)
+    consumer = amqp_broker.memory_pair(server=server)
     consumer.handshake()
     channel = consumer.open_channel()
     consumer.client.send_method(channel, BasicGet(queue="shared", no_ack=True))
