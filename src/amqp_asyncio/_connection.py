@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl as ssl_module
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final, final
 
@@ -46,6 +47,7 @@ from amqp_sansio.client import (
     ProtocolFallback,
     ProtocolVersionRefused,
     Router,
+    connect_failed,
     connection_parameters,
     error_from,
 )
@@ -375,7 +377,8 @@ class Connection:
         elif cls is ConnectionClosed:
             assert isinstance(event, ConnectionClosed)
             if event.by_peer:
-                logger.warning(
+                # During the handshake connect() raises it: a warning would say it twice.
+                (logger.warning if self._opened.done() else logger.debug)(
                     "%s closed the connection: %d %s",
                     self.params.address,
                     event.reply_code,
@@ -512,13 +515,18 @@ async def _open(params: ConnectionParameters, ssl_context: ssl.SSLContext | None
         context = params.ssl_context()
     try:
         async with asyncio.timeout(params.connection_timeout):
-            await loop.create_connection(
-                lambda: _Protocol(conn),
-                params.host,
-                params.port,
-                ssl=context,
-                server_hostname=params.tls_server_hostname if context is not None else None,
-            )
+            try:
+                await loop.create_connection(
+                    lambda: _Protocol(conn),
+                    params.host,
+                    params.port,
+                    ssl=context,
+                    server_hostname=params.tls_server_hostname if context is not None else None,
+                )
+            except OSError as exc:
+                if isinstance(exc, (TimeoutError, ssl_module.SSLError)):
+                    raise  # the timeout below; TLS's own errors say enough
+                raise connect_failed(params.address, exc) from exc
             await asyncio.shield(conn._opened)
     except TimeoutError:
         conn._finish()

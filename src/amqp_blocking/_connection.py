@@ -53,6 +53,7 @@ from amqp_sansio.client import (
     ProtocolFallback,
     ProtocolVersionRefused,
     Router,
+    connect_failed,
     connection_parameters,
     error_from,
 )
@@ -164,6 +165,8 @@ def _connect_once(params: Params, ssl_context: ssl.SSLContext | None) -> OpenedC
         raise ConnectionTimeoutError(
             f"no TCP connection to {params.address} within {params.connection_timeout} s"
         ) from None
+    except OSError as exc:
+        raise connect_failed(params.address, exc) from exc
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if context is not None:

@@ -84,8 +84,8 @@ from amqp_sansio import (
     TxSelect,
     TxSelectOk,
     VirtualHostRequested,
+    parse_credentials,
 )
-from amqp_sansio.framing import decode_table_entries
 
 from ._errors import BrokerError
 from ._memory import BLOCKED_REASON
@@ -100,36 +100,13 @@ if TYPE_CHECKING:
     from ._channel import ModelChannel, ModelConnection
     from ._message import Message
 
-__all__ = ["Session", "SessionTransport", "parse_credentials"]
+__all__ = ["Session", "SessionTransport"]
 
 logger: Final = logging.getLogger("amqp_broker")
 
 _LOGIN_REFUSED: Final = (
     "Login was refused using authentication mechanism {}. For details see the broker logfile."
 )
-
-
-def parse_credentials(mechanism: str, response: bytes) -> tuple[str, str] | None:
-    """``(username, password)`` from a PLAIN (``authzid\\0user\\0pass``) or AMQPLAIN (a
-    field table without its length prefix) SASL response; None when it does not parse."""
-    try:
-        if mechanism == "PLAIN":
-            parts = response.split(b"\0")
-            if len(parts) != 3:
-                return None
-            return parts[1].decode(), parts[2].decode()
-        if mechanism == "AMQPLAIN":
-            table = decode_table_entries(response, 0, len(response))
-            login, password = table.get("LOGIN"), table.get("PASSWORD")
-            if isinstance(login, bytes):
-                login = login.decode()
-            if isinstance(password, bytes):
-                password = password.decode()
-            if isinstance(login, str) and isinstance(password, str):
-                return login, password
-    except (UnicodeDecodeError, RemoteProtocolError):
-        return None
-    return None
 
 
 def _nothing() -> None:

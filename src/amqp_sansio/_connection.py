@@ -1042,6 +1042,11 @@ class Connection:
         *,
         relay: bool = False,
     ) -> ChannelMachine:
+        if isinstance(body, str):  # memoryview's own error names neither the cause nor the fix
+            raise TypeError(
+                "a message body must be bytes (or bytearray, memoryview), not str: "
+                "encode it first, e.g. text.encode()"
+            )
         self._check_usable()
         cls = type(method)
         if not cls.HAS_CONTENT:

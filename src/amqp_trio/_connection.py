@@ -44,6 +44,7 @@ from amqp_sansio.client import (
     ProtocolFallback,
     ProtocolVersionRefused,
     Router,
+    connect_failed,
     connection_parameters,
     error_from,
 )
@@ -376,7 +377,9 @@ class Connection:
         assert isinstance(event, ConnectionClosed)
         if event.by_peer:
             error = error_from(event, connection=True)
-            logger.warning("the broker closed the connection: %s", error)
+            # During the handshake connect() raises it: a warning would say it twice.
+            log = logger.debug if self._handshaking else logger.warning
+            log("the broker closed the connection: %s", error)
         self._ended()
         return True
 
@@ -463,7 +466,10 @@ async def _open_stream(
     stream: trio.abc.Stream
     try:
         with trio.fail_at(deadline):
-            tcp = await trio.open_tcp_stream(params.host, params.port)
+            try:
+                tcp = await trio.open_tcp_stream(params.host, params.port)
+            except OSError as exc:
+                raise connect_failed(params.address, exc) from exc
             stream = tcp
             if params.tls or ssl_context is not None:
                 context = ssl_context if ssl_context is not None else params.ssl_context()
