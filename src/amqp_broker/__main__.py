@@ -111,6 +111,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="channels per connection (default %(default)s)",
     )
     limits.add_argument(
+        "--heartbeat",
+        type=int,
+        default=defaults.heartbeat,
+        metavar="SECONDS",
+        help="heartbeat interval proposed to clients, 0 for none (default %(default)s)",
+    )
+    limits.add_argument(
         "--memory-high-watermark",
         type=float,
         default=defaults.memory_high_watermark,
@@ -195,6 +202,7 @@ def _options(args: argparse.Namespace) -> BrokerOptions:
         outbound_limit=args.outbound_limit,
         consumer_timeout=args.consumer_timeout,
         close_timeout=args.close_timeout,
+        heartbeat=args.heartbeat,
         protocols=args.protocols,
         header_0_9=args.header_0_9,
     )

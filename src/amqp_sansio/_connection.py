@@ -1016,14 +1016,31 @@ class Connection:
         return ch.number_publish(method)
 
     def send_content(
-        self, channel: int, method: Method, properties: ContentProperties, body: Buffer
+        self,
+        channel: int,
+        method: Method,
+        properties: ContentProperties,
+        body: Buffer,
+        *,
+        relay: bool = False,
     ) -> None:
         """Server role: send ``basic.deliver``, ``basic.get-ok`` or ``basic.return`` with
-        content (get-ok must answer the oldest ``basic.get`` received on the channel)."""
-        self._send_content(channel, method, properties, body)
+        content (get-ok must answer the oldest ``basic.get`` received on the channel).
+
+        *relay*: the properties are another client's, passed on as they arrived (a broker's
+        delivery): in 0-8 and 0-9 their tables are sent as they are rather than narrowed to the
+        version's field types, as RabbitMQ relays them. The method's own tables still are.
+        """
+        self._send_content(channel, method, properties, body, relay=relay)
 
     def _send_content(
-        self, channel: int, method: Method, properties: ContentProperties, body: Buffer
+        self,
+        channel: int,
+        method: Method,
+        properties: ContentProperties,
+        body: Buffer,
+        *,
+        relay: bool = False,
     ) -> ChannelMachine:
         if isinstance(body, str):  # memoryview's own error names neither the cause nor the fix
             raise TypeError(
@@ -1040,7 +1057,7 @@ class Connection:
                 cls,
             )
         ch, row = self._check_channel_send(channel, method)
-        self._outbox.content(channel, method, properties, body)
+        self._outbox.content(channel, method, properties, body, relay=relay)
         self._committed(channel, ch, method, row)
         return ch
 
