@@ -474,7 +474,8 @@ async def connect(
     :raises ConnectionTimeoutError: TCP, TLS and AMQP handshake took longer than
         ``connection_timeout``.
     :raises ConnectionClosedError: the broker refused the login (403) or the virtual host
-        (:class:`~amqp_sansio.client.NotAllowed`).
+        (:class:`~amqp_sansio.client.NotAllowed`), or closed the connection right after
+        opening it.
     :raises OSError: the TCP connection failed.
     """
     params = connection_parameters(url_or_params, connection_name)
@@ -493,6 +494,8 @@ async def connect(
                 server_hostname=params.tls_server_hostname if context is not None else None,
             )
             await asyncio.shield(conn._opened)
+        if conn._book.error is not None:  # closed in the read that brought open-ok
+            raise conn._book.error
     except TimeoutError:
         conn._finish()
         raise ConnectionTimeoutError(

@@ -95,11 +95,17 @@ def connect(
 
     :raises ConnectionTimeoutError: the TCP connect, TLS handshake and AMQP handshake did not
         finish within ``connection_timeout``.
-    :raises ConnectionClosedError: the broker refused the login (403) or the virtual host (530).
+    :raises ConnectionClosedError: the broker refused the login (403) or the virtual host (530),
+        or closed the connection right after opening it.
     :raises OSError: the broker could not be reached.
     """
     opened = connect_core(url_or_params, ssl_context=ssl_context, connection_name=connection_name)
-    return Connection(opened.sock, opened.core, opened.opened, opened.params)
+    conn = Connection(opened.sock, opened.core, opened.opened, opened.params)
+    error = conn.close_error
+    if error is not None:  # closed in the read that brought open-ok, as the other adapters say
+        conn.close()
+        raise error
+    return conn
 
 
 @final
@@ -126,6 +132,10 @@ def connect_core(
     the core: no I/O thread, no locks; the caller drives ``receive_data``/``next_event``/
     ``data_to_send`` itself (and ``next_deadline``/``handle_timer`` when heartbeats are on),
     and closes the socket. :func:`connect` is this plus the I/O thread.
+
+    The core may already hold events after ``connection.open-ok``: the broker's frames that
+    arrived in the same read (a ``connection.blocked``, a ``connection.close``). Drain
+    ``next_event()`` before waiting for the socket.
 
     :raises ConnectionTimeoutError: the TCP connect, TLS handshake and AMQP handshake did not
         finish within ``connection_timeout``.
@@ -250,6 +260,12 @@ class Connection:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         sock.setblocking(False)
+        # Frames that came in the read that brought open-ok (a connection.blocked, a close)
+        # are in the core already: the I/O thread would not look before the socket stirs.
+        with self._lock:
+            self._process_events_locked()
+            if not self._finished:
+                self._flush_locked()
         self._thread = threading.Thread(
             target=self._run, name=f"amqp_blocking I/O {params.address}", daemon=True
         )
@@ -415,10 +431,12 @@ class Connection:
     def _run(self) -> None:
         selector = selectors.DefaultSelector()
         sock = self._sock
-        selector.register(sock, selectors.EVENT_READ)
-        selector.register(self._wake_r, selectors.EVENT_READ)
         writing = False
         try:
+            if self._finished:  # closed by the frames that came with open-ok (see __init__)
+                return
+            selector.register(sock, selectors.EVENT_READ)
+            selector.register(self._wake_r, selectors.EVENT_READ)
             while True:
                 with self._lock:
                     if self._finished:

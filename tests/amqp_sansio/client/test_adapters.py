@@ -1,0 +1,69 @@
+"""What the client layer promises, held by all three adapters against a scripted server on a
+loopback socket (our own server-role core, :mod:`tests.support.scripted_server`)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Final
+
+import pytest
+import trio
+
+import amqp_asyncio
+import amqp_blocking
+import amqp_trio
+from amqp_sansio import ConnectionBlocked, ConnectionClosed
+from amqp_sansio.client import ConnectionForced
+from tests.support.scripted_server import ScriptedServer
+
+if TYPE_CHECKING:
+    from amqp_sansio import Connection as CoreConnection
+
+ADAPTERS: Final = ("trio", "asyncio", "blocking")
+
+
+def blocked_reason_at_connect(adapter: str, url: str) -> str | None:
+    """Connect with *adapter*; the ``blocked_reason`` the connection shows as connect returns."""
+    if adapter == "blocking":
+        with amqp_blocking.connect(url) as conn:
+            return conn.blocked_reason
+
+    async def on_asyncio() -> str | None:
+        async with amqp_asyncio.connect(url) as conn:
+            return conn.blocked_reason
+
+    async def on_trio() -> str | None:
+        async with amqp_trio.connect(url) as conn:
+            return conn.blocked_reason
+
+    return asyncio.run(on_asyncio()) if adapter == "asyncio" else trio.run(on_trio)
+
+
+# --- Frames in the read that brings connection.open-ok -----------------------------------------
+
+
+def _close_forced(core: CoreConnection) -> None:
+    core.close(320, "CONNECTION_FORCED - broker shutdown")
+
+
+def _block(core: CoreConnection) -> None:
+    core.send_method(0, ConnectionBlocked(reason="low on memory"))
+
+
+@pytest.mark.parametrize("heartbeat", [0, 60])
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_a_close_that_came_with_open_ok_is_raised(adapter: str, heartbeat: int) -> None:
+    with ScriptedServer(_close_forced, heartbeat=heartbeat) as server:
+        with pytest.raises(ConnectionForced, match="broker shutdown"):
+            blocked_reason_at_connect(adapter, server.url)
+        # ... and answered with close-ok (the server never closes the socket first).
+        closed = server.wait_for(ConnectionClosed)
+        assert isinstance(closed, ConnectionClosed)
+        assert closed.reply_code == 320
+
+
+@pytest.mark.parametrize("heartbeat", [0, 60])
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_a_block_that_came_with_open_ok_shows_at_connect(adapter: str, heartbeat: int) -> None:
+    with ScriptedServer(_block, heartbeat=heartbeat) as server:
+        assert blocked_reason_at_connect(adapter, server.url) == "low on memory"
