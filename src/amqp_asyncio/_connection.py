@@ -87,7 +87,8 @@ class _Protocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         conn = self._conn
-        conn._core.receive_data(data)
+        # The read's time: a silent peer is dead two intervals after its last octet.
+        conn._core.receive_data(data, conn._loop.time())
         conn._process_events()
 
     def eof_received(self) -> bool:

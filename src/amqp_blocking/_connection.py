@@ -499,7 +499,8 @@ class Connection:
             except OSError as exc:
                 self._lost_locked(exc)
                 return
-            self._core.receive_data(data)
+            # The read's time: a silent peer is dead two intervals after its last octet.
+            self._core.receive_data(data, time.monotonic())
             if not data:
                 return
             # One read per step, even when it filled the buffer: the selector reports the socket

@@ -300,7 +300,9 @@ class Wire:
             self._eof = True
             self.broken = True
             self._wake.set()  # the writer task ends
-        self.core.receive_data(data)
+        # The read's time: a silent peer is dead two intervals after its last octet, not
+        # after the writer's next tick noticed it (up to half an interval later).
+        self.core.receive_data(data, trio.current_time())
 
     def end_of_stream(self) -> None:
         """Tell the core the transport is gone (after a heartbeat timeout closed it)."""

@@ -7,6 +7,7 @@ crosses the wire: what the server receives, what the client raises.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Final, final
 
 import pytest
@@ -71,6 +72,8 @@ class TapStream(trio.abc.Stream):
         self.inner = inner
         self.sent = bytearray()
         self.silent = False
+        #: When the last octets arrived from the other end (Trio's clock).
+        self.last_received = -math.inf
 
     async def send_all(self, data: Buffer) -> None:
         if self.silent:
@@ -83,7 +86,10 @@ class TapStream(trio.abc.Stream):
         await self.inner.wait_send_all_might_not_block()
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        return await self.inner.receive_some(max_bytes)
+        data = await self.inner.receive_some(max_bytes)
+        if data:
+            self.last_received = trio.current_time()
+        return data
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -541,6 +547,27 @@ async def test_dead_peer_is_detected(autojump_clock: trio.testing.MockClock) -> 
             with pytest.raises(amqp_trio.ConnectionLostError, match="heartbeat"):
                 await ch.queue_declare("q")
             assert trio.current_time() - start <= 3 * 2
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("quiet_after", [10.0, 10.25, 10.5, 10.75])
+async def test_dead_peer_is_declared_two_intervals_after_its_last_octet(
+    autojump_clock: trio.testing.MockClock, quiet_after: float
+) -> None:
+    # Not when the writer's next tick noticed the last octet (2.5 intervals in the worst case).
+    async def script(conn: ServerConnection) -> None:
+        await accept(conn)
+        await expect(conn, QueueDeclare)
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        client, server = await run_server(nursery, script, heartbeat=2)
+        async with connect(client) as conn, conn.channel() as ch:
+            await trio.sleep(quiet_after)  # heartbeats both ways meanwhile
+            server.silent = True
+            with pytest.raises(amqp_trio.ConnectionLostError, match="heartbeat"):
+                await ch.queue_declare("q")
+            assert trio.current_time() - client.last_received == pytest.approx(2 * 2)
         nursery.cancel_scope.cancel()
 
 
