@@ -43,6 +43,7 @@ from amqp_sansio.client import (
     ConnectionLostError,
     ConnectionParameters,
     ConnectionTimeoutError,
+    HeartbeatTimeoutError,
     Router,
     connection_parameters,
     error_from,
@@ -166,7 +167,6 @@ class Connection:
         self._reading = ReadingPause()
         self._flush_scheduled = False
         self._timer: asyncio.TimerHandle | None = None
-        self._heartbeat_timed_out = False
         self._channels: dict[int, Channel] = {}
         #: The broker's ``server-properties`` (product, version, capabilities, ...).
         self.server_properties: FieldTable = {}
@@ -379,12 +379,9 @@ class Connection:
         elif cls is ConnectionLost:
             self._finish()
         elif cls is HeartbeatTimeout:
-            logger.warning(
-                "no bytes from %s for two heartbeat intervals (%d s): dropping the connection",
-                self.params.address,
-                self._core.heartbeat,
-            )
-            self._heartbeat_timed_out = True
+            error = HeartbeatTimeoutError(self.params.address, self._core.heartbeat)
+            logger.warning("%s", error)
+            self._book.fail(error)  # first, so what the core reports as lost gets it too
             if self._transport is not None:
                 self._transport.abort()  # connection_lost reports what is lost
         elif cls is SecureRequested:
@@ -405,13 +402,12 @@ class Connection:
             with contextlib.suppress(RemoteProtocolError):
                 while (event := self._core.next_event()) is not NEED_DATA:
                     self._book.handle(event)
-            if self._book.error is None or self._heartbeat_timed_out:
-                text = (
-                    f"no bytes from {self.params.address} for two heartbeat intervals"
-                    if self._heartbeat_timed_out
-                    else f"the transport to {self.params.address} closed without a close handshake"
+            if self._book.error is None:
+                self._book.fail(
+                    ConnectionLostError(
+                        f"the transport to {self.params.address} closed without a close handshake"
+                    )
                 )
-                self._book.fail(ConnectionLostError(text))
             logger.warning("lost the connection to %s", self.params.address)
         self._finish()
 

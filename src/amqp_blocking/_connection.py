@@ -50,6 +50,7 @@ from amqp_sansio.client import (
     ConnectionLostError,
     ConnectionParameters,
     ConnectionTimeoutError,
+    HeartbeatTimeoutError,
     Router,
     connection_parameters,
     error_from,
@@ -561,16 +562,17 @@ class Connection:
             logger.warning("lost the connection to %s", self._params.address)
             self._finish_locked()
         elif cls is HeartbeatTimeout:
-            logger.warning(
-                "no heartbeat from %s for two intervals: closing the connection",
-                self._params.address,
-            )
-            self._lost_locked(None)
+            error = HeartbeatTimeoutError(self._params.address, self._core.heartbeat)
+            logger.warning("%s", error)
+            self._lost_locked(None, error)
 
-    def _lost_locked(self, exc: OSError | None) -> None:
-        """The transport is gone: the core reports what is lost, the waiters get the error."""
+    def _lost_locked(self, exc: OSError | None, error: AMQPError | None = None) -> None:
+        """The transport is gone: the core reports what is lost, the waiters get the error
+        (*error* when given: it is the first the router keeps)."""
         if exc is not None:
             logger.debug("transport error on %s: %r", self._params.address, exc)
+        if error is not None:
+            self._book.fail(error)
         # RuntimeError: already at EOF; RemoteProtocolError: the core failed earlier.
         with contextlib.suppress(RuntimeError, RemoteProtocolError):
             self._core.receive_data(b"")

@@ -40,6 +40,7 @@ from amqp_sansio.client import (
     ConnectionLostError,
     ConnectionParameters,
     ConnectionTimeoutError,
+    HeartbeatTimeoutError,
     Router,
     connection_parameters,
     error_from,
@@ -198,8 +199,9 @@ class Connection:
             raise error from exc
         state = self._core.state
         if state is ConnectionState.ERROR:
-            # The core failed before the reader saw why (a heartbeat timeout still queued).
-            raise ConnectionLostError(f"the connection failed: {exc.reply_text}") from exc
+            # The core failed before the reader saw why: only a heartbeat timeout does that
+            # (the reader dies at once on a protocol error), and it is still queued.
+            raise self._heartbeat_error() from exc
         if self._closing or state is not ConnectionState.OPEN:
             raise ConnectionClosedError("the connection is closing", reply_code=200) from exc
 
@@ -297,14 +299,10 @@ class Connection:
         (:data:`_REACTIONS`); True when the connection is finished."""
         kind = type(event)
         if kind is ConnectionLost:  # before the router, whose error would not say why
-            self._die(ConnectionLostError(self._lost_text()))
+            self._die(self._lost_error())
             return True
         if kind is HeartbeatTimeout:
-            logger.warning(
-                "no bytes from %s for two heartbeat intervals (%d s): dropping the connection",
-                self.params.address,
-                self._core.heartbeat,
-            )
+            logger.warning("%s", self._heartbeat_error())
             self._heartbeat_timed_out = True
             await self._wire.close_transport()
             self._wire.end_of_stream()
@@ -378,15 +376,17 @@ class Connection:
             self._needs_flush = True
         return False
 
-    def _lost_text(self) -> str:
+    def _heartbeat_error(self) -> HeartbeatTimeoutError:
+        return HeartbeatTimeoutError(self.params.address, self._core.heartbeat)
+
+    def _lost_error(self) -> ConnectionLostError:
         if self._heartbeat_timed_out:
-            return (
-                f"no bytes from {self.params.address} for two heartbeat intervals "
-                f"({self._core.heartbeat} s)"
-            )
+            return self._heartbeat_error()
         if self._handshaking:
-            return f"{self.params.address} closed the transport during the handshake"
-        return f"the transport to {self.params.address} closed without a close handshake"
+            text = f"{self.params.address} closed the transport during the handshake"
+        else:
+            text = f"the transport to {self.params.address} closed without a close handshake"
+        return ConnectionLostError(text)
 
 
 #: What the reader does after the router handled an event, by the event's type.

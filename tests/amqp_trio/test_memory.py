@@ -544,7 +544,7 @@ async def test_dead_peer_is_detected(autojump_clock: trio.testing.MockClock) -> 
         async with connect(client) as conn, conn.channel() as ch:
             server.silent = True  # the server's host vanished: not even heartbeats
             start = trio.current_time()
-            with pytest.raises(amqp_trio.ConnectionLostError, match="heartbeat"):
+            with pytest.raises(amqp_trio.HeartbeatTimeoutError, match="heartbeat"):
                 await ch.queue_declare("q")
             assert trio.current_time() - start <= 3 * 2
         nursery.cancel_scope.cancel()
@@ -565,7 +565,7 @@ async def test_dead_peer_is_declared_two_intervals_after_its_last_octet(
         async with connect(client) as conn, conn.channel() as ch:
             await trio.sleep(quiet_after)  # heartbeats both ways meanwhile
             server.silent = True
-            with pytest.raises(amqp_trio.ConnectionLostError, match="heartbeat"):
+            with pytest.raises(amqp_trio.HeartbeatTimeoutError, match="heartbeat"):
                 await ch.queue_declare("q")
             assert trio.current_time() - client.last_received == pytest.approx(2 * 2)
         nursery.cancel_scope.cancel()

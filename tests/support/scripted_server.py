@@ -4,8 +4,9 @@ exact control of what arrives in one read: our own server-role core in a thread.
 It accepts any login and virtual host and writes ``connection.open-ok`` together with whatever
 *after_open* queues on the core (a ``connection.close``, a ``connection.blocked``) in one
 ``sendall``, so the client receives them in the same read. Afterwards it answers what the core
-answers by itself (channel open and close, close-ok, heartbeats when asked) and records every
-event; it never closes the socket before the client does, unless :meth:`stop` is called.
+answers by itself (channel open and close, close-ok, heartbeats when asked; nothing at all with
+*silent_after_open*) and records every event; it never closes the socket before the client
+does, unless :meth:`stop` is called.
 """
 
 from __future__ import annotations
@@ -45,9 +46,18 @@ _GIVE_UP: Final = 30.0
 class ScriptedServer:
     """Serve one client connection on ``127.0.0.1:port``; use it as a context manager."""
 
-    def __init__(self, after_open: Callable[[Connection], None], *, heartbeat: int = 0) -> None:
+    def __init__(
+        self,
+        after_open: Callable[[Connection], None] | None = None,
+        *,
+        heartbeat: int = 0,
+        silent_after_open: bool = False,
+    ) -> None:
         self._after_open = after_open
         self._heartbeat = heartbeat
+        # After open-ok, write nothing more (not even heartbeats): a stopped or vanished host.
+        self._silent_after_open = silent_after_open
+        self._silent = False
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._listener.settimeout(_GIVE_UP)
         #: The port to connect to.
@@ -123,18 +133,24 @@ class ScriptedServer:
                         core.accept_authentication()
                     elif isinstance(event, VirtualHostRequested):
                         core.accept_virtual_host()
-                        self._after_open(core)  # queued behind open-ok: one sendall below
+                        if self._after_open is not None:
+                            self._after_open(core)  # queued behind open-ok: one sendall
+                        sock.sendall(core.data_to_send())
+                        self._silent = self._silent_after_open
                     elif not isinstance(event, ConnectionOpened):
                         self._record(event)
                     if isinstance(event, ConnectionClosed | ConnectionLost):
-                        sock.sendall(core.data_to_send())
+                        if not self._silent:
+                            sock.sendall(core.data_to_send())
                         return
             except RemoteProtocolError as exc:  # fails the test (unhandled thread exception)
                 raise AssertionError(f"the client broke the protocol: {exc!r}") from exc
             deadline = core.next_deadline()
             if deadline is not None and time.monotonic() >= deadline:
                 core.handle_timer(time.monotonic())
-            sock.sendall(core.data_to_send())
+            out = core.data_to_send()
+            if not self._silent:
+                sock.sendall(out)
             try:
                 data = sock.recv(65536)
             except TimeoutError:

@@ -13,7 +13,12 @@ import amqp_asyncio
 import amqp_blocking
 import amqp_trio
 from amqp_sansio import ConnectionBlocked, ConnectionClosed
-from amqp_sansio.client import ConnectionForced
+from amqp_sansio.client import (
+    AMQPError,
+    ConnectionForced,
+    ConnectionLostError,
+    HeartbeatTimeoutError,
+)
 from tests.support.scripted_server import ScriptedServer
 
 if TYPE_CHECKING:
@@ -67,3 +72,44 @@ def test_a_close_that_came_with_open_ok_is_raised(adapter: str, heartbeat: int) 
 def test_a_block_that_came_with_open_ok_shows_at_connect(adapter: str, heartbeat: int) -> None:
     with ScriptedServer(_block, heartbeat=heartbeat) as server:
         assert blocked_reason_at_connect(adapter, server.url) == "low on memory"
+
+
+# --- A broker that stops answering ----------------------------------------------------------------
+
+
+def errors_of_a_silent_broker(adapter: str, url: str) -> tuple[BaseException, object]:
+    """Connect with *adapter* and open a channel on a broker that never answers again: the
+    error the open raised and the connection's ``close_error``."""
+    if adapter == "blocking":
+        with amqp_blocking.connect(url) as conn:
+            with pytest.raises(AMQPError) as info:
+                conn.channel()
+            return info.value, conn.close_error
+
+    async def on_asyncio() -> tuple[BaseException, object]:
+        async with amqp_asyncio.connect(url) as conn:
+            with pytest.raises(AMQPError) as info:
+                await conn.open_channel()
+            return info.value, conn.close_error
+
+    async def on_trio() -> tuple[BaseException, object]:
+        async with amqp_trio.connect(url) as conn:
+            with pytest.raises(AMQPError) as info:
+                await conn.open_channel()
+            return info.value, conn.close_error
+
+    return asyncio.run(on_asyncio()) if adapter == "asyncio" else trio.run(on_trio)
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_a_heartbeat_timeout_raises_one_error_with_one_text(adapter: str) -> None:
+    with ScriptedServer(heartbeat=1, silent_after_open=True) as server:
+        raised, close_error = errors_of_a_silent_broker(adapter, server.url)
+    assert type(raised) is HeartbeatTimeoutError
+    assert isinstance(raised, ConnectionLostError)  # what code written before it catches
+    assert str(raised) == (
+        f"no bytes from 127.0.0.1:{server.port} for two heartbeat intervals (1 s each): "
+        "the connection was dropped"
+    )
+    assert (raised.address, raised.heartbeat) == (f"127.0.0.1:{server.port}", 1)
+    assert close_error is raised
