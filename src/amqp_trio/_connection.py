@@ -4,6 +4,7 @@ the client layer's :class:`~amqp_sansio.client.Router` and keeps the Trio side i
 from __future__ import annotations
 
 import logging
+import ssl
 from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Final, final
 
@@ -51,7 +52,6 @@ from ._waiter import Waiter
 from ._wire import Wire
 
 if TYPE_CHECKING:
-    import ssl
     from collections.abc import AsyncIterator, Callable
 
     from amqp_sansio import Event, FieldTable
@@ -425,7 +425,9 @@ async def connect(
         ``connection_timeout``.
     :raises ConnectionClosedError: the broker refused the login (403) or the virtual host
         (:class:`~amqp_sansio.client.NotAllowed`).
-    :raises OSError: the TCP connection failed.
+    :raises OSError: the TCP connection failed; :class:`ssl.SSLError` (an ``OSError``) the TLS
+        handshake did, with the reason (``ssl.SSLCertVerificationError``: certificate verify
+        failed).
     """
     params = connection_parameters(url_or_params, connection_name)
     deadline = trio.current_time() + params.connection_timeout
@@ -441,6 +443,13 @@ async def connect(
                 stream = tls
                 try:
                     await tls.do_handshake()
+                except trio.BrokenResourceError as exc:
+                    await trio.aclose_forcefully(tcp)
+                    # Trio wraps the TLS failure in an error without a message: raise the
+                    # ssl.SSLError itself ("certificate verify failed: ..."), as the others do.
+                    if isinstance(exc.__cause__, ssl.SSLError):
+                        raise exc.__cause__ from None
+                    raise
                 except BaseException:
                     await trio.aclose_forcefully(tcp)
                     raise

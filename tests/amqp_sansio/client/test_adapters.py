@@ -4,6 +4,7 @@ loopback socket (our own server-role core, :mod:`tests.support.scripted_server`)
 from __future__ import annotations
 
 import asyncio
+import ssl
 from typing import TYPE_CHECKING, Final
 
 import pytest
@@ -11,6 +12,7 @@ import trio
 
 import amqp_asyncio
 import amqp_blocking
+import amqp_broker
 import amqp_trio
 from amqp_sansio import ConnectionBlocked, ConnectionClosed
 from amqp_sansio.client import (
@@ -20,8 +22,11 @@ from amqp_sansio.client import (
     HeartbeatTimeoutError,
 )
 from tests.support.scripted_server import ScriptedServer
+from tests.support.tls import self_signed_certificate
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from amqp_sansio import Connection as CoreConnection
 
 ADAPTERS: Final = ("trio", "asyncio", "blocking")
@@ -113,3 +118,27 @@ def test_a_heartbeat_timeout_raises_one_error_with_one_text(adapter: str) -> Non
     )
     assert (raised.address, raised.heartbeat) == (f"127.0.0.1:{server.port}", 1)
     assert close_error is raised
+
+
+# --- TLS --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def untrusted_tls_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The embedded broker behind TLS with a self-signed certificate no client trusts."""
+    cert, key = self_signed_certificate(tmp_path_factory.mktemp("tls"))
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    with amqp_broker.run_in_thread(ssl_context=context, host="localhost") as url:
+        assert url.startswith("amqps://")
+        yield url
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_an_untrusted_certificate_raises_the_ssl_error_with_its_reason(
+    adapter: str, untrusted_tls_url: str
+) -> None:
+    with pytest.raises(ssl.SSLCertVerificationError) as info:
+        blocked_reason_at_connect(adapter, untrusted_tls_url)
+    assert "certificate verify failed: self-signed certificate" in str(info.value)
+    assert info.value.verify_message == "self-signed certificate"
