@@ -5,7 +5,8 @@ on a port; :func:`running` (Trio) and :func:`run_in_thread` (synchronous code) s
 free port and yield its URL. :class:`Broker` is the sans-IO model and :class:`Session` turns one
 server-role core's events into model calls, so both are testable without sockets.
 :class:`BrokerOptions` holds the limits, timeouts and flow control (RabbitMQ's defaults), and
-:class:`User`/:class:`Permission` the users and what they may do.
+:class:`User`/:class:`Permission` the users and what they may do. :func:`memory_server` is a
+server factory for ``amqp_sansio.testing`` (``MemoryConnection``, ``fault_sweep``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from ._broker import Broker
 from ._channel import DeliverySink, GetResult, ModelChannel, ModelConnection, PublishOutcome
 from ._errors import BrokerError
+from ._inmemory import MemoryServer, MemoryServerSide, memory_server
 from ._message import Message
 from ._options import BrokerOptions
 from ._permissions import Permission, User
@@ -27,6 +29,8 @@ __all__ = [
     "BrokerOptions",
     "DeliverySink",
     "GetResult",
+    "MemoryServer",
+    "MemoryServerSide",
     "Message",
     "ModelChannel",
     "ModelConnection",
@@ -37,6 +41,7 @@ __all__ = [
     "SessionTransport",
     "User",
     "make_broker",
+    "memory_server",
     "run_in_thread",
     "running",
     "serve",
