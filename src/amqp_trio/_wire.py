@@ -287,6 +287,9 @@ class Wire:
         of the stream (``receive_data(b"")``)."""
         if self._eof:
             raise AssertionError("receive() after the end of the stream")
+        # Reading again: from here silence counts (cleared only after the read, a pause kept
+        # the peer alive for as long as it stayed silent, dead or not).
+        self._reading_paused = False
         self._reader_parked = True
         try:
             data = await self.stream.receive_some(RECEIVE_SIZE)
@@ -295,7 +298,6 @@ class Wire:
             data = b""
         finally:
             self._reader_parked = False
-        self._reading_paused = False
         if not data:
             self._eof = True
             self.broken = True

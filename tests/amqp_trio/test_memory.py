@@ -659,6 +659,35 @@ async def test_slow_consumer_is_not_mistaken_for_a_dead_peer(
                 assert (await ch.queue_declare("q")).queue == "still here"
 
 
+async def test_dead_peer_is_detected_after_a_consumer_had_no_room(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The reader paused for a full consumer buffer, then read again: silence from then on is
+    # a dead peer (the pause kept it alive only while it lasted).
+    async def script(conn: ServerConnection) -> None:
+        await accept(conn)
+        channel, tag = await serve_consume(conn, prefetch=1)
+        for n in (1, 2):
+            deliver(conn, channel, tag, n)
+        await conn.flush()
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        client, server = await run_server(nursery, script, heartbeat=2)
+        async with connect(client) as conn, conn.channel() as ch:
+            await ch.basic_qos(1)
+            async with ch.basic_consume("q", no_ack=True) as consumer:
+                await trio.sleep(1)  # the second delivery waits for room: reading paused
+                assert consumer.buffered == 1
+                assert [(await consumer.__anext__()).body for _ in (1, 2)] == [b"m1", b"m2"]
+                server.silent = True
+                reading_again = trio.current_time()  # the tick at 1 s, paused, kept it alive
+                with trio.fail_after(60), pytest.raises(amqp_trio.HeartbeatTimeoutError):
+                    await consumer.__anext__()
+                assert trio.current_time() - reading_again == pytest.approx(2 * 2)
+        nursery.cancel_scope.cancel()
+
+
 async def test_serve_over_tcp() -> None:
     async def handler(conn: ServerConnection) -> None:
         await accept(conn)
