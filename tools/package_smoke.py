@@ -29,7 +29,7 @@ PACKAGES = [
     "amqp_tools",
     "pytest_amqp_sansio",
 ]
-SCRIPTS = ["amqp-decode", "amqp-publish", "amqp-consume"]
+SCRIPTS = ["amqp-decode", "amqp-publish", "amqp-consume", "amqp-broker"]
 
 
 def check(condition: bool, message: str) -> None:

@@ -1,11 +1,12 @@
 """amqp_broker: a small in-memory AMQP 0-9-1 broker on ``amqp_sansio``'s server role.
 
-Built for tests and demos that must run without RabbitMQ: ``python -m amqp_broker`` serves it
-on a port; :func:`running` (Trio) and :func:`run_in_thread` (synchronous code) start one on a
-free port and yield its URL; :class:`BrokerThread` runs one in a thread of its own and
-:meth:`~BrokerThread.snapshot` (or :func:`inspect`) says what it holds
-(:class:`BrokerSnapshot`). :class:`Broker` is the sans-IO model and :class:`Session` turns one
-server-role core's events into model calls, so both are testable without sockets.
+Built for tests and demos that must run without RabbitMQ: ``amqp-broker`` (:func:`main`, also
+``python -m amqp_broker``) serves it on a port; :func:`running` (Trio) and
+:func:`run_in_thread` (synchronous code) start one on a free port and yield its URL;
+:class:`BrokerThread` runs one in a thread of its own and :meth:`~BrokerThread.snapshot` (or
+:func:`inspect`) says what it holds (:class:`BrokerSnapshot`). :class:`Broker` is the sans-IO
+model and :class:`Session` turns one server-role core's events into model calls, so both are
+testable without sockets.
 :class:`BrokerOptions` holds the limits, timeouts and flow control (RabbitMQ's defaults), and
 :class:`User`/:class:`Permission` the users and what they may do.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from ._broker import Broker
 from ._channel import DeliverySink, GetResult, ModelChannel, ModelConnection, PublishOutcome
+from ._cli import load_config, main
 from ._errors import BrokerError
 from ._inspect import (
     BindingSnapshot,
@@ -61,6 +63,8 @@ __all__ = [
     "SessionTransport",
     "User",
     "inspect",
+    "load_config",
+    "main",
     "make_broker",
     "parse_credentials",
     "run_in_thread",
