@@ -45,6 +45,7 @@ from amqp_sansio.client import (
     ConnectionTimeoutError,
     Router,
     connection_parameters,
+    connection_telemetry,
     error_from,
 )
 
@@ -54,8 +55,11 @@ if TYPE_CHECKING:
     import ssl
     from collections.abc import AsyncIterator
 
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
+
     from amqp_sansio import Event, FieldTable
-    from amqp_sansio.client import Reply
+    from amqp_sansio.client import Reply, Telemetry
 
 __all__ = ["Connection", "connect"]
 
@@ -146,9 +150,16 @@ class Connection:
     late reply is dropped, and the connection stays usable.
     """
 
-    def __init__(self, params: ConnectionParameters, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        params: ConnectionParameters,
+        loop: asyncio.AbstractEventLoop,
+        telemetry: Telemetry | None = None,
+    ) -> None:
         #: The parameters the connection was made with.
         self.params: Final = params
+        # OpenTelemetry hooks (amqp_sansio.client.instrument); None: tracing off.
+        self._telemetry: Final = telemetry
         self._loop = loop
         self._core = CoreConnection(Role.CLIENT, params.to_config())
         self._book = Router(self._core)
@@ -460,6 +471,8 @@ async def connect(
     *,
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
 ) -> AsyncIterator[Connection]:
     """Connect to a broker for the duration of an ``async with`` block.
 
@@ -467,7 +480,9 @@ async def connect(
     :meth:`~amqp_sansio.client.ConnectionParameters.from_url`) or
     :class:`~amqp_sansio.client.ConnectionParameters`. TLS is used for ``amqps`` or when
     *ssl_context* is given (default context: :meth:`ConnectionParameters.ssl_context`).
-    *connection_name* shows in the broker's management UI.
+    *connection_name* shows in the broker's management UI. *tracer_provider* or
+    *meter_provider* turn OpenTelemetry on for this connection (see
+    :func:`amqp_sansio.client.instrument`).
 
     Leaving the block closes the connection (200) and waits for the broker's close-ok.
 
@@ -479,7 +494,8 @@ async def connect(
     """
     params = connection_parameters(url_or_params, connection_name)
     loop = asyncio.get_running_loop()
-    conn = Connection(params, loop)
+    telemetry = connection_telemetry(params.host, params.port, tracer_provider, meter_provider)
+    conn = Connection(params, loop, telemetry)
     context = ssl_context
     if context is None and params.tls:
         context = params.ssl_context()

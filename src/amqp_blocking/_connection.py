@@ -52,6 +52,7 @@ from amqp_sansio.client import (
     ConnectionTimeoutError,
     Router,
     connection_parameters,
+    connection_telemetry,
     error_from,
 )
 
@@ -61,8 +62,12 @@ from ._waiter import Waiter
 if TYPE_CHECKING:
     from types import TracebackType
 
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
+
     from amqp_sansio import Event, FieldTable
     from amqp_sansio.client import ConnectionParameters as Params
+    from amqp_sansio.client import Telemetry
 
 __all__ = ["Connection", "OpenedCore", "connect", "connect_core"]
 
@@ -86,12 +91,16 @@ def connect(
     *,
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
 ) -> Connection:
     """Open a connection and start its I/O thread; use it as a context manager.
 
     ``url_or_params`` is an ``amqp://``/``amqps://`` URL or :class:`ConnectionParameters`;
     ``ssl_context`` replaces the context the parameters would build (``amqps`` only);
-    ``connection_name`` is shown in RabbitMQ's management UI.
+    ``connection_name`` is shown in RabbitMQ's management UI. ``tracer_provider`` or
+    ``meter_provider`` turn OpenTelemetry on for this connection (see
+    :func:`amqp_sansio.client.instrument`).
 
     :raises ConnectionTimeoutError: the TCP connect, TLS handshake and AMQP handshake did not
         finish within ``connection_timeout``.
@@ -99,7 +108,9 @@ def connect(
     :raises OSError: the broker could not be reached.
     """
     opened = connect_core(url_or_params, ssl_context=ssl_context, connection_name=connection_name)
-    return Connection(opened.sock, opened.core, opened.opened, opened.params)
+    params = opened.params
+    telemetry = connection_telemetry(params.host, params.port, tracer_provider, meter_provider)
+    return Connection(opened.sock, opened.core, opened.opened, params, telemetry)
 
 
 @final
@@ -230,7 +241,10 @@ class Connection:
         core: CoreConnection,
         opened: ConnectionOpened,
         params: ConnectionParameters,
+        telemetry: Telemetry | None = None,
     ) -> None:
+        # OpenTelemetry hooks (amqp_sansio.client.instrument); None: tracing off.
+        self._telemetry: Final = telemetry
         self._sock = sock
         self._core = core
         #: The parameters the connection was made with.

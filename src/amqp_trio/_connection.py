@@ -41,7 +41,9 @@ from amqp_sansio.client import (
     ConnectionParameters,
     ConnectionTimeoutError,
     Router,
+    Telemetry,
     connection_parameters,
+    connection_telemetry,
     error_from,
 )
 
@@ -52,6 +54,9 @@ from ._wire import Wire
 if TYPE_CHECKING:
     import ssl
     from collections.abc import AsyncIterator, Callable
+
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
 
     from amqp_sansio import Event, FieldTable
 
@@ -69,9 +74,16 @@ class Connection:
     and end with the connection.
     """
 
-    def __init__(self, stream: trio.abc.Stream, params: ConnectionParameters) -> None:
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        params: ConnectionParameters,
+        telemetry: Telemetry | None = None,
+    ) -> None:
         #: The parameters the connection was made with.
         self.params: Final = params
+        # OpenTelemetry hooks (amqp_sansio.client.instrument); None: tracing off.
+        self._telemetry: Final = telemetry
         self._core = amqp_sansio.Connection(Role.CLIENT, params.to_config())
         self._wire = Wire(self._core, stream)
         # Replies, deliveries, confirms and closes go through the client layer's router; the
@@ -410,6 +422,8 @@ async def connect(
     *,
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
 ) -> AsyncIterator[Connection]:
     """Connect to a broker for the duration of an ``async with`` block.
 
@@ -417,7 +431,9 @@ async def connect(
     :meth:`~amqp_sansio.client.ConnectionParameters.from_url`) or
     :class:`~amqp_sansio.client.ConnectionParameters`. TLS is used for ``amqps`` or when
     *ssl_context* is given (default context: :meth:`ConnectionParameters.ssl_context`).
-    *connection_name* shows in the broker's management UI.
+    *connection_name* shows in the broker's management UI. *tracer_provider* or
+    *meter_provider* turn OpenTelemetry on for this connection (see
+    :func:`amqp_sansio.client.instrument`).
 
     Leaving the block closes the connection (200) and waits for the broker's close-ok.
 
@@ -448,7 +464,7 @@ async def connect(
         raise ConnectionTimeoutError(
             f"could not connect to {params.address} within {params.connection_timeout} s"
         ) from None
-    async with _session(stream, params, deadline) as conn:
+    async with _session(stream, params, deadline, tracer_provider, meter_provider) as conn:
         yield conn
 
 
@@ -458,21 +474,28 @@ async def connect_stream(
     url_or_params: str | ConnectionParameters = DEFAULT_URL,
     *,
     connection_name: str | None = None,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
 ) -> AsyncIterator[Connection]:
     """Like :func:`connect`, over a stream you opened yourself (a Unix socket, an SSH
     tunnel, a ``trio.testing`` memory stream). Host, port and TLS settings of
     *url_or_params* are not used; the stream is closed on the way out."""
     params = connection_parameters(url_or_params, connection_name)
     deadline = trio.current_time() + params.connection_timeout
-    async with _session(stream, params, deadline) as conn:
+    async with _session(stream, params, deadline, tracer_provider, meter_provider) as conn:
         yield conn
 
 
 @asynccontextmanager
 async def _session(
-    stream: trio.abc.Stream, params: ConnectionParameters, deadline: float
+    stream: trio.abc.Stream,
+    params: ConnectionParameters,
+    deadline: float,
+    tracer_provider: TracerProvider | None,
+    meter_provider: MeterProvider | None,
 ) -> AsyncIterator[Connection]:
-    conn = Connection(stream, params)
+    telemetry = connection_telemetry(params.host, params.port, tracer_provider, meter_provider)
+    conn = Connection(stream, params, telemetry)
     failure: BaseException | None = None
     async with trio.open_nursery() as nursery:
         nursery.start_soon(conn._run_reader)

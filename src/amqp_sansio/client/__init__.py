@@ -1,8 +1,9 @@
 """The client layer: everything the client adapters (``amqp_trio``, ``amqp_asyncio``,
 ``amqp_blocking``) share without doing any I/O.
 
-For users: connection parameters and AMQP URLs, the exception classes every adapter raises, the
-:class:`Message` they hand out, and the publisher-confirm outcomes. For adapters: the
+For users: OpenTelemetry tracing and metrics for all three adapters (:func:`instrument`; see
+``docs/tracing.md``), connection parameters and AMQP URLs, the exception classes every adapter
+raises, the :class:`Message` they hand out, and the publisher-confirm outcomes. For adapters: the
 :class:`Router` that turns the core's events into replies, deliveries and confirms (an adapter
 supplies its waiters and sinks through the :class:`Waiter`, :class:`ConsumerSink`,
 :class:`ConfirmSink` and :class:`ReturnSink` protocols), the counting behind pipelined publishers,
@@ -24,6 +25,17 @@ from ._confirms import (
     PublishTicketState,
 )
 from ._errors import CloseReason, error_for_close, error_from
+from ._instrument import (
+    SEMCONV_VERSION,
+    Processing,
+    Receiving,
+    Settling,
+    Telemetry,
+    connection_telemetry,
+    instrument,
+    is_instrumented,
+    uninstrument,
+)
 from ._message import AsyncMessage, AsyncSettler, Message
 from ._params import DEFAULT_URL, AuthMechanism
 from ._requests import (
@@ -56,6 +68,7 @@ __all__ = [
     "DEFAULT_CONSUMER_BUFFER",
     "DEFAULT_URL",
     "REQUESTS",
+    "SEMCONV_VERSION",
     "AsyncMessage",
     "AsyncSettler",
     "AuthMechanism",
@@ -66,16 +79,21 @@ __all__ = [
     "ConsumerSink",
     "Message",
     "Param",
+    "Processing",
     "PublishOutcome",
     "PublishTicketState",
     "PublisherCounts",
+    "Receiving",
     "Reply",
     "Request",
     "ReturnSink",
     "Router",
+    "Settling",
+    "Telemetry",
     "Waiter",
     "check_window",
     "connection_parameters",
+    "connection_telemetry",
     "consumer_buffer_size",
     "consumer_tag",
     "declared_queue",
@@ -83,8 +101,11 @@ __all__ = [
     "error_from",
     "flow_state",
     "got_message",
+    "instrument",
+    "is_instrumented",
     "message_count",
     "report_dropped",
+    "uninstrument",
 ]
 __all__ += exports.__all__
 
