@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl as ssl_module
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final, final
 
@@ -43,7 +44,10 @@ from amqp_sansio.client import (
     ConnectionLostError,
     ConnectionParameters,
     ConnectionTimeoutError,
+    ProtocolFallback,
+    ProtocolVersionRefused,
     Router,
+    connect_failed,
     connection_parameters,
     connection_telemetry,
     error_from,
@@ -58,7 +62,7 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
-    from amqp_sansio import Event, FieldTable
+    from amqp_sansio import Event, FieldTable, ProtocolVersion
     from amqp_sansio.client import Reply, Telemetry
 
 __all__ = ["Connection", "connect"]
@@ -208,6 +212,12 @@ class Connection:
         the broker's reply, :class:`~amqp_sansio.client.ConnectionLostError`); None while
         open."""
         return self._book.error
+
+    @property
+    def protocol(self) -> str:
+        """The AMQP version spoken: ``"0-9-1"``, ``"0-9"`` or ``"0-8"`` (what ``"auto"``
+        settled on)."""
+        return self._core.protocol.version.value
 
     @property
     def heartbeat(self) -> int:
@@ -378,7 +388,8 @@ class Connection:
         elif cls is ConnectionClosed:
             assert isinstance(event, ConnectionClosed)
             if event.by_peer:
-                logger.warning(
+                # During the handshake connect() raises it: a warning would say it twice.
+                (logger.warning if self._opened.done() else logger.debug)(
                     "%s closed the connection: %d %s",
                     self.params.address,
                     event.reply_code,
@@ -471,6 +482,7 @@ async def connect(
     *,
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
+    protocol: str | ProtocolVersion | None = None,
     tracer_provider: TracerProvider | None = None,
     meter_provider: MeterProvider | None = None,
 ) -> AsyncIterator[Connection]:
@@ -480,34 +492,62 @@ async def connect(
     :meth:`~amqp_sansio.client.ConnectionParameters.from_url`) or
     :class:`~amqp_sansio.client.ConnectionParameters`. TLS is used for ``amqps`` or when
     *ssl_context* is given (default context: :meth:`ConnectionParameters.ssl_context`).
-    *connection_name* shows in the broker's management UI. *tracer_provider* or
-    *meter_provider* turn OpenTelemetry on for this connection (see
+    *connection_name* shows in the broker's management UI. *protocol* (``"0-9-1"``,
+    ``"0-9"``, ``"0-8"`` or ``"auto"``) wins over the URL's ``protocol`` parameter; ``"auto"``
+    tries 0-9-1 and reconnects with what the server answers (:doc:`/versions`).
+    *tracer_provider* or *meter_provider* turn OpenTelemetry on for this connection (see
     :func:`amqp_sansio.client.instrument`).
 
     Leaving the block closes the connection (200) and waits for the broker's close-ok.
 
     :raises ConnectionTimeoutError: TCP, TLS and AMQP handshake took longer than
-        ``connection_timeout``.
+        ``connection_timeout`` (per attempt).
     :raises ConnectionClosedError: the broker refused the login (403) or the virtual host
         (:class:`~amqp_sansio.client.NotAllowed`).
+    :raises ProtocolVersionRefused: the broker does not speak the version asked for (with
+        ``"auto"``: none of those it offered).
     :raises OSError: the TCP connection failed.
     """
-    params = connection_parameters(url_or_params, connection_name)
+    fallback = ProtocolFallback(connection_parameters(url_or_params, connection_name, protocol))
+    while True:
+        try:
+            params = fallback.params
+            telemetry = connection_telemetry(
+                params.host, params.port, tracer_provider, meter_provider
+            )
+            conn = await _open(params, ssl_context, telemetry)
+            break
+        except ProtocolVersionRefused as exc:
+            if not fallback.retry(exc):
+                raise
+    try:
+        yield conn
+    finally:
+        await conn.aclose()
+
+
+async def _open(
+    params: ConnectionParameters, ssl_context: ssl.SSLContext | None, telemetry: Telemetry | None
+) -> Connection:
     loop = asyncio.get_running_loop()
-    telemetry = connection_telemetry(params.host, params.port, tracer_provider, meter_provider)
     conn = Connection(params, loop, telemetry)
     context = ssl_context
     if context is None and params.tls:
         context = params.ssl_context()
     try:
         async with asyncio.timeout(params.connection_timeout):
-            await loop.create_connection(
-                lambda: _Protocol(conn),
-                params.host,
-                params.port,
-                ssl=context,
-                server_hostname=params.tls_server_hostname if context is not None else None,
-            )
+            try:
+                await loop.create_connection(
+                    lambda: _Protocol(conn),
+                    params.host,
+                    params.port,
+                    ssl=context,
+                    server_hostname=params.tls_server_hostname if context is not None else None,
+                )
+            except OSError as exc:
+                if isinstance(exc, (TimeoutError, ssl_module.SSLError)):
+                    raise  # the timeout below; TLS's own errors say enough
+                raise connect_failed(params.address, exc) from exc
             await asyncio.shield(conn._opened)
     except TimeoutError:
         conn._finish()
@@ -523,7 +563,4 @@ async def connect(
         params.virtual_host,
         conn.heartbeat,
     )
-    try:
-        yield conn
-    finally:
-        await conn.aclose()
+    return conn

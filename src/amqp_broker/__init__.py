@@ -8,7 +8,8 @@ Built for tests and demos that must run without RabbitMQ: ``amqp-broker`` (:func
 model and :class:`Session` turns one server-role core's events into model calls, so both are
 testable without sockets.
 :class:`BrokerOptions` holds the limits, timeouts and flow control (RabbitMQ's defaults), and
-:class:`User`/:class:`Permission` the users and what they may do.
+:class:`User`/:class:`Permission` the users and what they may do. :func:`memory_server` is a
+server factory for ``amqp_sansio.testing`` (``MemoryConnection``, ``fault_sweep``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ._broker import Broker
 from ._channel import DeliverySink, GetResult, ModelChannel, ModelConnection, PublishOutcome
 from ._cli import load_config, main
 from ._errors import BrokerError
+from ._inmemory import MemoryServer, MemoryServerSide, memory_server
 from ._inspect import (
     BindingSnapshot,
     BrokerSnapshot,
@@ -39,7 +41,7 @@ from ._server import (
     serving_broker,
     shutdown,
 )
-from ._session import Session, SessionTransport, parse_credentials
+from ._session import Session, SessionTransport
 
 __all__ = [
     "BindingSnapshot",
@@ -52,6 +54,8 @@ __all__ = [
     "DeliverySink",
     "ExchangeSnapshot",
     "GetResult",
+    "MemoryServer",
+    "MemoryServerSide",
     "Message",
     "ModelChannel",
     "ModelConnection",
@@ -66,7 +70,7 @@ __all__ = [
     "load_config",
     "main",
     "make_broker",
-    "parse_credentials",
+    "memory_server",
     "run_in_thread",
     "running",
     "serve",

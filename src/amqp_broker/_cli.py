@@ -29,9 +29,12 @@ import trio
 
 from ._options import BrokerOptions
 from ._server import make_broker, serve, shutdown
+from ._versions import SERVED_VERSIONS
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from amqp_sansio import ProtocolVersion
 
 __all__ = ["CONFIG_EXAMPLE", "ConfigError", "load_config", "main", "parse_args"]
 
@@ -41,6 +44,8 @@ host = "127.0.0.1"
 port = 5672
 vhosts = ["staging"]          # besides "/"
 verbose = false
+protocols = ["0-9-1", "0-9", "0-8"]   # served, most preferred first
+header_0_9 = "0-9-1"          # how AMQP 1 1 0 9 is read: "0-9-1" (RabbitMQ) or "0-9" (qpid)
 
 [users]                       # name = password; default guest = "guest"
 guest = "guest"
@@ -76,6 +81,8 @@ key = "server.key"
 _TOP_KEYS: Final = {
     "host": str,
     "port": int,
+    "protocols": list,
+    "header_0_9": str,
     "vhosts": list,
     "verbose": bool,
     "users": dict,
@@ -111,8 +118,8 @@ def _limits() -> list[_Limit]:
     found = []
     for field in attrs.fields(BrokerOptions):
         annotation = str(field.type)
-        if annotation.startswith("dict"):
-            continue  # vhost_max_connections: a table / VHOST:N pairs of its own
+        if not annotation.startswith(("int", "float")):
+            continue  # vhost_max_connections, protocols, header_0_9: options of their own
         kind: type[int | float] = float if annotation.startswith("float") else int
         optional = annotation.endswith("| None")
         found.append(_Limit(field.name, kind, optional, getattr(defaults, field.name)))
@@ -172,10 +179,20 @@ def _number(limit: _Limit) -> object:
     return convert
 
 
+def _protocols(text: str) -> tuple[ProtocolVersion, ...]:
+    names = [name.strip() for name in text.split(",")]
+    try:
+        return BrokerOptions(protocols=names).protocols
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _parser(prog: str) -> argparse.ArgumentParser:
+    defaults = BrokerOptions()
     parser = argparse.ArgumentParser(
         prog=prog,
-        description="An in-memory AMQP 0-9-1 broker (amqp_broker), for tests and demos.",
+        description="An in-memory AMQP broker (amqp_broker; 0-9-1, 0-9 and 0-8 on one port), "
+        "for tests and demos.",
         epilog="Settings come from the command line, then --config, then RabbitMQ's defaults. "
         "Example configuration file (every key):\n\n" + CONFIG_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -224,6 +241,24 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         default=[],
         metavar="VHOST:N",
         help="refuse connection.open on VHOST beyond N connections (530; repeatable)",
+    )
+    versions = parser.add_argument_group("protocol versions")
+    versions.add_argument(
+        "--protocols",
+        type=_protocols,
+        metavar="V[,V...]",
+        help="the versions served, most preferred first: any other header gets the first "
+        "one's header and a close (default "
+        + ",".join(v.value for v in defaults.protocols)
+        + "; served: "
+        + ", ".join(v.value for v in SERVED_VERSIONS)
+        + ")",
+    )
+    versions.add_argument(
+        "--header-0-9",
+        choices=("0-9-1", "0-9"),
+        help="serve the header AMQP 1 1 0 9 as 0-9-1 (RabbitMQ's reading, the default) or as "
+        "0-9 (qpid-python's)",
     )
     tls = parser.add_argument_group("TLS (amqps)")
     tls.add_argument("--tls-port", type=int, metavar="PORT", help="serve amqps on this port")
@@ -294,9 +329,16 @@ def _settings(document: dict[str, object], folder: Path) -> dict[str, object]:
         if value is not None and wrong:
             raise ConfigError(f"{key} must be {_type_name(kind())}, not {_type_name(value)}")
     settings: dict[str, object] = {}
-    for key in ("host", "port", "verbose"):
+    for key in ("host", "port", "verbose", "header_0_9"):
         if key in document:
             settings[key] = document[key]
+    if "protocols" in document:
+        names = document["protocols"]
+        assert isinstance(names, list)
+        try:
+            settings["protocols"] = BrokerOptions(protocols=names).protocols
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(str(exc)) from None
     vhosts = document.get("vhosts", [])
     assert isinstance(vhosts, list)
     if not all(isinstance(v, str) for v in vhosts):
@@ -376,6 +418,8 @@ def parse_args(argv: list[str] | None = None, prog: str = "amqp-broker") -> argp
         "tls_port": None,
         "tls_cert": None,
         "tls_key": None,
+        "protocols": BrokerOptions().protocols,
+        "header_0_9": BrokerOptions().header_0_9.value,
     }
     fallbacks.update({limit.name: limit.default for limit in LIMITS})
     for name, default in fallbacks.items():
@@ -400,6 +444,8 @@ def parse_args(argv: list[str] | None = None, prog: str = "amqp-broker") -> argp
 def _options(args: argparse.Namespace) -> BrokerOptions:
     return BrokerOptions(
         vhost_max_connections=dict(args.vhost_max_connections),
+        protocols=args.protocols,
+        header_0_9=args.header_0_9,
         **{limit.name: getattr(args, limit.name) for limit in LIMITS},
     )
 

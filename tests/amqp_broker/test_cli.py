@@ -13,7 +13,8 @@ import pytest
 
 import amqp_blocking
 from amqp_broker import BrokerOptions, load_config
-from amqp_broker._cli import LIMITS
+from amqp_broker._cli import LIMITS, parse_args
+from amqp_sansio import ProtocolVersion
 from amqp_sansio.client import NotAllowed
 from tests.tools.support import TIMEOUT, assert_no_traceback, run_tool, script
 
@@ -100,6 +101,10 @@ def test_the_config_file_becomes_options(tmp_path: Path) -> None:
     assert settings["vhost_max_connections"] == [("staging", 5)]
     assert settings["permissions"] == [["app", "staging", ".*", ".*", ".*"]]
     assert settings["tls_cert"] == str(tmp_path / "c.pem")  # relative to the file
+    path.write_text('protocols = ["0-9", "0-8"]\nheader_0_9 = "0-9"\n', "utf-8")
+    options = parse_args(["--config", str(path)]).options
+    assert options.protocols == (ProtocolVersion.AMQP_0_9, ProtocolVersion.AMQP_0_8)
+    assert options.header_0_9 is ProtocolVersion.AMQP_0_9
 
 
 def test_help_names_every_option() -> None:
@@ -107,10 +112,12 @@ def test_help_names_every_option() -> None:
     assert result.returncode == 0
     for limit in LIMITS:
         assert limit.flag in result.stdout
-    assert {limit.name for limit in LIMITS} | {"vhost_max_connections"} == {
-        field.name for field in attrs.fields(BrokerOptions)
-    }
-    for key in ("--config", "--tls-port", "[limits]", "[[permissions]]"):
+    assert {limit.name for limit in LIMITS} | {
+        "vhost_max_connections",
+        "protocols",
+        "header_0_9",
+    } == {field.name for field in attrs.fields(BrokerOptions)}
+    for key in ("--config", "--tls-port", "--protocols", "--header-0-9", "[limits]", "protocols ="):
         assert key in result.stdout
 
 
@@ -119,7 +126,7 @@ def test_help_names_every_option() -> None:
     [
         (None, ["--config", "missing.toml"], "cannot read missing.toml: No such file"),
         ("port = ", [], "broker.toml is not valid TOML: "),
-        ("ports = 1", [], "the top level: unknown key 'ports' (known: host, limits,"),
+        ("ports = 1", [], "the top level: unknown key 'ports' (known: header_0_9, host, limits,"),
         ('port = "1"', [], "port must be an integer, not a string"),
         ('[limits]\nchannel_max = "9"', [], "limits.channel_max must be an integer, not a"),
         ("[limits]\nchannel_max = false", [], "limits.channel_max must be an integer, not a"),
@@ -127,6 +134,7 @@ def test_help_names_every_option() -> None:
         ("[limits]\nchannel_max = 70000", [], "channel_max must be 1..65535, not 70000"),
         ("[[permissions]]\nuser = 'guest'", [], "permissions entry 1 needs 'vhost'"),
         ("[users]\nx = 1", [], "users.x must be a string (the password)"),
+        ('protocols = ["0-10"]', [], "the broker serves '0-9-1', '0-9', '0-8', not '0-10'"),
         ("[tls]\nport = 5671", [], "--tls-port (or tls.port) needs --tls-cert and --tls-key"),
         ("", ["--channel-max", "many"], "argument --channel-max: expected an integer, got"),
         ("", ["--channel-max", "none"], "argument --channel-max: expected an integer, got"),

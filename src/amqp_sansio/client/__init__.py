@@ -25,6 +25,7 @@ from ._confirms import (
     PublishTicketState,
 )
 from ._errors import CloseReason, error_for_close, error_from
+from ._guards import ConsumeBlock, connect_failed
 from ._instrument import (
     SEMCONV_VERSION,
     Processing,
@@ -38,6 +39,21 @@ from ._instrument import (
 )
 from ._message import AsyncMessage, AsyncSettler, Message
 from ._params import DEFAULT_URL, AuthMechanism
+from ._recovery import (
+    Recovered,
+    RecoveryAttempt,
+    RecoveryEvent,
+    RecoveryGaveUp,
+    RecoveryLost,
+    RecoveryPlan,
+    RecoveryPolicy,
+    RecoveryState,
+    RecoveryStep,
+    StaleDeliveryError,
+    TopologyRecoveryError,
+    TopologyRestorer,
+    check_settle,
+)
 from ._requests import (
     DEFAULT_CONSUMER_BUFFER,
     REQUESTS,
@@ -62,9 +78,11 @@ from ._router import (
     Router,
     Waiter,
 )
+from ._versions import ADAPTER_VERSIONS, ClientProtocol, ProtocolFallback, client_protocol
 from .exports import *  # noqa: F403  (the exceptions and ConnectionParameters)
 
 __all__ = [
+    "ADAPTER_VERSIONS",
     "DEFAULT_CONSUMER_BUFFER",
     "DEFAULT_URL",
     "REQUESTS",
@@ -73,25 +91,43 @@ __all__ = [
     "AsyncSettler",
     "AuthMechanism",
     "ChannelBook",
+    "ClientProtocol",
     "CloseReason",
     "ConfirmSink",
     "ConfirmTracker",
+    "ConsumeBlock",
     "ConsumerSink",
     "Message",
     "Param",
     "Processing",
+    "ProtocolFallback",
     "PublishOutcome",
     "PublishTicketState",
     "PublisherCounts",
     "Receiving",
+    "Recovered",
+    "RecoveryAttempt",
+    "RecoveryEvent",
+    "RecoveryGaveUp",
+    "RecoveryLost",
+    "RecoveryPlan",
+    "RecoveryPolicy",
+    "RecoveryState",
+    "RecoveryStep",
     "Reply",
     "Request",
     "ReturnSink",
     "Router",
     "Settling",
+    "StaleDeliveryError",
     "Telemetry",
+    "TopologyRecoveryError",
+    "TopologyRestorer",
     "Waiter",
+    "check_settle",
     "check_window",
+    "client_protocol",
+    "connect_failed",
     "connection_parameters",
     "connection_telemetry",
     "consumer_buffer_size",
