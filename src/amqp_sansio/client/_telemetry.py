@@ -73,6 +73,8 @@ _BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5
 #: Unsettled deliveries remembered for their settle spans; beyond, the oldest are forgotten.
 _UNSETTLED_LIMIT: Final = 65536
 
+_NO_PROPERTIES: Final = BasicProperties()
+
 _SETTLE_NAMES: Final[dict[type[Method], str]] = {
     BasicAck: "ack",
     BasicNack: "nack",
@@ -262,24 +264,28 @@ class ConnectionTelemetry:
         span = instrumentation.tracer.start_span(
             name, kind=SpanKind.PRODUCER, attributes=attributes
         )
-        carrier: dict[str, str] = {}
-        instrumentation.propagator.inject(carrier, context=trace.set_span_in_context(span))
         if properties is None:
-            properties = BasicProperties()
-        if carrier:
-            headers = dict(properties.headers or {})
-            headers.update(carrier)
-            properties = attrs.evolve(properties, headers=headers)
+            properties = _NO_PROPERTIES
+        # A no-op tracer's span has no context worth sending (and injecting costs more than
+        # the rest of this method).
+        if span.get_span_context().is_valid:
+            carrier: dict[str, str] = {}
+            instrumentation.propagator.inject(carrier, context=trace.set_span_in_context(span))
+            if carrier:
+                headers = dict(properties.headers or {})
+                headers.update(carrier)
+                properties = attrs.evolve(properties, headers=headers)
+        # The span is not made current around send(): the core's publish creates no spans.
         try:
-            with trace.use_span(span, end_on_exit=False, record_exception=False):
-                result = send(properties)
+            result = send(properties)
         except BaseException as exc:
             _fail(span, attributes, exc)
             raise
         finally:
             span.end()
-            instrumentation.sent.add(1, _metric_attributes(attributes))
-            self._record(attributes, started)
+            measured = _metric_attributes(attributes)
+            instrumentation.sent.add(1, measured)
+            instrumentation.duration.record(time.perf_counter() - started, measured)
         return result
 
     # --- receive (basic.get) ----------------------------------------------------------------------
@@ -353,12 +359,20 @@ class ConnectionTelemetry:
 
 def _metric_attributes(attributes: Mapping[str, AttributeValue]) -> dict[str, AttributeValue]:
     """The span's attributes the metrics carry (the low-cardinality ones)."""
-    return {key: value for key, value in attributes.items() if key in _METRIC_KEYS}
-
-
-_METRIC_KEYS: Final = frozenset(
-    (SYSTEM, OPERATION_NAME, OPERATION_TYPE, DESTINATION, SERVER_ADDRESS, SERVER_PORT, ERROR_TYPE)
-)
+    measured = {
+        SYSTEM: attributes[SYSTEM],
+        SERVER_ADDRESS: attributes[SERVER_ADDRESS],
+        SERVER_PORT: attributes[SERVER_PORT],
+        OPERATION_NAME: attributes[OPERATION_NAME],
+        OPERATION_TYPE: attributes[OPERATION_TYPE],
+    }
+    destination = attributes.get(DESTINATION)
+    if destination is not None:
+        measured[DESTINATION] = destination
+    error = attributes.get(ERROR_TYPE)
+    if error is not None:
+        measured[ERROR_TYPE] = error
+    return measured
 
 
 def _span_name(operation: str, destination: str, anonymous: bool) -> str:

@@ -466,3 +466,19 @@ def test_no_opentelemetry_import_until_asked() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+def test_the_docs_example_passes(pytester: pytest.Pytester) -> None:
+    import re
+
+    from tests.support import ROOT
+
+    page = (ROOT / "docs" / "tracing.md").read_text(encoding="utf-8")
+    [example] = [
+        block
+        for block in re.findall(r"```python\n(.*?)```", page, re.DOTALL)
+        if "def test_" in block
+    ]
+    pytester.makepyfile(test_doc=example)
+    result = pytester.runpytest("-p", "pytest_amqp_sansio", "-W", "error")
+    result.assert_outcomes(passed=1)
