@@ -29,13 +29,19 @@ from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricR
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, StatusCode
 
 import amqp_asyncio
 import amqp_blocking
 import amqp_trio
 from amqp_sansio import BasicProperties
-from amqp_sansio.client import SEMCONV_VERSION, ConnectionParameters, instrument, uninstrument
+from amqp_sansio.client import (
+    SEMCONV_VERSION,
+    ConnectionParameters,
+    NotFound,
+    instrument,
+    uninstrument,
+)
 from tests.support.scenarios import unique
 
 if TYPE_CHECKING:
@@ -482,3 +488,39 @@ def test_the_docs_example_passes(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_doc=example)
     result = pytester.runpytest("-p", "pytest_amqp_sansio", "-W", "error")
     result.assert_outcomes(passed=1)
+
+
+def test_failures_and_batches(otel: Otel, amqp_broker: BrokerThread) -> None:
+    server = _server(amqp_broker.url)
+    with amqp_blocking.connect(
+        amqp_broker.url, tracer_provider=otel.tracer_provider, meter_provider=otel.meter_provider
+    ) as conn:
+        with conn.channel() as ch, pytest.raises(NotFound):
+            ch.basic_get("missing")
+        with conn.channel() as ch:
+            ch.queue_declare("q")
+            for n in range(3):
+                ch.basic_publish(f"{n}".encode(), routing_key="q")
+            tags = [message.delivery_tag for message in _get_all(ch, "q", 3)]
+            ch.basic_ack(tags[-1], multiple=True)
+    failed = otel.span("get missing")
+    assert failed.status.status_code is StatusCode.ERROR
+    assert (failed.attributes or {})["error.type"] == "amqp_sansio.client.NotFound"
+    assert ({**server, "messaging.operation.name": "get", "messaging.operation.type": "receive",
+             "messaging.destination.name": "missing", "error.type": "amqp_sansio.client.NotFound"},
+            1) in otel.points("messaging.client.operation.duration")  # fmt: skip
+    ack = otel.span("ack q")
+    assert (ack.attributes or {})["messaging.batch.message_count"] == 3
+    publishes = [span for span in otel.spans() if span.name == "publish q"]
+    assert {link.context.span_id for link in ack.links} == {
+        span.context.span_id for span in publishes if span.context
+    }
+
+
+def _get_all(ch: amqp_blocking.Channel, queue: str, count: int) -> list[amqp_blocking.Message]:
+    got: list[amqp_blocking.Message] = []
+    while len(got) < count:
+        message = ch.basic_get(queue)
+        if message is not None:
+            got.append(message)
+    return got
