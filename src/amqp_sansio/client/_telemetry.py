@@ -465,7 +465,7 @@ class Processing:
     """The "process" span of one delivery, current from :meth:`ConnectionTelemetry.process`
     until :meth:`end`."""
 
-    __slots__ = ("_attributes", "_span", "_started", "_telemetry", "_token")
+    __slots__ = ("_attributes", "_context", "_span", "_started", "_telemetry", "_token")
 
     def __init__(
         self, telemetry: ConnectionTelemetry, queue: str, message: Message, no_ack: bool
@@ -497,7 +497,8 @@ class Processing:
             () if creation is None else (creation,),
             context=None if ambient else extracted,
         )
-        self._token: object | None = otel_context.attach(trace.set_span_in_context(self._span))
+        self._context = trace.set_span_in_context(self._span)
+        self._token: object | None = otel_context.attach(self._context)
         telemetry.instrumentation.consumed.add(1, _metric_attributes(attributes))
         if not no_ack:
             telemetry.remember(
@@ -510,7 +511,10 @@ class Processing:
         if token is None:
             return
         try:
-            otel_context.detach(token)  # type: ignore[arg-type]  # attach()'s own token
+            # Only where it was attached: a consumer read through asyncio.wait_for (a task of
+            # its own) or from another thread leaves the span current in that context only.
+            if otel_context.get_current() is self._context:
+                otel_context.detach(token)  # type: ignore[arg-type]  # attach()'s own token
         finally:
             if exc is not None:
                 _fail(self._span, self._attributes, exc)

@@ -524,3 +524,25 @@ def _get_all(ch: amqp_blocking.Channel, queue: str, count: int) -> list[amqp_blo
         if message is not None:
             got.append(message)
     return got
+
+
+def test_a_consumer_read_through_wait_for(
+    otel: Otel, amqp_broker: BrokerThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Each __anext__ runs in a task of its own: the process span is current there only, and
+    # ending it from the next task is no error.
+    async def main() -> None:
+        async with (
+            amqp_asyncio.connect(amqp_broker.url, tracer_provider=otel.tracer_provider) as conn,
+            conn.channel() as ch,
+        ):
+            await ch.queue_declare("q")
+            for body in (b"1", b"2"):
+                await ch.basic_publish(body, routing_key="q")
+            async with ch.basic_consume("q", no_ack=True) as consumer:
+                for _ in range(2):
+                    await asyncio.wait_for(consumer.__anext__(), _TIMEOUT)
+
+    asyncio.run(main())
+    assert [span.name for span in otel.spans()].count("consume q") == 2
+    assert not [record for record in caplog.records if record.levelname == "ERROR"]
