@@ -465,7 +465,7 @@ class Processing:
     """The "process" span of one delivery, current from :meth:`ConnectionTelemetry.process`
     until :meth:`end`."""
 
-    __slots__ = ("_attributes", "_context", "_span", "_started", "_telemetry", "_token")
+    __slots__ = ("_attributes", "_context", "_done", "_span", "_started", "_telemetry", "_token")
 
     def __init__(
         self, telemetry: ConnectionTelemetry, queue: str, message: Message, no_ack: bool
@@ -497,8 +497,13 @@ class Processing:
             () if creation is None else (creation,),
             context=None if ambient else extracted,
         )
+        self._done = False
         self._context = trace.set_span_in_context(self._span)
-        self._token: object | None = otel_context.attach(self._context)
+        # A no-op tracer's span is not worth making current (attaching costs more than the
+        # rest); end() then only ends it.
+        self._token: object | None = (
+            otel_context.attach(self._context) if self._span.get_span_context().is_valid else None
+        )
         telemetry.instrumentation.consumed.add(1, _metric_attributes(attributes))
         if not no_ack:
             telemetry.remember(
@@ -507,10 +512,13 @@ class Processing:
 
     def end(self, exc: BaseException | None = None) -> None:
         """The application asked for the next message, or left the consumer."""
-        token, self._token = self._token, None
-        if token is None:
+        if self._done:
             return
+        self._done = True
+        token, self._token = self._token, None
         try:
+            if token is None:
+                return
             # Only where it was attached: a consumer read through asyncio.wait_for (a task of
             # its own) or from another thread leaves the span current in that context only.
             if otel_context.get_current() is self._context:

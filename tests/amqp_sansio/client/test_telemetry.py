@@ -16,6 +16,7 @@ import pytest
 import trio
 from opentelemetry import trace
 from opentelemetry.instrumentation.pika import PikaInstrumentor
+from opentelemetry.metrics import NoOpMeterProvider
 from opentelemetry.propagators.textmap import (
     CarrierT,
     Getter,
@@ -546,3 +547,22 @@ def test_a_consumer_read_through_wait_for(
     asyncio.run(main())
     assert [span.name for span in otel.spans()].count("consume q") == 2
     assert not [record for record in caplog.records if record.levelname == "ERROR"]
+
+
+def test_no_op_providers(amqp_broker: BrokerThread) -> None:
+    # What an application gets with OpenTelemetry's API alone: nothing recorded, nothing
+    # injected, and the adapters work as without tracing.
+    instrument(tracer_provider=trace.NoOpTracerProvider(), meter_provider=NoOpMeterProvider())
+    try:
+        with amqp_blocking.connect(amqp_broker.url) as conn, conn.channel() as ch:
+            ch.queue_declare("q")
+            ch.basic_publish(b"x", routing_key="q")
+            with ch.consume("q", timeout=_TIMEOUT) as consumer:
+                for message in consumer:
+                    assert message.properties.headers is None
+                    assert not trace.get_current_span().get_span_context().is_valid
+                    message.ack()
+                    break
+            assert ch.basic_get("q") is None
+    finally:
+        uninstrument()
