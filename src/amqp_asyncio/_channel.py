@@ -420,16 +420,14 @@ class Channel(ChannelMethods):
         self._conn._flush()
         return await future
 
-    async def _send_no_reply(self, method: Method) -> None:
+    async def _send_no_reply(self, method: Method, traced: bool = False) -> None:
         telemetry = self._conn._telemetry
-        settling = None if telemetry is None else telemetry.settle(self.number, method)
-        if settling is None:
-            self._send_no_reply_now(method)
-        else:
-            with settling:
-                self._send_no_reply_now(method)
-
-    def _send_no_reply_now(self, method: Method) -> None:
+        if telemetry is not None and not traced:
+            settling = telemetry.settle(self.number, method)
+            if settling is not None:
+                with settling:
+                    await self._send_no_reply(method, True)
+                return
         self._check_open()
         self._core.send_method(self.number, self._core.protocol.adapt(method))
         self._conn._flush_soon()

@@ -445,16 +445,14 @@ class Channel(ChannelMethods):
             receiving.got(reply)
         return reply
 
-    async def _send_no_reply(self, method: Method) -> None:
+    async def _send_no_reply(self, method: Method, traced: bool = False) -> None:
         telemetry = self._conn._telemetry
-        settling = None if telemetry is None else telemetry.settle(self.number, method)
-        if settling is None:
-            await self._send_no_reply_now(method)
-        else:
-            with settling:
-                await self._send_no_reply_now(method)
-
-    async def _send_no_reply_now(self, method: Method) -> None:
+        if telemetry is not None and not traced:
+            settling = telemetry.settle(self.number, method)
+            if settling is not None:
+                with settling:
+                    await self._send_no_reply(method, True)
+                return
         self._check_open()
         await trio.lowlevel.checkpoint_if_cancelled()  # before sending: cancelled = not sent
         try:
