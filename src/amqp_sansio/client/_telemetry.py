@@ -122,10 +122,15 @@ def send_destination(exchange: str, routing_key: str) -> str:
 def consume_destination(exchange: str, routing_key: str, queue: str) -> str:
     """``messaging.destination.name`` of a delivery or get: ``{exchange}:{routing key}:{queue}``
     without the empty parts, and the queue once when it is the routing key."""
-    parts = [part for part in (exchange, routing_key) if part]
-    if queue and queue != routing_key:
-        parts.append(queue)
-    return ":".join(parts) or "amq.default"
+    if queue == routing_key:
+        queue = ""
+    if exchange:
+        if routing_key:
+            return f"{exchange}:{routing_key}:{queue}" if queue else f"{exchange}:{routing_key}"
+        return f"{exchange}:{queue}" if queue else exchange
+    if routing_key:
+        return f"{routing_key}:{queue}" if queue else routing_key
+    return queue or "amq.default"
 
 
 def _error_type(exc: BaseException) -> str:
@@ -486,24 +491,27 @@ class Processing:
             attributes[CONVERSATION_ID] = properties.correlation_id
         attributes[BODY_SIZE] = len(message.body)
         extracted, creation = telemetry._creation_context(properties.headers)
-        ambient = trace.get_current_span().get_span_context().is_valid
         # The creation context is the parent unless the application already has a span
         # current; it is a link either way.
+        parent = None
+        if creation is not None and not trace.get_current_span().get_span_context().is_valid:
+            parent = extracted
         self._started = time.perf_counter()
-        self._span = telemetry._span(
+        span = self._span = telemetry._span(
             _span_name("consume", destination, marker is not None),
             SpanKind.CONSUMER,
             attributes,
             () if creation is None else (creation,),
-            context=None if ambient else extracted,
+            context=parent,
         )
         self._done = False
-        self._context = trace.set_span_in_context(self._span)
         # A no-op tracer's span is not worth making current (attaching costs more than the
         # rest); end() then only ends it.
-        self._token: object | None = (
-            otel_context.attach(self._context) if self._span.get_span_context().is_valid else None
-        )
+        self._context: Context | None = None
+        self._token: object | None = None
+        if span.get_span_context().is_valid:
+            self._context = trace.set_span_in_context(span)
+            self._token = otel_context.attach(self._context)
         telemetry.instrumentation.consumed.add(1, _metric_attributes(attributes))
         if not no_ack:
             telemetry.remember(

@@ -566,3 +566,26 @@ def test_no_op_providers(amqp_broker: BrokerThread) -> None:
             assert ch.basic_get("q") is None
     finally:
         uninstrument()
+
+
+@pytest.mark.parametrize(
+    ("exchange", "routing_key", "queue", "sent", "consumed"),
+    [
+        ("x", "k", "q", "x:k", "x:k:q"),
+        ("x", "q", "q", "x:q", "x:q"),
+        ("", "q", "q", "q", "q"),
+        ("", "k", "q", "k", "k:q"),
+        ("x", "", "q", "x", "x:q"),
+        ("x", "", "", "x", "x"),
+        ("", "", "q", "amq.default", "q"),
+        ("", "", "", "amq.default", "amq.default"),
+    ],
+)
+def test_destination_names(
+    exchange: str, routing_key: str, queue: str, sent: str, consumed: str
+) -> None:
+    # RabbitMQ's rules in semantic conventions 1.44.0 (docs/messaging/rabbitmq.md)
+    from amqp_sansio.client._telemetry import consume_destination, send_destination
+
+    assert send_destination(exchange, routing_key) == sent
+    assert consume_destination(exchange, routing_key, queue) == consumed
