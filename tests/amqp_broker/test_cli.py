@@ -12,7 +12,7 @@ import attrs
 import pytest
 
 import amqp_blocking
-from amqp_broker import BrokerOptions, load_config
+from amqp_broker import BrokerOptions, load_config, main
 from amqp_broker._cli import LIMITS, parse_args
 from amqp_sansio import ProtocolVersion
 from amqp_sansio.client import NotAllowed
@@ -142,20 +142,38 @@ def test_help_names_every_option() -> None:
     ],
 )
 def test_bad_configuration(
-    tmp_path: Path, config: str | None, args: list[str], message: str
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    config: str | None,
+    args: list[str],
+    message: str,
 ) -> None:
+    # In-process (the parsing is the command's; test_a_bad_file_in_a_subprocess runs one case
+    # through the installed script).
+    monkeypatch.chdir(tmp_path)
     if config is not None:
         (tmp_path / "broker.toml").write_text(config, encoding="utf-8")
         args = ["--config", "broker.toml", *args]
-    result = run_tool("amqp-broker", *args, cwd=tmp_path)
-    assert_no_traceback(result)
-    assert result.returncode == 2
-    [line] = [line for line in result.stderr.splitlines() if "error" in line]
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    assert exited.value.code == 2
+    [line] = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert line.startswith("amqp-broker: error: ")
     assert message in line
     if config is not None and not args[2:] and not message.startswith(("channel_max", "--tls")):
         # errors in the file name it; the last two are checks of the merged settings
         assert line.startswith("amqp-broker: error: broker.toml")
+
+
+def test_a_bad_file_in_a_subprocess(tmp_path: Path) -> None:
+    (tmp_path / "broker.toml").write_text("[limits]\nchannel_max = 'x'\n", encoding="utf-8")
+    result = run_tool("amqp-broker", "--config", "broker.toml", cwd=tmp_path)
+    assert_no_traceback(result)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        "amqp-broker: error: broker.toml: limits.channel_max must be an integer, not a string"
+    )
 
 
 def test_a_port_in_use_and_a_missing_certificate(tmp_path: Path) -> None:
