@@ -589,3 +589,65 @@ def test_destination_names(
 
     assert send_destination(exchange, routing_key) == sent
     assert consume_destination(exchange, routing_key, queue) == consumed
+
+
+def test_a_trace_continues_to_and_from_aio_pika(otel: Otel, amqp_url: str) -> None:
+    import aio_pika
+    from opentelemetry.instrumentation.aio_pika import AioPikaInstrumentor
+
+    first, second = unique("otel-aio-in"), unique("otel-aio-out")
+    instrumentor = AioPikaInstrumentor()
+    instrumentor.instrument(tracer_provider=otel.tracer_provider)  # patches aio-pika globally
+    try:
+
+        async def main() -> None:
+            connection = await aio_pika.connect(amqp_url)
+            async with connection:
+                channel = await connection.channel()
+                queues = [await channel.declare_queue(name) for name in (first, second)]
+                try:
+                    # aio-pika (instrumented) publishes; we consume
+                    await channel.default_exchange.publish(
+                        aio_pika.Message(b"from aio-pika"), routing_key=first
+                    )
+                    async with (
+                        amqp_asyncio.connect(
+                            amqp_url, tracer_provider=otel.tracer_provider
+                        ) as conn,
+                        conn.channel() as ch,
+                        ch.basic_consume(first) as consumer,
+                    ):
+                        async for message in consumer:
+                            await message.ack()
+                            break
+                        # we publish; aio-pika (instrumented) consumes
+                        await ch.basic_publish(b"to aio-pika", routing_key=second)
+                    got = asyncio.get_running_loop().create_future()
+
+                    async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+                        await message.ack()
+                        if not got.done():
+                            got.set_result(message.body)
+
+                    await queues[1].consume(on_message)
+                    assert await asyncio.wait_for(got, _TIMEOUT) == b"to aio-pika"
+                finally:
+                    for queue in queues:
+                        await queue.delete(if_unused=False, if_empty=False)
+
+        asyncio.run(main())
+    finally:
+        instrumentor.uninstrument()
+    ours = otel.span(f"publish {second}")
+    [aio_pikas] = [
+        span for span in otel.spans() if span.kind is SpanKind.PRODUCER and span is not ours
+    ]
+    assert aio_pikas.instrumentation_scope is not None
+    assert aio_pikas.instrumentation_scope.name.startswith("opentelemetry.instrumentation.aio_pika")
+    assert _child_of(otel.span(f"consume {first}"), aio_pikas)
+    [theirs] = [
+        span
+        for span in otel.spans()
+        if span.kind is SpanKind.CONSUMER and span.name != f"consume {first}"
+    ]
+    assert _child_of(theirs, ours)
