@@ -25,11 +25,14 @@ from typing import TYPE_CHECKING, Final
 import hypothesis
 import pytest
 
-import amqp_broker
 from amqp_sansio.client import ConnectionParameters
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from amqp_broker import BrokerThread
+
+# The project's own pytest plugin (also registered by its pytest11 entry point once installed):
+# the embedded broker the integration tests run against is its session broker.
+pytest_plugins = ["pytest_amqp_sansio", "pytester"]
 
 #: Brokers ``amqp_url`` runs the integration tests against, by fixture name prefix.
 BROKERS: Final[list[str]] = ["rabbitmq", "embedded"]
@@ -64,10 +67,10 @@ def rabbitmq_url() -> str:
 
 
 @pytest.fixture(scope="session")
-def embedded_url() -> Iterator[str]:
-    """The embedded broker (``amqp_broker``) in a thread of its own, for the whole session."""
-    with amqp_broker.run_in_thread() as url:
-        yield url
+def embedded_url(amqp_broker_session: BrokerThread) -> str:
+    """The embedded broker (``amqp_broker``) in a thread of its own, for the whole session:
+    the plugin's ``amqp_broker_session``."""
+    return amqp_broker_session.url
 
 
 @pytest.fixture(params=BROKERS)

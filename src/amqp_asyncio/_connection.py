@@ -50,6 +50,7 @@ from amqp_sansio.client import (
     Router,
     connect_failed,
     connection_parameters,
+    connection_telemetry,
     error_from,
 )
 
@@ -59,8 +60,11 @@ if TYPE_CHECKING:
     import ssl
     from collections.abc import AsyncIterator
 
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
+
     from amqp_sansio import Event, FieldTable, ProtocolVersion
-    from amqp_sansio.client import Reply
+    from amqp_sansio.client import Reply, Telemetry
 
 __all__ = ["Connection", "connect"]
 
@@ -152,9 +156,16 @@ class Connection:
     late reply is dropped, and the connection stays usable.
     """
 
-    def __init__(self, params: ConnectionParameters, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        params: ConnectionParameters,
+        loop: asyncio.AbstractEventLoop,
+        telemetry: Telemetry | None = None,
+    ) -> None:
         #: The parameters the connection was made with.
         self.params: Final = params
+        # OpenTelemetry hooks (amqp_sansio.client.instrument); None: tracing off.
+        self._telemetry: Final = telemetry
         self._loop = loop
         self._core = CoreConnection(Role.CLIENT, params.to_config())
         self._book = Router(self._core)
@@ -469,6 +480,8 @@ async def connect(
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
     protocol: str | ProtocolVersion | None = None,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
 ) -> AsyncIterator[Connection]:
     """Connect to a broker for the duration of an ``async with`` block.
 
@@ -479,6 +492,8 @@ async def connect(
     *connection_name* shows in the broker's management UI. *protocol* (``"0-9-1"``,
     ``"0-9"``, ``"0-8"`` or ``"auto"``) wins over the URL's ``protocol`` parameter; ``"auto"``
     tries 0-9-1 and reconnects with what the server answers (:doc:`/versions`).
+    *tracer_provider* or *meter_provider* turn OpenTelemetry on for this connection (see
+    :func:`amqp_sansio.client.instrument`).
 
     Leaving the block closes the connection (200) and waits for the broker's close-ok.
 
@@ -494,7 +509,11 @@ async def connect(
     fallback = ProtocolFallback(connection_parameters(url_or_params, connection_name, protocol))
     while True:
         try:
-            conn = await _open(fallback.params, ssl_context)
+            params = fallback.params
+            telemetry = connection_telemetry(
+                params.host, params.port, tracer_provider, meter_provider
+            )
+            conn = await _open(params, ssl_context, telemetry)
             break
         except ProtocolVersionRefused as exc:
             if not fallback.retry(exc):
@@ -505,9 +524,11 @@ async def connect(
         await conn.aclose()
 
 
-async def _open(params: ConnectionParameters, ssl_context: ssl.SSLContext | None) -> Connection:
+async def _open(
+    params: ConnectionParameters, ssl_context: ssl.SSLContext | None, telemetry: Telemetry | None
+) -> Connection:
     loop = asyncio.get_running_loop()
-    conn = Connection(params, loop)
+    conn = Connection(params, loop, telemetry)
     context = ssl_context
     if context is None and params.tls:
         context = params.ssl_context()

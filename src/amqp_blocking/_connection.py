@@ -56,6 +56,7 @@ from amqp_sansio.client import (
     Router,
     connect_failed,
     connection_parameters,
+    connection_telemetry,
     error_from,
 )
 
@@ -65,8 +66,12 @@ from ._waiter import Waiter
 if TYPE_CHECKING:
     from types import TracebackType
 
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
+
     from amqp_sansio import Event, FieldTable, ProtocolVersion
     from amqp_sansio.client import ConnectionParameters as Params
+    from amqp_sansio.client import Telemetry
 
 __all__ = ["Connection", "OpenedCore", "connect", "connect_core"]
 
@@ -91,6 +96,8 @@ def connect(
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
     protocol: str | ProtocolVersion | None = None,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
 ) -> Connection:
     """Open a connection and start its I/O thread; use it as a context manager.
 
@@ -99,6 +106,8 @@ def connect(
     ``connection_name`` is shown in RabbitMQ's management UI. ``protocol`` (``"0-9-1"``,
     ``"0-9"``, ``"0-8"`` or ``"auto"``) wins over the URL's ``protocol`` parameter; ``"auto"``
     tries 0-9-1 and reconnects with what the server answers (:doc:`/versions`).
+    ``tracer_provider`` or ``meter_provider`` turn OpenTelemetry on for this connection (see
+    :func:`amqp_sansio.client.instrument`).
 
     :raises ConnectionTimeoutError: the TCP connect, TLS handshake and AMQP handshake did not
         finish within ``connection_timeout`` (per attempt).
@@ -114,7 +123,9 @@ def connect(
         connection_name=connection_name,
         protocol=protocol,
     )
-    conn = Connection(opened.sock, opened.core, opened.opened, opened.params)
+    params = opened.params
+    telemetry = connection_telemetry(params.host, params.port, tracer_provider, meter_provider)
+    conn = Connection(opened.sock, opened.core, opened.opened, params, telemetry)
     error = conn.close_error
     if error is not None:  # closed in the read that brought open-ok, as the other adapters say
         conn.close()
@@ -267,7 +278,10 @@ class Connection:
         core: CoreConnection,
         opened: ConnectionOpened,
         params: ConnectionParameters,
+        telemetry: Telemetry | None = None,
     ) -> None:
+        # OpenTelemetry hooks (amqp_sansio.client.instrument); None: tracing off.
+        self._telemetry: Final = telemetry
         self._sock = sock
         self._core = core
         #: The parameters the connection was made with.

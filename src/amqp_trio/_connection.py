@@ -46,8 +46,10 @@ from amqp_sansio.client import (
     ProtocolFallback,
     ProtocolVersionRefused,
     Router,
+    Telemetry,
     connect_failed,
     connection_parameters,
+    connection_telemetry,
     error_from,
 )
 
@@ -57,6 +59,9 @@ from ._wire import Wire
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
+
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
 
     from amqp_sansio import Event, FieldTable
 
@@ -74,9 +79,16 @@ class Connection:
     and end with the connection.
     """
 
-    def __init__(self, stream: trio.abc.Stream, params: ConnectionParameters) -> None:
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        params: ConnectionParameters,
+        telemetry: Telemetry | None = None,
+    ) -> None:
         #: The parameters the connection was made with.
         self.params: Final = params
+        # OpenTelemetry hooks (amqp_sansio.client.instrument); None: tracing off.
+        self._telemetry: Final = telemetry
         self._core = amqp_sansio.Connection(Role.CLIENT, params.to_config())
         self._wire = Wire(self._core, stream)
         # Replies, deliveries, confirms and closes go through the client layer's router; the
@@ -423,6 +435,8 @@ async def connect(
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
     protocol: str | ProtocolVersion | None = None,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
 ) -> AsyncIterator[Connection]:
     """Connect to a broker for the duration of an ``async with`` block.
 
@@ -433,6 +447,8 @@ async def connect(
     *connection_name* shows in the broker's management UI. *protocol* (``"0-9-1"``,
     ``"0-9"``, ``"0-8"`` or ``"auto"``) wins over the URL's ``protocol`` parameter; ``"auto"``
     tries 0-9-1 and reconnects with what the server answers (:doc:`/versions`).
+    *tracer_provider* or *meter_provider* turn OpenTelemetry on for this connection (see
+    :func:`amqp_sansio.client.instrument`).
 
     Leaving the block closes the connection (200) and waits for the broker's close-ok.
 
@@ -453,7 +469,7 @@ async def connect(
         stream = await _open_stream(params, ssl_context, deadline)
         entered = False
         try:
-            async with _session(stream, params, deadline) as conn:
+            async with _session(stream, params, deadline, tracer_provider, meter_provider) as conn:
                 entered = True
                 yield conn
             return
@@ -504,6 +520,8 @@ async def connect_stream(
     *,
     connection_name: str | None = None,
     protocol: str | ProtocolVersion | None = None,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
 ) -> AsyncIterator[Connection]:
     """Like :func:`connect`, over a stream you opened yourself (a Unix socket, an SSH
     tunnel, a ``trio.testing`` memory stream). Host, port and TLS settings of
@@ -513,15 +531,20 @@ async def connect_stream(
         connection_parameters(url_or_params, connection_name, protocol)
     ).params
     deadline = trio.current_time() + params.connection_timeout
-    async with _session(stream, params, deadline) as conn:
+    async with _session(stream, params, deadline, tracer_provider, meter_provider) as conn:
         yield conn
 
 
 @asynccontextmanager
 async def _session(
-    stream: trio.abc.Stream, params: ConnectionParameters, deadline: float
+    stream: trio.abc.Stream,
+    params: ConnectionParameters,
+    deadline: float,
+    tracer_provider: TracerProvider | None,
+    meter_provider: MeterProvider | None,
 ) -> AsyncIterator[Connection]:
-    conn = Connection(stream, params)
+    telemetry = connection_telemetry(params.host, params.port, tracer_provider, meter_provider)
+    conn = Connection(stream, params, telemetry)
     failure: BaseException | None = None
     async with trio.open_nursery() as nursery:
         nursery.start_soon(conn._run_reader)

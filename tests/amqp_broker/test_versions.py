@@ -139,7 +139,7 @@ def test_version_options_are_checked(options: dict[str, object], message: str) -
 
 
 def test_version_options_on_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
-    from amqp_broker.__main__ import _options, parse_args
+    from amqp_broker._cli import _options, parse_args
 
     options = _options(
         parse_args(["--protocols", "0-9,0-8", "--header-0-9", "0-9", "--heartbeat", "0"])
