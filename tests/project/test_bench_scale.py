@@ -1,0 +1,44 @@
+"""``bench/scale.py --quick`` keeps working: every client of ours and core consume over 1 and
+10 channels and declare and bind queues, and 100 publishers run against the embedded broker
+and RabbitMQ, each part reporting a row for everything it ran and leaving no queue behind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.support import ROOT
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+SCALE = ROOT / "bench" / "scale.py"
+OURS = ("core", "amqp_trio", "amqp_asyncio", "amqp_blocking")
+
+
+@pytest.mark.rabbitmq
+def test_scale_quick_run(rabbitmq_url: str, tmp_path: Path) -> None:
+    report = tmp_path / "scale.json"
+    done = subprocess.run(
+        [sys.executable, str(SCALE), "--quick", "--url", rabbitmq_url, "--json", str(report)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(report.read_text())
+    assert result["failed"] == []
+    measured = {(row["lib"], row["channels"]) for row in result["channels"]}
+    assert measured == {(lib, channels) for lib in OURS for channels in (1, 10)}
+    assert all(row["median"] > 0 for row in result["channels"])
+    assert set(result["queues"]) == set(OURS)
+    assert set(result["publishers"]) == {"embedded", "rabbitmq"}
+    queues = subprocess.run(
+        ["rabbitmqctl", "list_queues", "name"], capture_output=True, text=True, check=True
+    )
+    assert "bench-scale-" not in queues.stdout
