@@ -19,7 +19,7 @@ from ._permissions import Permission, User
 from ._queues import QueueInfo
 from ._routing import topic_matches
 from ._server import make_broker, run_in_thread, running, serve, shutdown
-from ._session import Session, SessionTransport, parse_credentials
+from ._session import Session, SessionTransport
 
 __all__ = [
     "Broker",
@@ -37,7 +37,6 @@ __all__ = [
     "SessionTransport",
     "User",
     "make_broker",
-    "parse_credentials",
     "run_in_thread",
     "running",
     "serve",
