@@ -105,6 +105,30 @@ def run_raw(case: Case) -> Timing:
         client.close()
 
 
+def run_core(case: Case) -> Timing:
+    """``core``: a bare blocking socket loop over ``amqp_sansio.Connection`` (no adapter)."""
+    from _core_client import CoreClient
+
+    client = CoreClient(case.url)
+    try:
+        if case.op == "publish":
+            watch = Stopwatch()
+            client.publish(case.queue, case.count, case.body)
+            return watch.stop()
+        if case.op == "confirm":
+            client.confirm_select()
+            watch = Stopwatch()
+            client.publish_confirmed(case.queue, case.count, case.body, case.window)
+            return watch.stop()
+        watch = Stopwatch()
+        received, octets = client.consume(case.queue, case.count, case.prefetch, case.ack_every)
+        elapsed = watch.stop()
+        case.check_consumed(received, octets)
+        return elapsed
+    finally:
+        client.close()
+
+
 def run_amqp_trio(case: Case) -> Timing:
     import trio
 
@@ -514,6 +538,7 @@ def run_aio_pika_otel_sdk(case: Case) -> Timing:
 
 RUNNERS: dict[str, Callable[[Case], Timing]] = {
     "raw": run_raw,
+    "core": run_core,
     "amqp_trio": run_amqp_trio,
     "amqp_asyncio": run_amqp_asyncio,
     "amqp_blocking": run_amqp_blocking,
