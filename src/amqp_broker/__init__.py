@@ -19,6 +19,7 @@ from ._permissions import Permission, User
 from ._queues import QueueInfo
 from ._routing import topic_matches
 from ._server import make_broker, run_in_thread, running, serve, shutdown
+from ._server_0_10 import handle_0_10, serve_0_10
 from ._session import Session, SessionTransport, parse_credentials
 
 __all__ = [
@@ -36,11 +37,13 @@ __all__ = [
     "Session",
     "SessionTransport",
     "User",
+    "handle_0_10",
     "make_broker",
     "parse_credentials",
     "run_in_thread",
     "running",
     "serve",
+    "serve_0_10",
     "shutdown",
     "topic_matches",
 ]

@@ -19,6 +19,7 @@ from ._channel import Channel, Consumer, Publisher, PublishTicket
 from ._connection import Connection, connect, connect_stream
 from ._message import Message
 from ._server import ConnectionHandler, ServerConnection, serve, serve_stream
+from ._server_0_10 import ServerConnection010, serve_stream_0_10
 
 __all__ = [
     "Channel",
@@ -29,10 +30,12 @@ __all__ = [
     "PublishTicket",
     "Publisher",
     "ServerConnection",
+    "ServerConnection010",
     "connect",
     "connect_stream",
     "serve",
     "serve_stream",
+    "serve_stream_0_10",
 ]
 __all__ += _exports.__all__
 

@@ -1,0 +1,129 @@
+"""The AMQP 0-10 server role over a Trio stream: :class:`ServerConnection010` and
+:func:`serve_stream_0_10`.
+
+A handler gets the connection and loops on :meth:`ServerConnection010.next_event`, answering
+through ``conn.core`` (a :class:`amqp_sansio.v0_10.Connection` in the server role); whatever
+it queues in the core is written by the connection's writer task, woken by
+:meth:`ServerConnection010.schedule_flush` (called by ``next_event`` itself, and by the
+application when it queued output from elsewhere, e.g. a delivery caused by another
+connection). Heartbeats run from the core's timer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import TYPE_CHECKING, Final, final
+
+import trio
+
+from amqp_sansio import NEED_DATA, Role, Sentinel
+from amqp_sansio.v0_10 import Connection, ConnectionConfig
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from amqp_sansio.v0_10 import Event
+
+__all__ = ["ServerConnection010", "serve_stream_0_10"]
+
+_READ: Final = 65536
+
+
+@final
+class ServerConnection010:
+    """One 0-10 connection served over *stream*. *header_consumed*: a dispatcher already read
+    the 0-10 protocol header (see ``Connection``)."""
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        config: ConnectionConfig | None = None,
+        *,
+        header_consumed: bool = False,
+        peer: str = "",
+    ) -> None:
+        self.stream: Final = stream
+        self.core: Final = Connection(Role.SERVER, config, header_consumed=header_consumed)
+        self.peer: Final = peer
+        self._wake = trio.Event()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<amqp_trio.ServerConnection010 {self.peer} {self.core.state.value}>"
+
+    @property
+    def outbound_size(self) -> int:
+        return 0
+
+    def schedule_flush(self) -> None:
+        """Wake the writer: the core has output queued."""
+        self._wake.set()
+
+    async def next_event(self) -> Event:
+        """The next event from the client (reading as needed); ``ConnectionLost`` (from the
+        core) at the end of the stream."""
+        core = self.core
+        while True:
+            event = core.next_event()
+            if event is not NEED_DATA:
+                self._wake.set()
+                assert not isinstance(event, Sentinel)
+                return event
+            self._wake.set()
+            deadline = core.next_deadline()
+            with trio.move_on_at(math.inf if deadline is None else deadline):
+                try:
+                    data = await self.stream.receive_some(_READ)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    data = b""
+                core.receive_data(data)
+                continue
+            core.handle_timer(trio.current_time())
+
+    async def run_writer(self) -> None:
+        """Write what the core queues until the connection is closed."""
+        core = self.core
+        while not self._closed:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            buffers = core.buffers_to_send()
+            if not buffers:
+                continue
+            try:
+                for buffer in buffers:
+                    await self.stream.send_all(buffer)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+
+    async def aclose(self) -> None:
+        """Write what is left, then close the stream."""
+        self._closed = True
+        self._wake.set()
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            for buffer in self.core.buffers_to_send():
+                await self.stream.send_all(buffer)
+        with trio.CancelScope(shield=True):
+            await trio.aclose_forcefully(self.stream)
+
+
+async def serve_stream_0_10(
+    stream: trio.abc.Stream,
+    handler: Callable[[ServerConnection010], Awaitable[None]],
+    *,
+    config: ConnectionConfig | None = None,
+    header_consumed: bool = False,
+    peer: str = "",
+) -> None:
+    """Run *handler* on one 0-10 connection over *stream*, with its writer task; close the
+    stream when the handler returns."""
+    conn = ServerConnection010(stream, config, header_consumed=header_consumed, peer=peer)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(conn.run_writer)
+            try:
+                await handler(conn)
+            finally:
+                nursery.cancel_scope.cancel()
+    finally:
+        await conn.aclose()
