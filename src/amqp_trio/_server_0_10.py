@@ -82,27 +82,28 @@ class ServerConnection010:
             core.handle_timer(trio.current_time())
 
     async def run_writer(self) -> None:
-        """Write what the core queues until the connection is closed."""
+        """Write what the core queues; after :meth:`finish`, what is left, then return."""
         core = self.core
-        while not self._closed:
+        while True:
             await self._wake.wait()
             self._wake = trio.Event()
             buffers = core.buffers_to_send()
-            if not buffers:
-                continue
             try:
                 for buffer in buffers:
                     await self.stream.send_all(buffer)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
+            if self._closed:
+                return
 
-    async def aclose(self) -> None:
-        """Write what is left, then close the stream."""
+    def finish(self) -> None:
+        """The handler is done: the writer writes what is left and returns."""
         self._closed = True
         self._wake.set()
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            for buffer in self.core.buffers_to_send():
-                await self.stream.send_all(buffer)
+
+    async def aclose(self) -> None:
+        """Close the stream."""
+        self.finish()
         with trio.CancelScope(shield=True):
             await trio.aclose_forcefully(self.stream)
 
@@ -114,9 +115,11 @@ async def serve_stream_0_10(
     config: ConnectionConfig | None = None,
     header_consumed: bool = False,
     peer: str = "",
+    linger: float = 5.0,
 ) -> None:
     """Run *handler* on one 0-10 connection over *stream*, with its writer task; close the
-    stream when the handler returns."""
+    stream when the handler returned and what it left queued was written (at most *linger*
+    seconds later)."""
     conn = ServerConnection010(stream, config, header_consumed=header_consumed, peer=peer)
     try:
         async with trio.open_nursery() as nursery:
@@ -124,6 +127,8 @@ async def serve_stream_0_10(
             try:
                 await handler(conn)
             finally:
-                nursery.cancel_scope.cancel()
+                conn.finish()
+                # the last output (a close-ok) gets a moment to leave, never forever
+                nursery.cancel_scope.deadline = trio.current_time() + linger
     finally:
         await conn.aclose()
