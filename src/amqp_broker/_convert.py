@@ -109,7 +109,7 @@ def from_0_10(headers: tuple[Struct, ...]) -> tuple[str, BasicProperties]:
 
 
 def to_0_10(
-    exchange: str, routing_key: str, properties: BasicProperties, body_size: int, redelivered: bool
+    exchange: str, routing_key: str, properties: BasicProperties, redelivered: bool
 ) -> tuple[Struct, ...]:
     """The header segment of a transfer delivering a model message."""
     headers: Map | None = None
@@ -144,7 +144,6 @@ def to_0_10(
         routing_key=routing_key,
     )
     message = MessageProperties(
-        content_length=body_size,
         message_id=message_id,
         correlation_id=None
         if properties.correlation_id is None
@@ -156,4 +155,11 @@ def to_0_10(
         app_id=None if properties.app_id is None else properties.app_id.encode(),
         application_headers=headers,
     )
+    # message-properties only when it holds something: byte credit counts the header
+    # segment, and qpidd's header for a bare message is delivery-properties alone
+    if message == _EMPTY:
+        return (delivery,)
     return (delivery, message)
+
+
+_EMPTY: Final = MessageProperties()

@@ -9,6 +9,7 @@ on is not read until it clears).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Final, NoReturn
 
@@ -77,7 +78,14 @@ async def handle_0_10(
                     return
                 if type(event) is ConnectionOpened:
                     opened = True
-                session.handle(event)
+                try:
+                    session.handle(event)
+                except Exception:
+                    # a bug of ours must not take the listener down: this client goes
+                    logger.exception("0-10 client %s: internal error", peer)
+                    with contextlib.suppress(ProtocolError):
+                        conn.core.close(541, "internal error")
+                    return
                 if type(event) is MessageReceived and memory.alarmed:
                     cleared = trio.Event()
                     await cleared.wait()  # blocked: the socket is not read meanwhile

@@ -25,6 +25,7 @@ from amqp_sansio.v0_10 import (
     AcquireMode,
     AuthenticationRequested,
     CommandReceived,
+    CommandsCompleted,
     ConnectionClosed,
     ConnectionLost,
     Credit,
@@ -70,6 +71,7 @@ from ._channel import _Unacked
 from ._convert import field_value, from_0_10, map_value, to_0_10
 from ._errors import BrokerError
 from ._fields import freeze
+from ._message import Message
 from ._queues import Consumer, Entry
 from ._routing import EXCHANGE_TYPES
 from ._session import parse_credentials
@@ -82,7 +84,6 @@ if TYPE_CHECKING:
 
     from ._broker import Broker
     from ._channel import ModelChannel, ModelConnection
-    from ._message import Message
     from ._queues import Queue
 
 __all__ = ["Session010"]
@@ -95,10 +96,18 @@ _ALTERNATE: Final = "alternate-exchange"
 
 def _header_size(exchange: str, message: Message) -> int:
     out = bytearray()
-    encode_header_segment(
-        out, to_0_10(exchange, message.routing_key, message.properties, message.size, False)
-    )
+    encode_header_segment(out, to_0_10(exchange, message.routing_key, message.properties, False))
     return len(out)
+
+
+class _Refused(Exception):
+    """A refusal with a 0-10 error code the 0-9-1 model has no reply code for (531, 541,
+    542)."""
+
+    def __init__(self, code: int, text: str) -> None:
+        super().__init__(text)
+        self.reply_code = code
+        self.reply_text = text
 
 
 @final
@@ -172,14 +181,29 @@ class _Delivery:
 class _Channel:
     """One attached 0-10 session's model channel and its transfers."""
 
-    __slots__ = ("core", "deliveries", "model", "subscriptions", "tx")
+    __slots__ = (
+        "core",
+        "deliveries",
+        "model",
+        "owner",
+        "subscribed",
+        "subscriptions",
+        "tx",
+        "tx_accepted",
+    )
 
-    def __init__(self, core: CoreSession, model: ModelChannel) -> None:
+    def __init__(self, core: CoreSession, owner: ModelConnection, model: ModelChannel) -> None:
         self.core = core
+        #: The session's own model connection: 0-10 exclusivity is per session.
+        self.owner = owner
         self.model = model
         self.subscriptions: dict[str, _Subscription] = {}
         self.deliveries: dict[int, _Delivery] = {}
         self.tx = False
+        #: Deliveries accepted in the open transaction (back to unsettled on rollback).
+        self.tx_accepted: dict[int, _Delivery] = {}
+        #: Auto-delete queues this session subscribed to (checked when it ends).
+        self.subscribed: dict[str, Queue] = {}
 
 
 @final
@@ -211,6 +235,11 @@ class Session010:
         elif cls is CommandReceived:
             assert isinstance(event, CommandReceived)
             self._guard(event.channel, event.command_id, lambda ch: self._command(ch, event))
+        elif cls is CommandsCompleted:
+            assert isinstance(event, CommandsCompleted)
+            channel = self.channels.get(event.channel)
+            if channel is not None:
+                self._redispatch(channel)
         elif cls is SessionOpened:
             assert isinstance(event, SessionOpened)
             self._attached(event.channel)
@@ -262,16 +291,67 @@ class Session010:
         connection = self.connection
         if connection is None:
             return
-        model = connection.open_channel(number)
-        self.channels[number] = _Channel(self.core.session(number), model)
+        owner = self.broker.connect(
+            connection.vhost.name, self, cancel_notify=False, user=connection.user
+        )
+        owner.vhost.connections -= 1  # a session, not a connection: not counted against limits
+        model = owner.open_channel(number)
+        self.channels[number] = _Channel(self.core.session(number), owner, model)
 
     def _detached(self, number: int) -> None:
+        """The session ended: give back what it held (redelivered), then delete its exclusive
+        queues and the auto-delete queues it left unused (their messages go to their alternate
+        exchanges)."""
         channel = self.channels.pop(number, None)
-        if channel is None or self.connection is None:
+        if channel is None:
             return
         for sub in list(channel.subscriptions.values()):
-            channel.model.drop_consumer(sub, notify=False)
-        self.connection.close_channel(number)
+            self._drop(channel, sub, auto_delete=False)
+        channel.subscriptions.clear()
+        owner = channel.owner
+        owner.close_channel(number)
+        doomed = {id(q): q for q in owner.exclusive_queues.values()}
+        for queue in channel.subscribed.values():
+            if queue.auto_delete and not queue.consumers:
+                doomed[id(queue)] = queue
+        for queue in doomed.values():
+            self._delete_queue(queue)
+        owner.vhost.connections += 1
+        owner.close()
+
+    def _drop(self, channel: _Channel, sub: _Subscription, *, auto_delete: bool = True) -> None:
+        """Remove a subscription; an auto-delete queue not exclusive to a session goes when
+        its last subscriber does."""
+        model = channel.model
+        model.consumers.pop(sub.tag, None)
+        queue = sub.queue
+        if sub in queue.consumers:
+            queue.consumers.remove(sub)
+        for record in model.unacked.values():
+            if record.consumer is sub:
+                record.consumer = None
+                model.consumer_unacked -= 1
+        if (
+            auto_delete
+            and queue.auto_delete
+            and queue.exclusive_owner is None
+            and not queue.consumers
+            and not queue.deleted
+        ):
+            self._delete_queue(queue)
+
+    def _delete_queue(self, queue: Queue) -> None:
+        """Delete *queue*; its ready messages go to its alternate exchange."""
+        if queue.deleted or self.connection is None:
+            return
+        alternate = queue.arguments.get(_ALTERNATE)
+        if isinstance(alternate, str):
+            while queue.ready:
+                self._to_alternate(queue, queue.pop().message)
+        owner = queue.exclusive_owner
+        if owner is not None:
+            owner.exclusive_queues.pop(queue.name, None)
+        self.connection.vhost.delete_queue(queue)
 
     def _guard(self, number: int, command_id: int, action: Callable[[_Channel], None]) -> None:
         """Run *action* for a command; a refusal becomes ``execution.exception``."""
@@ -280,7 +360,7 @@ class Session010:
             return
         try:
             action(channel)
-        except BrokerError as exc:
+        except (BrokerError, _Refused) as exc:
             code = exc.reply_code
             if code == 506:
                 code = ErrorCode.RESOURCE_LIMIT_EXCEEDED
@@ -313,18 +393,43 @@ class Session010:
         routing_key, properties = from_0_10(event.headers)
         exchange = event.transfer.destination or ""
         body = event.body
-        if channel.tx:
-            channel.model.publish(exchange, routing_key, properties, body)
+        model = channel.model
+        vhost = model.vhost
+        if exchange not in vhost.exchanges:
+            raise BrokerError(404, f"no exchange '{exchange}'")
+        local = None if channel.tx else self._local_no_local_queues()
+        if not local:
+            model.publish(exchange, routing_key, properties, body)
         else:
-            model = channel.model
-            try:
-                model.publish(exchange, routing_key, properties, body)
-            except BrokerError as exc:
-                if exc.reply_code == 404:
-                    raise BrokerError(404, f"no exchange '{exchange}'") from None
-                raise
+            # qpidd's no-local queue argument: this connection's own messages skip the
+            # no-local queues it owns (or subscribes to exclusively)
+            if model.connection.permission is not None:
+                model.connection.check("write", "exchange", exchange)
+            source = vhost.exchanges[exchange]
+            message = Message(source.name, routing_key, properties, body)
+            for queue in vhost.route(source, routing_key, properties.headers):
+                if id(queue) not in local:
+                    vhost.enqueue(queue, message)
         self._complete(channel, event.command_id)
         self._pump_browsers()
+
+    def _local_no_local_queues(self) -> set[int]:
+        """Ids of the no-local queues this connection owns or subscribes to exclusively."""
+        owners = {id(ch.owner) for ch in self.channels.values()}
+        found: set[int] = set()
+        for ch in self.channels.values():
+            for queue in ch.owner.vhost.queues.values():
+                if not _truthy(queue.arguments.get("no-local")):
+                    continue
+                owner = queue.exclusive_owner
+                if (owner is not None and id(owner) in owners) or any(
+                    c.exclusive and c.channel is other.model
+                    for c in queue.consumers
+                    for other in self.channels.values()
+                ):
+                    found.add(id(queue))
+            break  # one vhost: every session's
+        return found
 
     # --- exchanges ----------------------------------------------------------------------------
 
@@ -354,7 +459,7 @@ class Session010:
         arguments = dict(_table(command.arguments))
         if alternate:
             arguments[_ALTERNATE] = alternate
-        if name.startswith("amq."):
+        if name.startswith(("amq.", "qpid.")):
             raise BrokerError(530, f"exchange name '{name}' is reserved")
         channel.model.exchange_declare(
             name,
@@ -366,6 +471,8 @@ class Session010:
 
     def _exchange_delete(self, channel: _Channel, command: ExchangeDelete) -> None:
         name = command.exchange or ""
+        if not name:
+            raise _Refused(542, "the default exchange cannot be deleted")
         vhost = channel.model.vhost
         exchange = vhost.exchanges.get(name)
         if exchange is None:
@@ -394,6 +501,10 @@ class Session010:
         queue = command.queue or ""
         exchange = command.exchange or ""
         vhost = channel.model.vhost
+        if not exchange:
+            raise _Refused(542, "the default exchange cannot be bound to")
+        if not queue:
+            raise _Refused(531, "no queue named")
         if queue not in vhost.queues:
             raise BrokerError(404, f"no queue '{queue}'")
         if exchange not in vhost.exchanges:
@@ -401,23 +512,26 @@ class Session010:
         key = command.binding_key
         if key is None:
             key = queue if vhost.exchanges[exchange].type != "fanout" else ""
-        channel.model.queue_bind(queue, exchange, key, _table(command.arguments))
+        arguments = _table(command.arguments)
+        if vhost.exchanges[exchange].type == "headers" and arguments.get("x-match") not in (
+            "all",
+            "any",
+        ):
+            raise _Refused(541, "a headers binding needs x-match all or any")
+        channel.model.queue_bind(queue, exchange, key, arguments)
 
     def _exchange_unbind(self, channel: _Channel, command: ExchangeUnbind) -> None:
         queue = command.queue or ""
         exchange = command.exchange or ""
         vhost = channel.model.vhost
+        if not exchange:
+            raise _Refused(542, "the default exchange cannot be unbound from")
         if queue not in vhost.queues:
             raise BrokerError(404, f"no queue '{queue}'")
         if exchange not in vhost.exchanges:
             raise BrokerError(404, f"no exchange '{exchange}'")
         key = command.binding_key or ""
         source = vhost.exchanges[exchange]
-        if not any(
-            b.destination is vhost.queues[queue] and b.routing_key == key
-            for b in source.bindings.values()
-        ):
-            raise BrokerError(404, f"no binding of '{queue}' to '{exchange}' with key '{key}'")
         for binding in list(source.bindings.values()):
             if binding.destination is vhost.queues[queue] and binding.routing_key == key:
                 channel.model.queue_unbind(queue, exchange, key, binding.arguments)
@@ -436,11 +550,14 @@ class Session010:
         to_queue = [b for b in bindings if queue is None or b.destination is queue]
         if command.queue is not None and queue is not None:
             result.queue_not_matched = not to_queue
+        # qpidd: a key (or arguments) is matched among the queue's bindings when the queue is
+        # bound, else among all the exchange's bindings
+        among = to_queue if to_queue else bindings
         if command.binding_key is not None:
-            result.key_not_matched = not any(b.routing_key == command.binding_key for b in to_queue)
+            result.key_not_matched = not any(b.routing_key == command.binding_key for b in among)
         if command.arguments is not None:
             wanted = freeze(dict(_table(command.arguments)))
-            result.args_not_matched = not any(freeze(dict(b.arguments)) == wanted for b in to_queue)
+            result.args_not_matched = not any(freeze(dict(b.arguments)) == wanted for b in among)
         return result
 
     # --- queues -------------------------------------------------------------------------------
@@ -450,10 +567,17 @@ class Session010:
         vhost = channel.model.vhost
         alternate = command.alternate_exchange
         existing = vhost.queues.get(name)
+        if not name:
+            raise _Refused(531, "no queue named")
+        if existing is not None:
+            owner = existing.exclusive_owner
+            if command.exclusive and owner is not channel.owner:
+                raise BrokerError(405, f"queue '{name}' is not exclusive to this session")
+            if not command.passive and owner is not None and owner is not channel.owner:
+                raise BrokerError(405, f"queue '{name}' is exclusive to another session")
         if command.passive:
             if existing is None:
                 raise BrokerError(404, f"no queue '{name}'")
-            channel.model._check_owner(existing)
             return
         if alternate and alternate not in vhost.exchanges:
             raise BrokerError(404, f"no alternate exchange '{alternate}'")
@@ -461,9 +585,6 @@ class Session010:
             current = existing.arguments.get(_ALTERNATE)
             if alternate and current != alternate:
                 raise BrokerError(530, f"queue '{name}' has another alternate exchange")
-            owner = existing.exclusive_owner
-            if owner is not None and owner is not channel.model.connection:
-                raise BrokerError(405, f"queue '{name}' is exclusive to another session")
             return
         arguments = {
             k: v for k, v in _table(command.arguments).items() if not k.startswith("qpid.")
@@ -480,6 +601,8 @@ class Session010:
 
     def _queue_delete(self, channel: _Channel, command: QueueDelete) -> None:
         name = command.queue or ""
+        if not name:
+            raise _Refused(531, "no queue named")
         vhost = channel.model.vhost
         queue = vhost.queues.get(name)
         if queue is None:
@@ -489,14 +612,13 @@ class Session010:
             raise BrokerError(406, f"queue '{name}' in use")
         if command.if_empty and queue.message_count:
             raise BrokerError(406, f"queue '{name}' not empty")
-        alternate = queue.arguments.get(_ALTERNATE)
-        if isinstance(alternate, str):
-            while queue.ready:
-                self._to_alternate(queue, queue.pop().message)
-        channel.model.queue_delete(name)
+        channel.owner.check("configure", "queue", name)
+        self._delete_queue(queue)
 
     def _queue_purge(self, channel: _Channel, command: QueuePurge) -> None:
         name = command.queue or ""
+        if not name:
+            raise _Refused(531, "no queue named")
         if name not in channel.model.vhost.queues:
             raise BrokerError(404, f"no queue '{name}'")
         channel.model.queue_purge(name)
@@ -537,6 +659,8 @@ class Session010:
         model = channel.model
         name = command.queue or ""
         destination = command.destination or ""
+        if not name:
+            raise _Refused(531, "no queue named")
         queue = model.vhost.queues.get(name)
         if queue is None:
             raise BrokerError(404, f"no queue '{name}'")
@@ -558,6 +682,8 @@ class Session010:
             exclusive=exclusive,
         )
         channel.subscriptions[destination] = sub
+        if queue.auto_delete:
+            channel.subscribed[queue.name] = queue
         if sub.acquire_mode == AcquireMode.PRE_ACQUIRED:
             model.consumers[destination] = sub
             queue.consumers.append(sub)
@@ -569,7 +695,7 @@ class Session010:
         if sub is None:
             raise BrokerError(404, f"no subscription '{destination}'")
         if sub.acquire_mode == AcquireMode.PRE_ACQUIRED:
-            channel.model.drop_consumer(sub, notify=False)
+            self._drop(channel, sub)
 
     def _credit_changed(self, channel: _Channel, command: Command) -> None:
         """The core applied the credit command: deliver what it allows now."""
@@ -581,6 +707,15 @@ class Session010:
             self._browse(channel, sub)
         else:
             channel.model.vhost.dispatch(sub.queue)
+
+    def _redispatch(self, channel: _Channel) -> None:
+        """Window mode: completions gave credit back; deliver what it allows."""
+        for sub in list(channel.subscriptions.values()):
+            if sub.acquire_mode == AcquireMode.NOT_ACQUIRED:
+                self._browse(channel, sub)
+            elif not sub.queue.deleted:
+                channel.model.vhost.dispatch(sub.queue)
+        self.wake()
 
     def _pump_browsers(self) -> None:
         for channel in self.channels.values():
@@ -602,9 +737,7 @@ class Session010:
     def _transfer(
         self, channel: _Channel, sub: _Subscription, message: Message, redelivered: bool
     ) -> int | None:
-        headers = to_0_10(
-            message.exchange, message.routing_key, message.properties, message.size, redelivered
-        )
+        headers = to_0_10(message.exchange, message.routing_key, message.properties, redelivered)
         try:
             return channel.core.transfer(
                 sub.destination,
@@ -657,26 +790,30 @@ class Session010:
 
     # --- settling -----------------------------------------------------------------------------
 
-    def _take(self, channel: _Channel, transfers: object) -> list[_Delivery]:
-        taken: list[_Delivery] = []
-        for command_id in transfers or ():  # type: ignore[attr-defined]
+    def _take(
+        self, channel: _Channel, transfers: SequenceSet | None
+    ) -> list[tuple[int, _Delivery]]:
+        taken: list[tuple[int, _Delivery]] = []
+        for command_id in transfers or ():
             delivery = channel.deliveries.pop(command_id, None)
             if delivery is not None:
-                taken.append(delivery)
+                taken.append((command_id, delivery))
         return taken
 
     def _accept(self, channel: _Channel, command: MessageAccept) -> None:
-        for delivery in self._take(channel, command.transfers):
+        for command_id, delivery in self._take(channel, command.transfers):
             if delivery.tag is not None:
                 channel.model.ack(delivery.tag)
+                if channel.tx:
+                    channel.tx_accepted[command_id] = delivery
 
     def _release(self, channel: _Channel, command: MessageRelease) -> None:
-        for delivery in self._take(channel, command.transfers):
+        for _, delivery in self._take(channel, command.transfers):
             if delivery.tag is not None:
                 channel.model.nack(delivery.tag, requeue=True)
 
     def _reject(self, channel: _Channel, command: MessageReject) -> None:
-        for delivery in self._take(channel, command.transfers):
+        for _, delivery in self._take(channel, command.transfers):
             if delivery.tag is None:
                 continue
             record = channel.model.unacked.get(delivery.tag)
@@ -713,11 +850,25 @@ class Session010:
         channel.tx = True
 
     def _tx_commit(self, channel: _Channel, command: TxCommit) -> None:
+        if not channel.tx:
+            raise BrokerError(503, "the session is not transactional")
         channel.model.tx_commit()
+        channel.tx_accepted.clear()
         self._pump_browsers()
 
     def _tx_rollback(self, channel: _Channel, command: TxRollback) -> None:
+        if not channel.tx:
+            raise BrokerError(503, "the session is not transactional")
         channel.model.tx_rollback()
+        channel.deliveries.update(channel.tx_accepted)
+        channel.tx_accepted.clear()
+
+
+def _truthy(value: object) -> bool:
+    value = getattr(value, "value", value)
+    if isinstance(value, str):
+        return value.lower() in ("true", "1", "yes")
+    return bool(value)
 
 
 def _table(value: Map | None) -> FieldTable:

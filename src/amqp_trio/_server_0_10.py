@@ -11,7 +11,6 @@ connection). Heartbeats run from the core's timer.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from typing import TYPE_CHECKING, Final, final
 
