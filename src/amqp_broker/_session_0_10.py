@@ -77,7 +77,7 @@ from ._routing import EXCHANGE_TYPES
 from ._session import parse_credentials
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from amqp_sansio import FieldTable
     from amqp_sansio.v0_10 import Command, Connection, Event, Map, Struct
@@ -511,7 +511,7 @@ class Session010:
             raise BrokerError(404, f"no exchange '{exchange}'")
         key = command.binding_key
         if key is None:
-            key = queue if vhost.exchanges[exchange].type != "fanout" else ""
+            key = queue if vhost.exchanges[exchange].type in ("direct", "topic") else ""
         arguments = _table(command.arguments)
         if vhost.exchanges[exchange].type == "headers" and arguments.get("x-match") not in (
             "all",
@@ -808,18 +808,20 @@ class Session010:
                     channel.tx_accepted[command_id] = delivery
 
     def _release(self, channel: _Channel, command: MessageRelease) -> None:
-        for _, delivery in self._take(channel, command.transfers):
-            if delivery.tag is not None:
-                channel.model.nack(delivery.tag, requeue=True)
+        with _outside_tx(channel.model):
+            for _, delivery in self._take(channel, command.transfers):
+                if delivery.tag is not None:
+                    channel.model.nack(delivery.tag, requeue=True)
 
     def _reject(self, channel: _Channel, command: MessageReject) -> None:
-        for _, delivery in self._take(channel, command.transfers):
-            if delivery.tag is None:
-                continue
-            record = channel.model.unacked.get(delivery.tag)
-            channel.model.ack(delivery.tag)
-            if record is not None:
-                self._to_alternate(delivery.queue, record.entry.message)
+        with _outside_tx(channel.model):
+            for _, delivery in self._take(channel, command.transfers):
+                if delivery.tag is None:
+                    continue
+                record = channel.model.unacked.get(delivery.tag)
+                channel.model.ack(delivery.tag)
+                if record is not None:
+                    self._to_alternate(delivery.queue, record.entry.message)
 
     def _acquire(self, channel: _Channel, command: MessageAcquire) -> Acquired:
         acquired: list[int] = []
@@ -862,6 +864,18 @@ class Session010:
         channel.model.tx_rollback()
         channel.deliveries.update(channel.tx_accepted)
         channel.tx_accepted.clear()
+
+
+@contextlib.contextmanager
+def _outside_tx(model: ModelChannel) -> Iterator[None]:
+    """0-10 transactions cover accepts and transfers only: a release or reject inside one
+    takes effect at once."""
+    transactional = model.transactional
+    model.transactional = False
+    try:
+        yield
+    finally:
+        model.transactional = transactional
 
 
 def _truthy(value: object) -> bool:

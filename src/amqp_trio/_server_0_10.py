@@ -86,10 +86,13 @@ class ServerConnection010:
         while True:
             await self._wake.wait()
             self._wake = trio.Event()
-            buffers = core.buffers_to_send()
             try:
-                for buffer in buffers:
-                    await self.stream.send_all(buffer)
+                # after finish(), also what was queued while the last write was under way
+                while buffers := core.buffers_to_send():
+                    for buffer in buffers:
+                        await self.stream.send_all(buffer)
+                    if not self._closed:
+                        break
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
             if self._closed:
