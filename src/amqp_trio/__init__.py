@@ -20,10 +20,12 @@ from ._connection import Connection, connect, connect_stream
 from ._message import Message
 from ._server import ConnectionHandler, ServerConnection, serve, serve_stream
 from ._server_0_10 import ServerConnection010, serve_stream_0_10
+from ._v0_10 import Connection010, Session010, Subscription010, connect_0_10
 
 __all__ = [
     "Channel",
     "Connection",
+    "Connection010",
     "ConnectionHandler",
     "Consumer",
     "Message",
@@ -31,7 +33,10 @@ __all__ = [
     "Publisher",
     "ServerConnection",
     "ServerConnection010",
+    "Session010",
+    "Subscription010",
     "connect",
+    "connect_0_10",
     "connect_stream",
     "serve",
     "serve_stream",

@@ -52,7 +52,7 @@ def test_qpid_broker_0_10_suite(tmp_path: Path) -> None:
     with brokers_in_thread(len(HALVES)) as ports:
         runs = []
         for half, port in zip(HALVES, ports, strict=True):
-            xml = tmp_path / f"{port}.xml"
+            xml = tmp_path / f"{port.amqp_0_10}.xml"
             patterns = [f"{SUITE}.{module}.*" for module in half]
             process = subprocess.Popen(
                 [
@@ -61,7 +61,7 @@ def test_qpid_broker_0_10_suite(tmp_path: Path) -> None:
                     "-m",
                     "qpid_tests",
                     "-b",
-                    f"127.0.0.1:{port}",
+                    f"127.0.0.1:{port.amqp_0_10}",
                     "-x",
                     str(xml),
                     *patterns,

@@ -1,15 +1,16 @@
-"""The embedded broker serving AMQP 0-10 from a thread, for tests of 0-10 clients.
+"""The embedded broker serving AMQP 0-10 (and 0-9-1) from a thread, for tests of 0-10
+clients.
 
 :func:`brokers_in_thread` starts *count* independent brokers (each its own model, so tests
-that use fixed queue names can run against them at once), each listening on a free port, in
-one Trio thread; it yields their ports and stops them at the end of the block.
+that use fixed queue names can run against them at once), each listening on free ports, in
+one Trio thread; it yields their :class:`Ports` and stops them at the end of the block.
 """
 
 from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import trio
 
@@ -18,12 +19,24 @@ import amqp_broker
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-__all__ = ["brokers_in_thread"]
+__all__ = ["Ports", "brokers_in_thread"]
+
+
+class Ports(NamedTuple):
+    """Where one broker listens: 0-10 clients on ``amqp_0_10``, 0-9-1 ones on
+    ``amqp_0_9_1``."""
+
+    amqp_0_10: int
+    amqp_0_9_1: int
+
+    def url(self, protocol: str = "0-10") -> str:
+        port = self.amqp_0_10 if protocol == "0-10" else self.amqp_0_9_1
+        return f"amqp://guest:guest@127.0.0.1:{port}/"
 
 
 @contextmanager
-def brokers_in_thread(count: int = 1) -> Iterator[list[int]]:
-    ports: list[int] = []
+def brokers_in_thread(count: int = 1) -> Iterator[list[Ports]]:
+    ports: list[Ports] = []
     failure: list[BaseException] = []
     started = threading.Event()
     holder: list[tuple[trio.lowlevel.TrioToken, trio.Event]] = []
@@ -32,8 +45,15 @@ def brokers_in_thread(count: int = 1) -> Iterator[list[int]]:
         stop = trio.Event()
         async with trio.open_nursery() as nursery:
             for _ in range(count):
-                listeners = await nursery.start(amqp_broker.serve_0_10, amqp_broker.make_broker())
-                ports.append(int(listeners[0].socket.getsockname()[1]))
+                broker = amqp_broker.make_broker()
+                listeners = await nursery.start(amqp_broker.serve_0_10, broker)
+                listeners_091 = await nursery.start(amqp_broker.serve, broker, "127.0.0.1", 0)
+                ports.append(
+                    Ports(
+                        int(listeners[0].socket.getsockname()[1]),
+                        int(listeners_091[0].socket.getsockname()[1]),
+                    )
+                )
             holder.append((trio.lowlevel.current_trio_token(), stop))
             started.set()
             await stop.wait()
