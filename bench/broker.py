@@ -42,6 +42,7 @@ import uuid
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from _e2e_libs import Case, run_amqp_trio
 from _raw import RawClient
@@ -97,17 +98,33 @@ def process_cpu(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICK
 
 
-def find_rabbitmq_pid() -> int | None:
-    """The pid of the local Erlang VM (``beam.smp``) when exactly one runs, else None."""
-    found = []
+def find_rabbitmq_pid(port: int) -> int | None:
+    """The pid of the process listening on ``port`` (RabbitMQ's Erlang VM), else None.
+
+    By the listening socket, not by the name ``beam.smp``: a test may run a second node."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            # local address is HOST:PORT in hex; state 0A is LISTEN; field 9 is the inode
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
+                inodes.add(f"socket:[{fields[9]}]")
+    if not inodes:
+        return None
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if (entry / "comm").read_text().strip() == "beam.smp":
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found[0] if len(found) == 1 else None
+        if not entry.name.isdigit():
+            continue
+        try:
+            for fd in (entry / "fd").iterdir():
+                if os.readlink(fd) in inodes:
+                    return int(entry.name)
+        except OSError:
+            continue  # gone, or not ours to read
+    return None
 
 
 class EmbeddedBroker:
@@ -356,7 +373,7 @@ def main() -> int:
     try:
         where = {"rabbitmq": args.url, "embedded": embedded.url if embedded else ""}
         pids = {
-            "rabbitmq": find_rabbitmq_pid(),
+            "rabbitmq": find_rabbitmq_pid(urlsplit(args.url).port or 5672),
             "embedded": embedded.process.pid if embedded else None,
         }
         load = os.getloadavg()

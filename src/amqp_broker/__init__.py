@@ -5,7 +5,8 @@ on a port; :func:`running` (Trio) and :func:`run_in_thread` (synchronous code) s
 free port and yield its URL. :class:`Broker` is the sans-IO model and :class:`Session` turns one
 server-role core's events into model calls, so both are testable without sockets.
 :class:`BrokerOptions` holds the limits, timeouts and flow control (RabbitMQ's defaults), and
-:class:`User`/:class:`Permission` the users and what they may do.
+:class:`User`/:class:`Permission` the users and what they may do. :func:`memory_server` is a
+server factory for ``amqp_sansio.testing`` (``MemoryConnection``, ``fault_sweep``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from ._broker import Broker
 from ._channel import DeliverySink, GetResult, ModelChannel, ModelConnection, PublishOutcome
 from ._errors import BrokerError
+from ._inmemory import MemoryServer, MemoryServerSide, memory_server
 from ._message import Message
 from ._options import BrokerOptions
 from ._permissions import Permission, User
@@ -20,7 +22,7 @@ from ._queues import QueueInfo
 from ._routing import topic_matches
 from ._server import make_broker, run_in_thread, running, serve, shutdown
 from ._server_0_10 import handle_0_10, serve_0_10
-from ._session import Session, SessionTransport, parse_credentials
+from ._session import Session, SessionTransport
 
 __all__ = [
     "Broker",
@@ -28,6 +30,8 @@ __all__ = [
     "BrokerOptions",
     "DeliverySink",
     "GetResult",
+    "MemoryServer",
+    "MemoryServerSide",
     "Message",
     "ModelChannel",
     "ModelConnection",
@@ -39,7 +43,7 @@ __all__ = [
     "User",
     "handle_0_10",
     "make_broker",
-    "parse_credentials",
+    "memory_server",
     "run_in_thread",
     "running",
     "serve",

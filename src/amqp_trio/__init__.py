@@ -18,7 +18,14 @@ from amqp_sansio.client.exports import *  # noqa: F403  (the exceptions, Connect
 from ._channel import Channel, Consumer, Publisher, PublishTicket
 from ._connection import Connection, connect, connect_stream
 from ._message import Message
-from ._server import ConnectionHandler, ServerConnection, serve, serve_stream
+from ._server import (
+    ConnectionHandler,
+    ServerConnection,
+    read_protocol_header,
+    serve,
+    serve_stream,
+    serve_streams,
+)
 from ._server_0_10 import ServerConnection010, serve_stream_0_10
 from ._v0_10 import Connection010, Session010, Subscription010, connect_0_10
 
@@ -38,9 +45,11 @@ __all__ = [
     "connect",
     "connect_0_10",
     "connect_stream",
+    "read_protocol_header",
     "serve",
     "serve_stream",
     "serve_stream_0_10",
+    "serve_streams",
 ]
 __all__ += _exports.__all__
 

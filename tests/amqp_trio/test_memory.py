@@ -30,6 +30,8 @@ from amqp_sansio import (
     BasicQosOk,
     ChannelClosed,
     ChannelOpened,
+    ConfirmSelect,
+    ConfirmSelectOk,
     ConnectionBlocked,
     ConnectionClosed,
     ConnectionConfig,
@@ -369,6 +371,44 @@ async def test_server_close_fails_pending_call_and_consumer(
             assert conn.close_error is info.value
             with pytest.raises(amqp_trio.ConnectionForced):
                 await conn.open_channel()
+
+
+async def test_server_close_leaves_pending_confirms_unknown(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Issue 17, defect 4: publishes pending when the broker closes the connection may have
+    been routed: their outcome is unknown, never the 320 itself nor a nack."""
+
+    async def script(conn: ServerConnection) -> None:
+        await accept(conn)
+        select = await expect(conn, ConfirmSelect)
+        await reply(conn, select.channel, ConfirmSelectOk())
+        for _ in range(3):
+            assert isinstance(await next_request(conn), MessageReceived)
+        conn.core.send_method(select.channel, BasicAck(delivery_tag=1, multiple=False))
+        conn.core.close(320, "CONNECTION_FORCED - broker shutdown")
+        await conn.flush()
+        await conn.next_event()  # close-ok
+
+    async with trio.open_nursery() as nursery:
+        client, _ = await run_server(nursery, script)
+        async with connect(client) as conn, conn.channel() as ch:
+            await ch.confirm_select()
+            async with ch.publisher(window=10) as publisher:
+                tickets = [await publisher.publish(b"m", routing_key="q") for _ in range(3)]
+                await publisher.wait_for_confirms()
+                failures = publisher.take_failures()
+            assert tickets[0].error is None
+            assert [type(t.error) for t in tickets[1:]] == [
+                amqp_trio.PublishOutcomeUnknownError
+            ] * 2
+            assert failures == [t.error for t in tickets[1:]]
+            for ticket in tickets[1:]:
+                error = ticket.error
+                assert isinstance(error, amqp_trio.PublishOutcomeUnknownError)
+                assert isinstance(error.cause, amqp_trio.ConnectionForced)
+                assert "unknown outcome" in str(error)
+            assert (publisher.confirmed, publisher.unknown, publisher.nacked) == (1, 2, 0)
 
 
 async def test_transport_loss_fails_pending_calls(

@@ -24,8 +24,24 @@ from ._confirms import (
     PublishTicketState,
 )
 from ._errors import CloseReason, error_for_close, error_from
+from ._guards import ConsumeBlock, connect_failed
 from ._message import AsyncMessage, AsyncSettler, Message
 from ._params import DEFAULT_URL, AuthMechanism
+from ._recovery import (
+    Recovered,
+    RecoveryAttempt,
+    RecoveryEvent,
+    RecoveryGaveUp,
+    RecoveryLost,
+    RecoveryPlan,
+    RecoveryPolicy,
+    RecoveryState,
+    RecoveryStep,
+    StaleDeliveryError,
+    TopologyRecoveryError,
+    TopologyRestorer,
+    check_settle,
+)
 from ._requests import (
     DEFAULT_CONSUMER_BUFFER,
     REQUESTS,
@@ -50,9 +66,11 @@ from ._router import (
     Router,
     Waiter,
 )
+from ._versions import ADAPTER_VERSIONS, ClientProtocol, ProtocolFallback, client_protocol
 from .exports import *  # noqa: F403  (the exceptions and ConnectionParameters)
 
 __all__ = [
+    "ADAPTER_VERSIONS",
     "DEFAULT_CONSUMER_BUFFER",
     "DEFAULT_URL",
     "REQUESTS",
@@ -60,21 +78,39 @@ __all__ = [
     "AsyncSettler",
     "AuthMechanism",
     "ChannelBook",
+    "ClientProtocol",
     "CloseReason",
     "ConfirmSink",
     "ConfirmTracker",
+    "ConsumeBlock",
     "ConsumerSink",
     "Message",
     "Param",
+    "ProtocolFallback",
     "PublishOutcome",
     "PublishTicketState",
     "PublisherCounts",
+    "Recovered",
+    "RecoveryAttempt",
+    "RecoveryEvent",
+    "RecoveryGaveUp",
+    "RecoveryLost",
+    "RecoveryPlan",
+    "RecoveryPolicy",
+    "RecoveryState",
+    "RecoveryStep",
     "Reply",
     "Request",
     "ReturnSink",
     "Router",
+    "StaleDeliveryError",
+    "TopologyRecoveryError",
+    "TopologyRestorer",
     "Waiter",
+    "check_settle",
     "check_window",
+    "client_protocol",
+    "connect_failed",
     "connection_parameters",
     "consumer_buffer_size",
     "consumer_tag",

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final, Protocol
 
+from .. import ProtocolHeader, ProtocolHeaderRefused, ProtocolVersion
+
 if TYPE_CHECKING:
     from ._message import Message
 
@@ -36,7 +38,9 @@ __all__ = [
     "NotAllowed",
     "NotFound",
     "PreconditionFailed",
+    "ProtocolVersionRefused",
     "PublishNackedError",
+    "PublishOutcomeUnknownError",
     "ResourceError",
     "ResourceLocked",
     "UnexpectedFrame",
@@ -167,6 +171,35 @@ class AMQPNotImplemented(ConnectionClosedError):
     """540 NOT_IMPLEMENTED: e.g. ``basic.reject`` on a RabbitMQ stream queue."""
 
 
+class ProtocolVersionRefused(AMQPNotImplemented):
+    """The server does not speak the version we asked for: it answered our protocol header with
+    its own (``offered``) and closed, as the spec's negotiation says. ``protocol="auto"``
+    reconnects with what it offers; otherwise connect with ``protocol=offered.version.value``.
+
+    :ivar requested: the version we asked for.
+    :ivar offered: the header the server wrote; ``offered.version`` is what it speaks.
+    """
+
+    requested: ProtocolVersion
+    offered: ProtocolHeader
+
+    def __init__(
+        self, reply_text: str, *, requested: ProtocolVersion, offered: ProtocolHeader
+    ) -> None:
+        super().__init__(reply_text, reply_code=540)
+        self.requested = requested
+        self.offered = offered
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_refused, (self.reply_text, self.requested, self.offered.octets))
+
+
+def _rebuild_refused(
+    reply_text: str, requested: ProtocolVersion, offered: bytes
+) -> ProtocolVersionRefused:
+    return ProtocolVersionRefused(reply_text, requested=requested, offered=ProtocolHeader(offered))
+
+
 class InternalError(ConnectionClosedError):
     """541 INTERNAL_ERROR."""
 
@@ -195,6 +228,34 @@ class PublishNackedError(AMQPError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.publish_number,))
+
+
+class PublishOutcomeUnknownError(AMQPError):
+    """The connection or the channel ended before the broker confirmed a publish in confirm
+    mode: the broker may have routed it or not, and nobody can tell. Never a nack (the broker
+    did not refuse it) and never the close error itself (a 320 says why the connection went,
+    not what became of each publish).
+
+    Republish if duplicates are acceptable (consumers deduplicate by message id), or check
+    the queue. :attr:`cause` (also ``__cause__``) is the error that ended the connection or
+    channel.
+    """
+
+    publish_number: int
+    cause: AMQPError | None
+
+    def __init__(self, publish_number: int, cause: AMQPError | None = None) -> None:
+        why = "" if cause is None else f": {cause}"
+        super().__init__(
+            f"publish {publish_number} has an unknown outcome (the broker may or may not have "
+            f"routed it; the connection or channel ended before its confirm{why})"
+        )
+        self.publish_number = publish_number
+        self.cause = cause
+        self.__cause__ = cause
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.publish_number, self.cause))
 
 
 class MessageReturnedError(AMQPError):
@@ -297,7 +358,12 @@ class CloseReason(Protocol):
 def error_from(
     reason: CloseReason, *, connection: bool
 ) -> ChannelClosedError | ConnectionClosedError:
-    """:func:`error_for_close` with the fields of a close event or a protocol error."""
+    """:func:`error_for_close` with the fields of a close event or a protocol error; the
+    server's refusal of our protocol header is a :class:`ProtocolVersionRefused`."""
+    if isinstance(reason, ProtocolHeaderRefused):
+        return ProtocolVersionRefused(
+            reason.reply_text, requested=reason.requested, offered=reason.offered
+        )
     return error_for_close(
         reason.reply_code,
         reason.reply_text,

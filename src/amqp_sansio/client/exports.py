@@ -1,5 +1,6 @@
 """The one list of what every client adapter re-exports from the client layer: the exceptions it
-raises and :class:`~amqp_sansio.client.ConnectionParameters`.
+raises, :class:`~amqp_sansio.client.ConnectionParameters`, and the core's
+:class:`~amqp_sansio.BasicProperties` (a message's properties, to publish with).
 
 ``amqp_trio``, ``amqp_asyncio`` and ``amqp_blocking`` star-import this module, and add its
 ``__all__`` to their own, so the three always offer the same names (mypy and the API docs see
@@ -14,6 +15,7 @@ them through the star import)::
 
 from __future__ import annotations
 
+from .. import BasicProperties
 from ._errors import (
     AccessRefused,
     AMQPError,
@@ -37,7 +39,9 @@ from ._errors import (
     NotAllowed,
     NotFound,
     PreconditionFailed,
+    ProtocolVersionRefused,
     PublishNackedError,
+    PublishOutcomeUnknownError,
     ResourceError,
     ResourceLocked,
     UnexpectedFrame,
@@ -49,6 +53,7 @@ __all__ = [
     "AMQPNotImplemented",
     "AMQPSyntaxError",
     "AccessRefused",
+    "BasicProperties",
     "ChannelClosedError",
     "ChannelError",
     "CommandInvalid",
@@ -68,7 +73,9 @@ __all__ = [
     "NotAllowed",
     "NotFound",
     "PreconditionFailed",
+    "ProtocolVersionRefused",
     "PublishNackedError",
+    "PublishOutcomeUnknownError",
     "ResourceError",
     "ResourceLocked",
     "UnexpectedFrame",

@@ -1,6 +1,8 @@
 """Helpers for protocol tests without sockets: a client/server :class:`ConnectionPair`,
 feeders (whole, one octet at a time, in random pieces), frame builders and a frame parser for
-asserting on the wire.
+asserting on the wire; a client against a server factory in memory (:class:`MemoryConnection`)
+and the fault sweep that cuts a workload at every frame or handshake octet, recovers it and
+checks the recovery invariants (:func:`fault_sweep`).
 
 A typical test::
 
@@ -16,34 +18,50 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING, final
 
-from ._connection import Connection, ConnectionConfig
-from ._events import (
+from .._connection import Connection, ConnectionConfig
+from .._events import (
     NEED_DATA,
     AuthenticationRequested,
     ChannelOpened,
     Event,
     VirtualHostRequested,
 )
-from ._frames import FrameReader, encode_content, encode_method_frame
-from ._generated.spec_0_9_1 import FRAME_MIN_SIZE
-from ._method import Role
-from ._protocol import AMQP_0_9_1
+from .._frames import FrameReader, encode_content, encode_method_frame
+from .._generated.spec_0_9_1 import FRAME_MIN_SIZE
+from .._method import Role
+from .._protocol import AMQP_0_9_1
+from ._sweep import (
+    MemoryConnection,
+    ServerFactory,
+    ServerSide,
+    SweepReport,
+    Workload,
+    fault_sweep,
+    run_workload,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from ._frames import Frame
-    from ._method import Buffer, ContentProperties, Method
-    from ._protocol import ProtocolSpec
+    from .._frames import Frame
+    from .._method import Buffer, ContentProperties, Method
+    from .._protocol import ProtocolSpec
 
 __all__ = [
     "ConnectionPair",
+    "MemoryConnection",
+    "ServerFactory",
+    "ServerSide",
+    "SweepReport",
+    "Workload",
     "content_frames",
+    "fault_sweep",
     "feed",
     "feed_in_pieces",
     "get_all_events",
     "method_frame",
     "parse_frames",
+    "run_workload",
 ]
 
 #: The largest frame the parser in :func:`parse_frames` accepts by default ("no limit").
@@ -186,8 +204,26 @@ class ConnectionPair:
         return self.server if conn is self.client else self.client
 
     def transfer(self, sender: Connection) -> list[Event]:
-        """Move everything *sender* queued to its peer; return the peer's events."""
-        return feed(self.peer(sender), sender.data_to_send(), byte_at_a_time=self.byte_at_a_time)
+        """Move everything *sender* queued to its peer; return the peer's events.
+
+        With nothing queued this moves nothing and returns ``[]`` (the peer is not told the
+        link closed: that is :meth:`end_of_stream`), so calling it "just in case" is safe.
+        """
+        data = sender.data_to_send()
+        if not data:
+            return []
+        return feed(self.peer(sender), data, byte_at_a_time=self.byte_at_a_time)
+
+    def end_of_stream(self, sender: Connection) -> list[Event]:
+        """Close *sender*'s side of the link: its peer receives the end of the stream (``b""``,
+        as when a socket read returns nothing); return the peer's events.
+
+        Whatever *sender* still had queued is moved first. A peer that did not expect the end
+        reports :class:`~amqp_sansio.ConnectionLost`; after this, moving more data to it is a
+        ``RuntimeError``, as for a closed socket.
+        """
+        events = self.transfer(sender)
+        return events + feed(self.peer(sender), b"")
 
     def open_channel(self) -> int:
         """Open a channel from the client and move the open and the open-ok; return its id.
