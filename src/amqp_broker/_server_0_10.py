@@ -47,9 +47,17 @@ def config_0_10(broker: Broker) -> ConnectionConfig:
 
 
 async def handle_0_10(
-    stream: trio.abc.Stream, broker: Broker, *, header_consumed: bool, peer: str = ""
+    stream: trio.abc.Stream,
+    broker: Broker,
+    *,
+    header_consumed: bool,
+    initial: bytes = b"",
+    handshake_timeout: float | None = None,
+    peer: str = "",
 ) -> None:
-    """Serve one 0-10 client over *stream* until it leaves."""
+    """Serve one 0-10 client over *stream* until it leaves. *header_consumed*: the shared
+    port's dispatcher read the protocol header; *initial* is what it read after it.
+    *handshake_timeout* (default the broker's) bounds the time to ``open-ok``."""
 
     async def run(conn: amqp_trio.ServerConnection010) -> None:
         session = Session010(broker, conn.core, wake=conn.schedule_flush, peer=peer)
@@ -60,7 +68,9 @@ async def handle_0_10(
             cleared.set()
 
         memory.on_clear(on_clear)
-        timeout = broker.options.handshake_timeout
+        timeout = (
+            broker.options.handshake_timeout if handshake_timeout is None else handshake_timeout
+        )
         try:
             opened = False
             while not session.finished:
@@ -96,7 +106,12 @@ async def handle_0_10(
             session.end()
 
     await amqp_trio.serve_stream_0_10(
-        stream, run, config=config_0_10(broker), header_consumed=header_consumed, peer=peer
+        stream,
+        run,
+        config=config_0_10(broker),
+        header_consumed=header_consumed,
+        initial=initial,
+        peer=peer,
     )
 
 

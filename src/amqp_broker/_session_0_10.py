@@ -19,6 +19,7 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Final, Never, TypeAlias, cast, final
 
+from amqp_sansio import parse_credentials
 from amqp_sansio.v0_10 import (
     AcceptMode,
     Acquired,
@@ -74,7 +75,6 @@ from ._fields import freeze
 from ._message import Message
 from ._queues import Consumer, Entry
 from ._routing import EXCHANGE_TYPES
-from ._session import parse_credentials
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

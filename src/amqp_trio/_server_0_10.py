@@ -32,7 +32,7 @@ _READ: Final = 65536
 @final
 class ServerConnection010:
     """One 0-10 connection served over *stream*. *header_consumed*: a dispatcher already read
-    the 0-10 protocol header (see ``Connection``)."""
+    the 0-10 protocol header (see ``Connection``); *initial*: what it read after it."""
 
     def __init__(
         self,
@@ -40,10 +40,13 @@ class ServerConnection010:
         config: ConnectionConfig | None = None,
         *,
         header_consumed: bool = False,
+        initial: bytes = b"",
         peer: str = "",
     ) -> None:
         self.stream: Final = stream
         self.core: Final = Connection(Role.SERVER, config, header_consumed=header_consumed)
+        if initial:
+            self.core.receive_data(initial)
         self.peer: Final = peer
         self._wake = trio.Event()
         self._closed = False
@@ -116,13 +119,16 @@ async def serve_stream_0_10(
     *,
     config: ConnectionConfig | None = None,
     header_consumed: bool = False,
+    initial: bytes = b"",
     peer: str = "",
     linger: float = 5.0,
 ) -> None:
     """Run *handler* on one 0-10 connection over *stream*, with its writer task; close the
     stream when the handler returned and what it left queued was written (at most *linger*
     seconds later)."""
-    conn = ServerConnection010(stream, config, header_consumed=header_consumed, peer=peer)
+    conn = ServerConnection010(
+        stream, config, header_consumed=header_consumed, initial=initial, peer=peer
+    )
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(conn.run_writer)

@@ -45,15 +45,11 @@ def brokers_in_thread(count: int = 1) -> Iterator[list[Ports]]:
         stop = trio.Event()
         async with trio.open_nursery() as nursery:
             for _ in range(count):
+                # one port: the broker chooses the protocol by the client's header
                 broker = amqp_broker.make_broker()
-                listeners = await nursery.start(amqp_broker.serve_0_10, broker)
-                listeners_091 = await nursery.start(amqp_broker.serve, broker, "127.0.0.1", 0)
-                ports.append(
-                    Ports(
-                        int(listeners[0].socket.getsockname()[1]),
-                        int(listeners_091[0].socket.getsockname()[1]),
-                    )
-                )
+                listeners = await nursery.start(amqp_broker.serve, broker, "127.0.0.1", 0)
+                port = int(listeners[0].socket.getsockname()[1])
+                ports.append(Ports(port, port))
             holder.append((trio.lowlevel.current_trio_token(), stop))
             started.set()
             await stop.wait()
