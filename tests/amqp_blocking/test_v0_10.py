@@ -35,7 +35,11 @@ def test_topology_and_messages(ports: Ports) -> None:
 
 
 def test_errors_end_the_session(ports: Ports) -> None:
-    run(ports, scenarios.errors_end_the_session)
+    # connect() with protocol="0-10" (and a URL saying so) is connect_0_10()
+    with amqp_blocking.connect(ports.url() + "?protocol=0-10", protocol="0-10") as conn:
+        assert isinstance(conn, amqp_blocking.Connection010)
+        with conn.session() as session:
+            scenarios.errors_end_the_session(session)
 
 
 def test_alternate_in_use(ports: Ports) -> None:

@@ -43,7 +43,15 @@ def test_topology_and_messages(ports: Ports) -> None:
 
 
 def test_errors_end_the_session(ports: Ports) -> None:
-    run(ports, scenarios_0_10.errors_end_the_session)
+    # connect() with protocol="0-10" (and a URL saying so) is connect_0_10()
+    async def main() -> None:
+        url = ports.url() + "?protocol=0-10"
+        async with amqp_trio.connect(url, protocol="0-10") as conn:
+            assert isinstance(conn, amqp_trio.Connection010)
+            async with conn.session() as session:
+                await scenarios_0_10.errors_end_the_session(session)
+
+    trio.run(main)
 
 
 def test_alternate_in_use(ports: Ports) -> None:

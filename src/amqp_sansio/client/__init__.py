@@ -66,7 +66,14 @@ from ._router import (
     Router,
     Waiter,
 )
-from ._versions import ADAPTER_VERSIONS, ClientProtocol, ProtocolFallback, client_protocol
+from ._versions import (
+    ADAPTER_VERSIONS,
+    USE_0_10,
+    ClientProtocol,
+    ProtocolFallback,
+    client_protocol,
+    wants_0_10,
+)
 from .exports import *  # noqa: F403  (the exceptions and ConnectionParameters)
 
 __all__ = [
@@ -74,6 +81,7 @@ __all__ = [
     "DEFAULT_CONSUMER_BUFFER",
     "DEFAULT_URL",
     "REQUESTS",
+    "USE_0_10",
     "AsyncMessage",
     "AsyncSettler",
     "AuthMechanism",
@@ -121,6 +129,7 @@ __all__ = [
     "got_message",
     "message_count",
     "report_dropped",
+    "wants_0_10",
 ]
 __all__ += exports.__all__
 
