@@ -48,8 +48,11 @@ OURS = "amqp_trio"
 RAW = "raw"
 # this project's other adapters, measured against their own peers (issue 5), never as peers
 OUR_OTHERS = ["amqp_asyncio", "amqp_blocking"]
-LIBS = [RAW, OURS, *OUR_OTHERS, "aio-pika", "aiormq", "pika", "py-amqp", "async_amqp"]
-PEERS = [lib for lib in LIBS if lib not in (RAW, OURS, *OUR_OTHERS)]
+# AMQP 0-10 (issue 19): our three clients and qpid-python's under Python 2.7; only the embedded
+# broker speaks it (--broker embedded), on the port its 0-9-1 clients use
+LIBS_0_10 = ["amqp_trio-0-10", "amqp_asyncio-0-10", "amqp_blocking-0-10", "qpid-python-0-10"]
+LIBS = [RAW, OURS, *OUR_OTHERS, "aio-pika", "aiormq", "pika", "py-amqp", "async_amqp", *LIBS_0_10]
+PEERS = [lib for lib in LIBS if lib not in (RAW, OURS, *OUR_OTHERS, *LIBS_0_10)]
 DISTRIBUTIONS = {
     OURS: "amqp-sansio",
     "amqp_asyncio": "amqp-sansio",
@@ -59,6 +62,9 @@ DISTRIBUTIONS = {
     "pika": "pika",
     "py-amqp": "amqp",
     "async_amqp": "async-amqp",
+    "amqp_trio-0-10": "amqp-sansio",
+    "amqp_asyncio-0-10": "amqp-sansio",
+    "amqp_blocking-0-10": "amqp-sansio",
 }
 OPS = ["publish", "confirm", "consume"]
 OP_TITLES = {
@@ -433,8 +439,15 @@ def parse_list(text: str, allowed: list[str], what: str) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", default=os.environ.get("AMQP_URL", DEFAULT_URL))
+    parser.add_argument(
+        "--broker",
+        choices=("url", "embedded"),
+        default="url",
+        help="the broker at --url, or the embedded one in a thread (it serves AMQP 0-10 too: "
+        "the default libraries then include the 0-10 clients)",
+    )
     parser.add_argument("--quick", action="store_true", help="small N and 1 run (smoke test)")
-    parser.add_argument("--libs", default=",".join(LIBS), help=f"from {','.join(LIBS)}")
+    parser.add_argument("--libs", help=f"from {','.join(LIBS)}")
     parser.add_argument("--sizes", default=",".join(SIZES), help=f"from {','.join(SIZES)}")
     parser.add_argument("--ops", default=",".join(OPS), help=f"from {','.join(OPS)}")
     parser.add_argument("--runs", type=int, help="runs per case, median reported (default 3)")
@@ -455,7 +468,25 @@ def main() -> int:
     if args.replot is not None:
         return replot(args.replot, args.chart)
 
-    libs = parse_list(args.libs, LIBS, "library")
+    if args.broker == "embedded":
+        return run_embedded(args)
+    return run(args)
+
+
+def run_embedded(args: argparse.Namespace) -> int:
+    """The run against the embedded broker, in a thread of this process (the workers
+    connect to it like to any broker)."""
+    import amqp_broker
+
+    with amqp_broker.run_in_thread() as url:
+        args.url = url
+        print(f"e2e: the embedded broker at {url.rsplit('@', 1)[-1]}", file=sys.stderr)
+        return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    default = LIBS if args.broker == "embedded" else [x for x in LIBS if x not in LIBS_0_10]
+    libs = parse_list(args.libs or ",".join(default), LIBS, "library")
     sizes = parse_list(args.sizes, list(SIZES), "size")
     ops = parse_list(args.ops, OPS, "operation")
     runs = args.runs or (1 if args.quick else 3)
