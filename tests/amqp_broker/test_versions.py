@@ -28,7 +28,7 @@ from amqp_sansio import (
     ProtocolVersion,
     header_for,
 )
-from amqp_sansio.client import ConnectionParameters
+from amqp_sansio.client import ConnectionForced, ConnectionParameters
 from amqp_sansio.testing import parse_frames
 
 if TYPE_CHECKING:
@@ -194,3 +194,20 @@ def test_headers_are_relayed_as_published(url: str) -> None:
             assert message is not None
             assert message.properties.headers == headers
             sub.queue_delete(queue)
+
+
+@pytest.mark.parametrize("version", ["0-8", "0-9"])
+def test_a_broker_shutdown_closes_0_8_and_0_9_clients_with_320(version: str) -> None:
+    # connection.close from the server side: (10, 60) in 0-8, (10, 50) in 0-9
+    with amqp_broker.run_in_thread() as url:
+        conn = amqp_blocking.connect(url, protocol=version)
+        assert conn.protocol == version
+    # leaving the block shut the broker down, which waited for our close-ok
+    try:
+        assert conn.is_closed
+        error = conn.close_error
+        assert isinstance(error, ConnectionForced)
+        assert error.reply_code == 320
+        assert "broker forced connection closure with reason 'shutdown'" in error.reply_text
+    finally:
+        conn.close()
