@@ -39,7 +39,9 @@ def failure(prog: str, exc: BaseException, params: ConnectionParameters, doing: 
         message, status = f"TLS with {where} failed: {exc.reason or exc}", EXIT_UNREACHABLE
     elif isinstance(exc, OSError):
         reason = exc.strerror or str(exc) or type(exc).__name__
-        if doing == "connecting":
+        if doing == "connecting" and reason.startswith("could not connect to "):
+            message = reason  # the adapter's own message names the address and what to do
+        elif doing == "connecting":
             message = f"cannot connect to {where}: {reason}"
         else:
             message = f"{doing}: {reason}"
