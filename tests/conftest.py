@@ -84,8 +84,12 @@ def amqp_url(request: pytest.FixtureRequest) -> str:
 #: Test modules that import PySpark; left out of the portable run (see the module docstring).
 _SPARK_MODULES: Final = ("amqp_spark/*", "project/test_bench_spark.py")
 
+#: Test modules the portable runs leave to the main run: qpid-python's conformance suites
+#: (Python 2.7 drives them; about 100 s, run once in ``make test``).
+_MAIN_RUN_ONLY: Final = ("amqp_broker/test_qpid_suites.py",)
+
 if os.environ.get("AMQP_SANSIO_TESTS") == "portable":
-    collect_ignore_glob = list(_SPARK_MODULES)
+    collect_ignore_glob = [*_SPARK_MODULES, *_MAIN_RUN_ONLY]
     # The other interpreters run every test, not the search: a few examples each (a test's own
     # @settings still wins where it sets max_examples).
     hypothesis.settings.register_profile("portable", max_examples=10)

@@ -44,6 +44,7 @@ from amqp_sansio.client import (
     ConnectionLostError,
     ConnectionParameters,
     ConnectionTimeoutError,
+    HeartbeatTimeoutError,
     ProtocolFallback,
     ProtocolVersionRefused,
     Router,
@@ -95,7 +96,8 @@ class _Protocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         conn = self._conn
-        conn._core.receive_data(data)
+        # The read's time: a silent peer is dead two intervals after its last octet.
+        conn._core.receive_data(data, conn._loop.time())
         conn._process_events()
 
     def eof_received(self) -> bool:
@@ -180,7 +182,6 @@ class Connection:
         self._reading = ReadingPause()
         self._flush_scheduled = False
         self._timer: asyncio.TimerHandle | None = None
-        self._heartbeat_timed_out = False
         self._channels: dict[int, Channel] = {}
         #: The broker's ``server-properties`` (product, version, capabilities, ...).
         self.server_properties: FieldTable = {}
@@ -400,12 +401,9 @@ class Connection:
         elif cls is ConnectionLost:
             self._finish()
         elif cls is HeartbeatTimeout:
-            logger.warning(
-                "no bytes from %s for two heartbeat intervals (%d s): dropping the connection",
-                self.params.address,
-                self._core.heartbeat,
-            )
-            self._heartbeat_timed_out = True
+            error = HeartbeatTimeoutError(self.params.address, self._core.heartbeat)
+            logger.warning("%s", error)
+            self._book.fail(error)  # first, so what the core reports as lost gets it too
             if self._transport is not None:
                 self._transport.abort()  # connection_lost reports what is lost
         elif cls is SecureRequested:
@@ -426,13 +424,12 @@ class Connection:
             with contextlib.suppress(RemoteProtocolError):
                 while (event := self._core.next_event()) is not NEED_DATA:
                     self._book.handle(event)
-            if self._book.error is None or self._heartbeat_timed_out:
-                text = (
-                    f"no bytes from {self.params.address} for two heartbeat intervals"
-                    if self._heartbeat_timed_out
-                    else f"the transport to {self.params.address} closed without a close handshake"
+            if self._book.error is None:
+                self._book.fail(
+                    ConnectionLostError(
+                        f"the transport to {self.params.address} closed without a close handshake"
+                    )
                 )
-                self._book.fail(ConnectionLostError(text))
             logger.warning("lost the connection to %s", self.params.address)
         self._finish()
 
@@ -503,7 +500,8 @@ async def connect(
     :raises ConnectionTimeoutError: TCP, TLS and AMQP handshake took longer than
         ``connection_timeout`` (per attempt).
     :raises ConnectionClosedError: the broker refused the login (403) or the virtual host
-        (:class:`~amqp_sansio.client.NotAllowed`).
+        (:class:`~amqp_sansio.client.NotAllowed`), or closed the connection right after
+        opening it.
     :raises ProtocolVersionRefused: the broker does not speak the version asked for (with
         ``"auto"``: none of those it offered).
     :raises OSError: the TCP connection failed.
@@ -549,6 +547,8 @@ async def _open(
                     raise  # the timeout below; TLS's own errors say enough
                 raise connect_failed(params.address, exc) from exc
             await asyncio.shield(conn._opened)
+        if conn._book.error is not None:  # closed in the read that brought open-ok
+            raise conn._book.error
     except TimeoutError:
         conn._finish()
         raise ConnectionTimeoutError(

@@ -261,7 +261,11 @@ async def serve(
             broker.users.add(name, user)
     options = broker.options
     base = ConnectionConfig() if config is None else config
-    config = attrs.evolve(base, channel_max=base.channel_max or options.channel_max)
+    config = attrs.evolve(
+        base,
+        channel_max=base.channel_max or options.channel_max,
+        heartbeat=options.heartbeat if base.heartbeat is None else base.heartbeat,
+    )
     serving = _SERVING[broker] = _Serving()
     limiter = (
         None if options.max_connections is None else trio.CapacityLimiter(options.max_connections)

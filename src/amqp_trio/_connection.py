@@ -4,6 +4,7 @@ the client layer's :class:`~amqp_sansio.client.Router` and keeps the Trio side i
 from __future__ import annotations
 
 import logging
+import ssl
 from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Final, final
 
@@ -41,6 +42,7 @@ from amqp_sansio.client import (
     ConnectionLostError,
     ConnectionParameters,
     ConnectionTimeoutError,
+    HeartbeatTimeoutError,
     ProtocolFallback,
     ProtocolVersionRefused,
     Router,
@@ -56,7 +58,6 @@ from ._waiter import Waiter
 from ._wire import Wire
 
 if TYPE_CHECKING:
-    import ssl
     from collections.abc import AsyncIterator, Callable
 
     from opentelemetry.metrics import MeterProvider
@@ -220,8 +221,9 @@ class Connection:
             raise error from exc
         state = self._core.state
         if state is ConnectionState.ERROR:
-            # The core failed before the reader saw why (a heartbeat timeout still queued).
-            raise ConnectionLostError(f"the connection failed: {exc.reply_text}") from exc
+            # The core failed before the reader saw why: only a heartbeat timeout does that
+            # (the reader dies at once on a protocol error), and it is still queued.
+            raise self._heartbeat_error() from exc
         if self._closing or state is not ConnectionState.OPEN:
             raise ConnectionClosedError("the connection is closing", reply_code=200) from exc
 
@@ -319,14 +321,10 @@ class Connection:
         (:data:`_REACTIONS`); True when the connection is finished."""
         kind = type(event)
         if kind is ConnectionLost:  # before the router, whose error would not say why
-            self._die(ConnectionLostError(self._lost_text()))
+            self._die(self._lost_error())
             return True
         if kind is HeartbeatTimeout:
-            logger.warning(
-                "no bytes from %s for two heartbeat intervals (%d s): dropping the connection",
-                self.params.address,
-                self._core.heartbeat,
-            )
+            logger.warning("%s", self._heartbeat_error())
             self._heartbeat_timed_out = True
             await self._wire.close_transport()
             self._wire.end_of_stream()
@@ -402,15 +400,17 @@ class Connection:
             self._needs_flush = True
         return False
 
-    def _lost_text(self) -> str:
+    def _heartbeat_error(self) -> HeartbeatTimeoutError:
+        return HeartbeatTimeoutError(self.params.address, self._core.heartbeat)
+
+    def _lost_error(self) -> ConnectionLostError:
         if self._heartbeat_timed_out:
-            return (
-                f"no bytes from {self.params.address} for two heartbeat intervals "
-                f"({self._core.heartbeat} s)"
-            )
+            return self._heartbeat_error()
         if self._handshaking:
-            return f"{self.params.address} closed the transport during the handshake"
-        return f"the transport to {self.params.address} closed without a close handshake"
+            text = f"{self.params.address} closed the transport during the handshake"
+        else:
+            text = f"the transport to {self.params.address} closed without a close handshake"
+        return ConnectionLostError(text)
 
 
 #: What the reader does after the router handled an event, by the event's type.
@@ -458,7 +458,9 @@ async def connect(
         (:class:`~amqp_sansio.client.NotAllowed`).
     :raises ProtocolVersionRefused: the broker does not speak the version asked for (with
         ``"auto"``: none of those it offered).
-    :raises OSError: the TCP connection failed.
+    :raises OSError: the TCP connection failed; :class:`ssl.SSLError` (an ``OSError``) the TLS
+        handshake did, with the reason (``ssl.SSLCertVerificationError``: certificate verify
+        failed).
     """
     fallback = ProtocolFallback(connection_parameters(url_or_params, connection_name, protocol))
     while True:
@@ -494,6 +496,13 @@ async def _open_stream(
                 stream = tls
                 try:
                     await tls.do_handshake()
+                except trio.BrokenResourceError as exc:
+                    await trio.aclose_forcefully(tcp)
+                    # Trio wraps the TLS failure in an error without a message: raise the
+                    # ssl.SSLError itself ("certificate verify failed: ..."), as the others do.
+                    if isinstance(exc.__cause__, ssl.SSLError):
+                        raise exc.__cause__ from None
+                    raise
                 except BaseException:
                     await trio.aclose_forcefully(tcp)
                     raise
