@@ -101,7 +101,8 @@ class Telemetry(Protocol):
         """The broker settled these confirm-mode publishes (None: acked)."""
 
     def channel_ended(self, channel: int, error: AMQPError, /) -> None:
-        """The channel (or the connection) ended: its unconfirmed publishes end with *error*."""
+        """The channel (or the connection) ended because of *error*: its unconfirmed
+        publishes end (their outcome unknown)."""
 
     def receive(self, channel: int, method: BasicGet, /) -> Receiving:
         """A ``basic.get`` is being sent on *channel*."""

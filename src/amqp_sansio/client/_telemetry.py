@@ -23,6 +23,7 @@ from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import Link, SpanKind, StatusCode
 
 from .. import BasicAck, BasicNack, BasicProperties, BasicReject, MessageReceived
+from ._errors import PublishOutcomeUnknownError
 from ._instrument import SEMCONV_VERSION
 
 if TYPE_CHECKING:
@@ -328,11 +329,12 @@ class ConnectionTelemetry:
                 self._end_send(span, attributes, started)
 
     def channel_ended(self, channel: int, error: AMQPError) -> None:
-        """The channel or connection is gone: its unconfirmed publishes end with *error*."""
+        """The channel or connection is gone because of *error*: its unconfirmed publishes
+        end with the error their callers get, :class:`PublishOutcomeUnknownError`."""
         confirming = self._confirming
         for key in [key for key in confirming if key[0] == channel]:
             span, attributes, started = confirming.pop(key)
-            _fail(span, attributes, error)
+            _fail(span, attributes, PublishOutcomeUnknownError(key[1], error))
             self._end_send(span, attributes, started)
 
     # --- receive (basic.get) ----------------------------------------------------------------------
