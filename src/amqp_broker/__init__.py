@@ -41,6 +41,7 @@ from ._server import (
     serving_broker,
     shutdown,
 )
+from ._server_0_10 import handle_0_10, serve_0_10
 from ._session import Session, SessionTransport
 
 __all__ = [
@@ -66,6 +67,7 @@ __all__ = [
     "Session",
     "SessionTransport",
     "User",
+    "handle_0_10",
     "inspect",
     "load_config",
     "main",
@@ -74,6 +76,7 @@ __all__ = [
     "run_in_thread",
     "running",
     "serve",
+    "serve_0_10",
     "serving_broker",
     "shutdown",
     "topic_matches",

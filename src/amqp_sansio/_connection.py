@@ -40,6 +40,7 @@ from ._events import (
     ConnectionRedirected,
     Event,
     HeartbeatTimeout,
+    MessageReceived,
     PublishReturned,
     SecureRequested,
     Sentinel,
@@ -101,6 +102,7 @@ _C = ConnectionState
 _H = ChannelState
 _C_OPEN: Final = ConnectionState.OPEN
 _H_OPEN: Final = ChannelState.OPEN
+_new: Final = object.__new__
 
 _EMPTY_TOPOLOGY: Final = TopologyRecorder().snapshot()
 
@@ -175,6 +177,7 @@ class Connection:
         "_close_sent",
         "_closing_chan",
         "_closing_conn",
+        "_content_limit",
         "_decision",
         "_eof",
         "_error",
@@ -272,6 +275,11 @@ class Connection:
         self._fast_sends = tables.fast_sends
         self._fast_publish = tables.fast_publish
         self._fast_receipts = tables.fast_receipts
+        # The largest body a delivery's content may have to arrive whole in one step: within
+        # max_message_size and not chunked.
+        threshold = self.config.chunk_threshold
+        limit = self.config.max_message_size
+        self._content_limit = limit if threshold is None else min(limit, threshold)
 
     def __repr__(self) -> str:
         return (
@@ -950,6 +958,17 @@ class Connection:
             # the checks the channel machine makes, taken without them.
             ch = self._channels.get(channel)
             if ch is not None and ch.state is _H_OPEN and ch.content is None:
+                # The delivery in one step when its header and its one body frame are already
+                # here (the usual case): no assembly, no per-frame dispatch. Anything unusual
+                # goes frame by frame through the channel machine and its checks.
+                content = self._reader.next_content(channel, cls.CLASS_ID, self._content_limit)
+                if content is not None:
+                    delivery = _new(MessageReceived)
+                    delivery.channel = channel
+                    delivery.method = method
+                    delivery.properties, delivery.body = content
+                    delivery.request = None
+                    return delivery
                 ch.content = new_assembly(method)
                 return None
         if self._state is not _C.OPEN:

@@ -484,6 +484,70 @@ class FrameReader:
             return header
         return self._next_frame_slowly()
 
+    def next_content(
+        self, channel: int, class_id: int, limit: int
+    ) -> tuple[ContentProperties, bytes] | None:
+        """A delivery's content in one step: the content header and the single body frame that
+        follow its method frame, parsed together when both are whole in the buffer, on
+        *channel*, of *class_id*, with weight 0 and a body of 1 to *limit* octets in one frame
+        of the announced size. Anything else returns None and consumes nothing:
+        :meth:`next_frame` then reads the frames one by one, with every check and error.
+        """
+        buf = self._buf
+        pos = self._pos
+        try:
+            frame_type, got_channel, size, index = _unpack_frame_start(buf, pos)
+        except struct.error:
+            return None
+        start = pos + 7
+        end = start + size
+        if (
+            frame_type != FRAME_HEADER
+            or got_channel != channel
+            or index != class_id << 16  # the class id, then weight 0
+            or size < 12
+            or size > self._max_payload
+            or len(buf) <= end
+            or buf[end] != FRAME_END
+        ):
+            return None
+        (body_size,) = _unpack_u64(buf, start + 4)
+        if not 0 < body_size <= limit:
+            return None
+        try:
+            body_type, body_channel, body_frame_size = _unpack_frame_header(buf, end + 1)
+        except struct.error:
+            return None
+        body_start = end + 8
+        body_end = body_start + body_frame_size
+        if (
+            body_type != FRAME_BODY
+            or body_channel != channel
+            or body_frame_size != body_size
+            or body_frame_size > self._max_payload
+            or len(buf) <= body_end
+            or buf[body_end] != FRAME_END
+        ):
+            return None
+        decode_properties = self._property_decoders.get(class_id)
+        if decode_properties is None:
+            return None
+        try:
+            props, offset = decode_properties(buf, start + 12)
+        except _DECODE_ERRORS:
+            return None
+        if offset != end:
+            return None
+        # The one copy of the body, as in next_frame.
+        if type(buf) is bytes:
+            payload = buf[body_start:body_end]
+        elif body_frame_size < _SMALL_BODY:
+            payload = bytes(buf[body_start:body_end])
+        else:
+            payload = memoryview(buf)[body_start:body_end].tobytes()
+        self._pos = body_end + 1
+        return props, payload
+
     def _next_frame_slowly(self) -> Frame | None:
         """next_frame() for every frame, with every check and every error."""
         buf = self._buf
