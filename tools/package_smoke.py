@@ -81,9 +81,16 @@ def main() -> None:
     )
     check(len(frames) == 3, f"content framing gave {frames}")
 
+    # The otel extra's code ships too: traced through OpenTelemetry's no-op providers (the API
+    # is among the borrowed dependencies), the round trip works as without.
+    from opentelemetry.metrics import NoOpMeterProvider
+    from opentelemetry.trace import NoOpTracerProvider
+
     with (
         amqp_broker.run_in_thread() as url,
-        amqp_blocking.connect(url) as conn,
+        amqp_blocking.connect(
+            url, tracer_provider=NoOpTracerProvider(), meter_provider=NoOpMeterProvider()
+        ) as conn,
         conn.channel() as ch,
     ):
         ch.queue_declare("smoke")

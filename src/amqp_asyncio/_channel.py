@@ -492,6 +492,7 @@ class Channel(ChannelMethods):
                 self.number, method, _NO_PROPERTIES if properties is None else properties, body
             )
         return telemetry.publish(
+            self.number,
             exchange,
             routing_key,
             properties,

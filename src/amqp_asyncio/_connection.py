@@ -173,7 +173,7 @@ class Connection:
         self._telemetry: Final = telemetry
         self._loop = loop
         self._core = CoreConnection(Role.CLIENT, params.to_config())
-        self._book = Router(self._core)
+        self._book = Router(self._core, telemetry)
         self._transport: asyncio.Transport | None = None
         self._opened: asyncio.Future[ConnectionOpened] = loop.create_future()
         self._finished: asyncio.Future[None] = loop.create_future()

@@ -253,6 +253,7 @@ class Channel(ChannelMethods):
                 )
             else:
                 number = telemetry.publish(
+                    self._number,
                     exchange,
                     routing_key,
                     properties,
@@ -615,6 +616,7 @@ class Publisher(PublisherCounts):
                 )
             else:
                 number = telemetry.publish(
+                    channel._number,
                     exchange,
                     routing_key,
                     properties,

@@ -326,7 +326,7 @@ class Connection:
         self._lock = threading.Lock()
         #: Publishers wait on this while too much is queued for the socket.
         self._writable = threading.Condition(self._lock)
-        self._book = Router(core)
+        self._book = Router(core, telemetry)
         self._out = bytearray()
         self._wake_pending = False
         self._close_waiter: Waiter | None = None

@@ -98,7 +98,7 @@ class Connection:
         self._wire = Wire(self._core, stream)
         # Replies, deliveries, confirms and closes go through the client layer's router; the
         # Trio side keeps only what it waits on (flow, blocked, the handshake).
-        self._router = Router(self._core)
+        self._router = Router(self._core, telemetry)
         self._channels: dict[int, Channel] = {}
         self._closing = False
         # Set while the broker blocks publishers; the event fires on connection.unblocked.

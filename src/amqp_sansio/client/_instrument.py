@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
     from .. import BasicGet, BasicProperties, Method
+    from ._errors import AMQPError
     from ._message import Message
     from ._telemetry import Instrumentation
 
@@ -85,6 +86,7 @@ class Telemetry(Protocol):
 
     def publish(
         self,
+        channel: int,
         exchange: str,
         routing_key: str,
         properties: BasicProperties | None,
@@ -92,7 +94,15 @@ class Telemetry(Protocol):
         send: Callable[[BasicProperties], T],
         /,
     ) -> T:
-        """``send(properties)`` in a "send" span, its context injected in the headers."""
+        """``send(properties)`` in a "send" span, its context injected in the headers; in
+        confirm mode (*send* returned a publish number) the span ends at :meth:`confirmed`."""
+
+    def confirmed(self, channel: int, outcomes: list[tuple[int, AMQPError | None]], /) -> None:
+        """The broker settled these confirm-mode publishes (None: acked)."""
+
+    def channel_ended(self, channel: int, error: AMQPError, /) -> None:
+        """The channel (or the connection) ended because of *error*: its unconfirmed
+        publishes end (their outcome unknown)."""
 
     def receive(self, channel: int, method: BasicGet, /) -> Receiving:
         """A ``basic.get`` is being sent on *channel*."""

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .. import Connection, Event, Method
+    from ._instrument import Telemetry
 
 __all__ = [
     "ChannelBook",
@@ -257,10 +258,13 @@ class Router:
     open). The adapter flushes the core as usual.
     """
 
-    __slots__ = ("_core", "blocked", "channels", "error")
+    __slots__ = ("_core", "blocked", "channels", "error", "telemetry")
 
-    def __init__(self, core: Connection) -> None:
+    def __init__(self, core: Connection, telemetry: Telemetry | None = None) -> None:
         self._core = core
+        #: OpenTelemetry's hooks (see :func:`~amqp_sansio.client.instrument`): told the outcome
+        #: of each confirm-mode publish, whose send span ends with it. None: tracing off.
+        self.telemetry = telemetry
         #: The books of the open channels, by number.
         self.channels: dict[int, ChannelBook] = {0: ChannelBook(0)}
         #: The reason RabbitMQ gave in ``connection.blocked``, None while not blocked.
@@ -327,13 +331,19 @@ class Router:
         assert isinstance(event, PublishConfirmed)
         book = self.channels.get(event.channel)
         if book is not None:
-            self._settle(book, book.tracker.confirmed(event.publish_numbers))
+            outcomes = book.tracker.confirmed(event.publish_numbers)
+            self._settle(book, outcomes)
+            if self.telemetry is not None:
+                self.telemetry.confirmed(book.number, outcomes)
 
     def _on_nacked(self, event: Event) -> None:
         assert isinstance(event, PublishNacked)
         book = self.channels.get(event.channel)
         if book is not None:
-            self._settle(book, book.tracker.nacked(event.publish_numbers))
+            outcomes = book.tracker.nacked(event.publish_numbers)
+            self._settle(book, outcomes)
+            if self.telemetry is not None:
+                self.telemetry.confirmed(book.number, outcomes)
 
     def _on_channel_opened(self, event: Event) -> None:
         assert isinstance(event, ChannelOpened)
@@ -390,6 +400,8 @@ class Router:
         channels, self.channels = self.channels, {}
         for book in channels.values():
             _settle_all(book, error, by_us=by_us)
+            if self.telemetry is not None:
+                self.telemetry.channel_ended(book.number, error)
 
     def _send_unawaited(self, channel: int, request: Method) -> bool:
         """Send *request*, whose reply nobody waits for, while the channel is open."""
@@ -489,6 +501,8 @@ class Router:
         else:
             error = ChannelClosedError("the channel was closed", reply_code=200)
         _settle_all(book, error, by_us=not event.by_peer)
+        if self.telemetry is not None:
+            self.telemetry.channel_ended(book.number, error)
 
 
 #: How :meth:`Router.handle` routes each event type but ``MessageReceived``; the others

@@ -23,6 +23,7 @@ from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import Link, SpanKind, StatusCode
 
 from .. import BasicAck, BasicNack, BasicProperties, BasicReject, MessageReceived
+from ._errors import PublishOutcomeUnknownError
 from ._instrument import SEMCONV_VERSION
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue
 
     from .. import BasicGet, FieldTable, Method
+    from ._errors import AMQPError
     from ._message import Message
 
 __all__ = [
@@ -210,6 +212,9 @@ class ConnectionTelemetry:
             SERVER_ADDRESS: host,
             SERVER_PORT: port,
         }
+        #: Confirm-mode publishes waiting for the broker: (channel, publish number) -> the send
+        #: span, its attributes and when it started.
+        self._confirming: dict[tuple[int, int], tuple[Span, dict[str, AttributeValue], float]] = {}
         #: (channel, delivery tag) -> destination, creation context, message id, correlation id.
         self._unsettled: dict[
             tuple[int, int], tuple[str, SpanContext | None, str | None, str | None]
@@ -242,6 +247,7 @@ class ConnectionTelemetry:
 
     def publish(
         self,
+        channel: int,
         exchange: str,
         routing_key: str,
         properties: BasicProperties | None,
@@ -249,7 +255,9 @@ class ConnectionTelemetry:
         send: Callable[[BasicProperties], T],
     ) -> T:
         """``send(properties)`` (the core's publish) inside a "send" span whose context is
-        injected into a copy of *properties*' headers: the message's creation context."""
+        injected into a copy of *properties*' headers: the message's creation context. In
+        confirm mode (*send* returns the publish number) the span ends at the broker's confirm
+        (:meth:`confirmed`), else at once."""
         destination = send_destination(exchange, routing_key)
         attributes = self._common("publish", "send", destination)
         if routing_key:
@@ -285,13 +293,49 @@ class ConnectionTelemetry:
             result = send(properties)
         except BaseException as exc:
             _fail(span, attributes, exc)
+            self._end_send(span, attributes, started, counted=False)
             raise
-        finally:
-            span.end()
-            measured = _metric_attributes(attributes)
-            instrumentation.sent.add(1, measured)
-            instrumentation.duration.record(time.perf_counter() - started, measured)
+        instrumentation.sent.add(1, _metric_attributes(attributes))
+        if isinstance(result, int) and not isinstance(result, bool):
+            self._confirming[channel, result] = (span, attributes, started)
+        else:
+            self._end_send(span, attributes, started)
         return result
+
+    def _end_send(
+        self,
+        span: Span,
+        attributes: dict[str, AttributeValue],
+        started: float,
+        *,
+        counted: bool = True,
+    ) -> None:
+        span.end()
+        measured = _metric_attributes(attributes)
+        if not counted:
+            self.instrumentation.sent.add(1, measured)
+        self.instrumentation.duration.record(time.perf_counter() - started, measured)
+
+    def confirmed(self, channel: int, outcomes: list[tuple[int, AMQPError | None]]) -> None:
+        """The broker acked (None) or failed (nacked, returned) these publishes: their send
+        spans end."""
+        confirming = self._confirming
+        for number, error in outcomes:
+            entry = confirming.pop((channel, number), None)
+            if entry is not None:
+                span, attributes, started = entry
+                if error is not None:
+                    _fail(span, attributes, error)
+                self._end_send(span, attributes, started)
+
+    def channel_ended(self, channel: int, error: AMQPError) -> None:
+        """The channel or connection is gone because of *error*: its unconfirmed publishes
+        end with the error their callers get, :class:`PublishOutcomeUnknownError`."""
+        confirming = self._confirming
+        for key in [key for key in confirming if key[0] == channel]:
+            span, attributes, started = confirming.pop(key)
+            _fail(span, attributes, PublishOutcomeUnknownError(key[1], error))
+            self._end_send(span, attributes, started)
 
     # --- receive (basic.get) ----------------------------------------------------------------------
 

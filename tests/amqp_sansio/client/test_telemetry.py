@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Final
 import pika
 import pytest
 import trio
+import trio.testing
 from opentelemetry import trace
 from opentelemetry.instrumentation.pika import PikaInstrumentor
 from opentelemetry.metrics import NoOpMeterProvider
@@ -39,6 +40,7 @@ from amqp_sansio import BasicProperties
 from amqp_sansio.client import (
     SEMCONV_VERSION,
     ConnectionParameters,
+    MessageReturnedError,
     NotFound,
     instrument,
     uninstrument,
@@ -651,3 +653,83 @@ def test_a_trace_continues_to_and_from_aio_pika(otel: Otel, amqp_url: str) -> No
         if span.kind is SpanKind.CONSUMER and span.name != f"consume {first}"
     ]
     assert _child_of(theirs, ours)
+
+
+def test_in_confirm_mode_the_send_span_ends_with_the_confirm(
+    otel: Otel, amqp_broker: BrokerThread
+) -> None:
+    async def main() -> None:
+        async with (
+            amqp_trio.connect(
+                amqp_broker.url,
+                tracer_provider=otel.tracer_provider,
+                meter_provider=otel.meter_provider,
+            ) as conn,
+            conn.channel() as ch,
+        ):
+            await ch.queue_declare("q")
+            await ch.confirm_select()
+            await ch.basic_publish(b"kept", routing_key="q")
+            with pytest.raises(MessageReturnedError):
+                await ch.basic_publish(b"lost", routing_key="nowhere", mandatory=True)
+            async with ch.publisher(window=10) as publisher:
+                for _ in range(3):
+                    await publisher.publish(b"x", routing_key="q")
+                # still waiting for their confirms: their spans are open
+                assert [span.name for span in otel.spans()].count("publish q") == 1
+
+    trio.run(main)
+    kept = [span for span in otel.spans() if span.name == "publish q"]
+    assert len(kept) == 4
+    assert all(span.status.status_code is StatusCode.UNSET for span in kept)
+    lost = otel.span("publish nowhere")
+    assert lost.status.status_code is StatusCode.ERROR
+    assert (lost.attributes or {})["error.type"] == "amqp_sansio.client.MessageReturnedError"
+    sent = {
+        str(a.get("error.type", "")): value
+        for a, value in otel.points("messaging.client.operation.duration")
+        if a["messaging.operation.name"] == "publish"
+    }
+    assert sent == {"": 4, "amqp_sansio.client.MessageReturnedError": 1}
+
+
+@pytest.mark.trio
+async def test_publishes_unconfirmed_at_a_close_end_with_an_unknown_outcome(
+    otel: Otel, autojump_clock: trio.testing.MockClock
+) -> None:
+    from amqp_sansio import BasicAck, ConfirmSelect, ConfirmSelectOk, MessageReceived
+    from tests.amqp_trio.test_memory import accept, expect, next_request, reply, run_server
+
+    async def script(conn: amqp_trio.ServerConnection) -> None:
+        await accept(conn)
+        select = await expect(conn, ConfirmSelect)
+        await reply(conn, select.channel, ConfirmSelectOk())
+        for _ in range(3):
+            assert isinstance(await next_request(conn), MessageReceived)
+        conn.core.send_method(select.channel, BasicAck(delivery_tag=1, multiple=False))
+        conn.core.close(320, "CONNECTION_FORCED - broker shutdown")
+        await conn.flush()
+        await conn.next_event()  # close-ok
+
+    async with trio.open_nursery() as nursery:
+        client, _ = await run_server(nursery, script)
+        async with (
+            amqp_trio.connect_stream(
+                client,
+                "amqp://guest:guest@memory/?connection_timeout=5000",
+                tracer_provider=otel.tracer_provider,
+            ) as conn,
+            conn.channel() as ch,
+        ):
+            await ch.confirm_select()
+            async with ch.publisher(window=10) as publisher:
+                for _ in range(3):
+                    await publisher.publish(b"m", routing_key="q")
+                await publisher.wait_for_confirms()
+                publisher.take_failures()
+    spans = [span for span in otel.spans() if span.name == "publish q"]
+    assert [(span.attributes or {}).get("error.type") for span in spans] == [
+        None,
+        "amqp_sansio.client.PublishOutcomeUnknownError",
+        "amqp_sansio.client.PublishOutcomeUnknownError",
+    ]
