@@ -22,6 +22,7 @@ have all arrived. The clock covers only the operation (see ``bench/_e2e_libs.py`
     .venv/bin/python bench/e2e.py --libs raw,core,amqp_trio,amqp_asyncio,amqp_blocking --runs 5
     .venv/bin/python bench/e2e.py --broker embedded --libs raw,core,amqp_trio --runs 5
     .venv/bin/python bench/e2e.py --json out.json --chart docs/img/e2e.png
+    .venv/bin/python bench/e2e.py --libs tracing --sizes 1KiB   # the cost of OpenTelemetry
 
 This file is also the worker (``--worker``); its top-level imports are the standard library
 only, so it runs under the async_amqp virtualenv too.
@@ -56,8 +57,16 @@ RAW = "raw"
 CORE = "core"
 # this project's other adapters, measured against their own peers (issue 5), never as peers
 OUR_OTHERS = ["amqp_asyncio", "amqp_blocking"]
-LIBS = [RAW, CORE, OURS, *OUR_OTHERS, "aio-pika", "aiormq", "pika", "py-amqp", "async_amqp"]
-PEERS = [lib for lib in LIBS if lib not in (RAW, CORE, OURS, *OUR_OTHERS)]
+# the cost of tracing (--libs tracing picks them with amqp_trio and aio-pika): amqp_trio traced
+# through OpenTelemetry's no-op providers and into the SDK's in-memory exporter, next to
+# aio-pika with opentelemetry-instrumentation-aio-pika into the same SDK setup
+TRACED = ["amqp_trio+otel-noop", "amqp_trio+otel-sdk", "aio-pika+otel-sdk"]
+TRACING_SET = [OURS, *TRACED[:2], "aio-pika", TRACED[2]]
+DEFAULT_LIBS = [
+    RAW, CORE, OURS, *OUR_OTHERS, "aio-pika", "aiormq", "pika", "py-amqp", "async_amqp"
+]  # fmt: skip
+LIBS = [*DEFAULT_LIBS, *TRACED]
+PEERS = [lib for lib in DEFAULT_LIBS if lib not in (RAW, CORE, OURS, *OUR_OTHERS)]
 DISTRIBUTIONS = {
     OURS: "amqp-sansio",
     "amqp_asyncio": "amqp-sansio",
@@ -67,6 +76,9 @@ DISTRIBUTIONS = {
     "pika": "pika",
     "py-amqp": "amqp",
     "async_amqp": "async-amqp",
+    "amqp_trio+otel-noop": "amqp-sansio",
+    "amqp_trio+otel-sdk": "amqp-sansio",
+    "aio-pika+otel-sdk": "aio-pika",
 }
 OPS = ["publish", "confirm", "consume"]
 OP_TITLES = {
@@ -494,7 +506,11 @@ def main() -> int:
         help="embedded: start `python -m amqp_broker` on a free port and run against it",
     )
     parser.add_argument("--quick", action="store_true", help="small N and 1 run (smoke test)")
-    parser.add_argument("--libs", default=",".join(LIBS), help=f"from {','.join(LIBS)}")
+    parser.add_argument(
+        "--libs",
+        default=",".join(DEFAULT_LIBS),
+        help=f"from {','.join(LIBS)}, or 'tracing' for {','.join(TRACING_SET)}",
+    )
     parser.add_argument("--sizes", default=",".join(SIZES), help=f"from {','.join(SIZES)}")
     parser.add_argument("--ops", default=",".join(OPS), help=f"from {','.join(OPS)}")
     parser.add_argument("--runs", type=int, help="runs per case, median reported (default 3)")
@@ -515,7 +531,7 @@ def main() -> int:
     if args.replot is not None:
         return replot(args.replot, args.chart)
 
-    libs = parse_list(args.libs, LIBS, "library")
+    libs = TRACING_SET if args.libs == "tracing" else parse_list(args.libs, LIBS, "library")
     sizes = parse_list(args.sizes, list(SIZES), "size")
     ops = parse_list(args.ops, OPS, "operation")
     runs = args.runs or (1 if args.quick else 3)

@@ -336,8 +336,13 @@ class Connection:
 
     # --- Input --------------------------------------------------------------------------------
 
-    def receive_data(self, data: Buffer) -> None:
+    def receive_data(self, data: Buffer, now: float | None = None) -> None:
         """Buffer octets from the peer; ``b""`` means the transport was closed.
+
+        *now* is the adapter's clock (the one :meth:`handle_timer` gets) when the octets were
+        read. With it, a silent peer is declared dead exactly two heartbeat intervals after
+        its last octet; without it, at the first timer tick that finds nothing new, which can
+        be up to half an interval later.
 
         :raises RuntimeError: data after the end of the stream.
         :raises ProtocolError: the connection already failed (sticky).
@@ -349,7 +354,7 @@ class Connection:
         if not data:
             self._eof = True
             return
-        self._heartbeat.received()
+        self._heartbeat.received(now)
         if self._inbox is not None:
             self._inbox += data
         else:
@@ -1035,14 +1040,31 @@ class Connection:
         return ch.number_publish(method)
 
     def send_content(
-        self, channel: int, method: Method, properties: ContentProperties, body: Buffer
+        self,
+        channel: int,
+        method: Method,
+        properties: ContentProperties,
+        body: Buffer,
+        *,
+        relay: bool = False,
     ) -> None:
         """Server role: send ``basic.deliver``, ``basic.get-ok`` or ``basic.return`` with
-        content (get-ok must answer the oldest ``basic.get`` received on the channel)."""
-        self._send_content(channel, method, properties, body)
+        content (get-ok must answer the oldest ``basic.get`` received on the channel).
+
+        *relay*: the properties are another client's, passed on as they arrived (a broker's
+        delivery): in 0-8 and 0-9 their tables are sent as they are rather than narrowed to the
+        version's field types, as RabbitMQ relays them. The method's own tables still are.
+        """
+        self._send_content(channel, method, properties, body, relay=relay)
 
     def _send_content(
-        self, channel: int, method: Method, properties: ContentProperties, body: Buffer
+        self,
+        channel: int,
+        method: Method,
+        properties: ContentProperties,
+        body: Buffer,
+        *,
+        relay: bool = False,
     ) -> ChannelMachine:
         if isinstance(body, str):  # memoryview's own error names neither the cause nor the fix
             raise TypeError(
@@ -1059,7 +1081,7 @@ class Connection:
                 cls,
             )
         ch, row = self._check_channel_send(channel, method)
-        self._outbox.content(channel, method, properties, body)
+        self._outbox.content(channel, method, properties, body, relay=relay)
         self._committed(channel, ch, method, row)
         return ch
 
@@ -1110,7 +1132,8 @@ class Connection:
         Every half interval with nothing written since the previous check (``data_to_send`` or
         ``buffers_to_send`` handed out only heartbeats or nothing), queues a heartbeat frame:
         flush ``data_to_send()`` after this call. When no octet arrived for two intervals,
-        counted from the tick that last saw incoming data, the next :meth:`next_event` returns
+        counted from the last octet's arrival (the *now* given to :meth:`receive_data`; without
+        one, from the tick that first saw the octet), the next :meth:`next_event` returns
         :class:`HeartbeatTimeout`, after which the connection refuses every send.
 
         Pass ``reading=False`` while the adapter deliberately leaves the transport unread

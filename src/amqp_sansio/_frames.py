@@ -579,7 +579,7 @@ class FrameReader:
             if cls is None:
                 self._unknown_method(channel, size, index)
             try:
-                method, offset = cls.decode(buf, start + 4)
+                method, offset = self._decoders[index](buf, start + 4)
             except _DECODE_ERRORS:
                 self._bad_method(channel, size, cls, index)
             if offset != end:
@@ -678,7 +678,7 @@ class FrameReader:
     def _bad_method(self, channel: int, size: int, cls: type[Method], index: int) -> NoReturn:
         # Decode again from a copy bounded by the payload: what the first attempt read past its
         # end belongs to later frames, and must not change the error.
-        detail, cause = _decode_problem(cls.decode, self._payload(size), 4)
+        detail, cause = _decode_problem(self._decoders[index], self._payload(size), 4)
         # The ids as received: a version may number a shared class differently (0-8's close).
         class_id, method_id = index >> 16, index & 0xFFFF
         raise RemoteProtocolError(
@@ -718,8 +718,14 @@ _MethodDecoder: TypeAlias = "Callable[[Buffer, int], tuple[Method, int]]"
 _PropertiesDecoder: TypeAlias = "Callable[[Buffer, int], tuple[ContentProperties, int]]"
 
 
+#: Decoders that read more than their class's own fields: another implementation's dialect of a
+#: version, tolerated where it costs nothing (``_protocol`` registers 0-8's basic.consume, which
+#: qpid-python's 0-8 sends with 0-9-1's ``arguments`` table after ``nowait``).
+LENIENT_DECODERS: Final[dict[type[Method], _MethodDecoder]] = {}
+
+
 def _decoders_of(methods: Mapping[int, type[Method]]) -> dict[int, _MethodDecoder]:
-    return {index: cls.decode for index, cls in methods.items()}
+    return {index: LENIENT_DECODERS.get(cls, cls.decode) for index, cls in methods.items()}
 
 
 _DEFAULT_DECODERS: Final = _decoders_of(METHODS)

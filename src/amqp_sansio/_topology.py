@@ -4,7 +4,9 @@ The core records a declaration when the broker confirmed it (its ``-ok`` arrived
 ``nowait`` method, when it was sent; it forgets it on delete, unbind, cancel (ours or the
 server's) and, for a channel's consumers and QoS, when the channel closes. Passive declares are
 checks, not declarations, and are not recorded. Exclusive and auto-delete queues are recorded
-like any other: whether to replay them is the adapter's decision.
+like any other: whether to replay them is the recovery policy's decision. What the broker
+deletes by itself is forgotten too: an auto-delete queue when this connection's last consumer
+of it goes, an auto-delete exchange when its last binding as a source goes.
 """
 
 from __future__ import annotations
@@ -148,33 +150,74 @@ class TopologyRecorder:
         elif isinstance(request, ExchangeDelete):
             self._exchange_deleted(request.exchange)
         elif isinstance(request, QueueDelete):
-            self.queues.pop(request.queue, None)
-            for key in [key for key in self.queue_bindings if key[0] == request.queue]:
-                del self.queue_bindings[key]
+            self._queue_deleted(request.queue)
         elif isinstance(request, BasicConsume):
             tag = reply.consumer_tag if isinstance(reply, BasicConsumeOk) else request.consumer_tag
             if tag:  # nowait with an empty tag: the server's tag is never told
                 self.consumers[channel, tag] = request
         elif isinstance(request, BasicCancel):
-            self.consumers.pop((channel, request.consumer_tag), None)
+            self._consumer_gone(channel, request.consumer_tag)
         elif isinstance(request, BasicQos):
             self.qos.setdefault(channel, {})[request.global_] = request
+        if isinstance(request, QueueUnbind | ExchangeUnbind):
+            self._maybe_auto_delete_exchange(
+                request.exchange if isinstance(request, QueueUnbind) else request.source
+            )
+
+    def _queue_deleted(self, name: str) -> None:
+        self.queues.pop(name, None)
+        sources = set()
+        for key in [key for key in self.queue_bindings if key[0] == name]:
+            sources.add(key[1])
+            del self.queue_bindings[key]
+        for source in sources:
+            self._maybe_auto_delete_exchange(source)
 
     def _exchange_deleted(self, name: str) -> None:
         # The broker drops every binding of a deleted exchange, as source or destination.
         self.exchanges.pop(name, None)
         for key in [key for key in self.queue_bindings if key[1] == name]:
             del self.queue_bindings[key]
+        sources = set()
         for key in [key for key in self.exchange_bindings if name in (key[0], key[1])]:
+            if key[0] == name:
+                sources.add(key[1])
             del self.exchange_bindings[key]
+        for source in sources - {name}:
+            self._maybe_auto_delete_exchange(source)
+
+    def _consumer_gone(self, channel: int, consumer_tag: str) -> None:
+        # An auto-delete queue goes with its last consumer (RabbitMQ deletes it when the
+        # consumer count drops to zero; our record only knows this connection's consumers, as
+        # the Java client's does).
+        consume = self.consumers.pop((channel, consumer_tag), None)
+        if consume is None:
+            return
+        declare = self.queues.get(consume.queue)
+        if declare is None or not declare.auto_delete:
+            return
+        if not any(other.queue == consume.queue for other in self.consumers.values()):
+            self._queue_deleted(consume.queue)
+
+    def _maybe_auto_delete_exchange(self, name: str) -> None:
+        # An auto-delete exchange goes when its last binding (as a source) goes.
+        declare = self.exchanges.get(name)
+        if declare is None or not declare.auto_delete:
+            return
+        if any(key[1] == name for key in self.queue_bindings) or any(
+            key[1] == name for key in self.exchange_bindings
+        ):
+            return
+        self._exchange_deleted(name)
 
     def consumer_cancelled(self, channel: int, consumer_tag: str) -> None:
         """The server cancelled a consumer."""
-        self.consumers.pop((channel, consumer_tag), None)
+        self._consumer_gone(channel, consumer_tag)
 
     def channel_closed(self, channel: int) -> None:
         """A channel closed: its consumers and QoS are gone (exchanges, queues and bindings
-        live on the broker, not on the channel)."""
+        live on the broker, not on the channel); an auto-delete queue whose last consumer
+        went with it is gone too."""
         for key in [key for key in self.consumers if key[0] == channel]:
-            del self.consumers[key]
+            self._consumer_gone(*key)
         self.qos.pop(channel, None)

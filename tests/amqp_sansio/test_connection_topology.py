@@ -256,3 +256,73 @@ def test_the_server_role_records_nothing() -> None:
     )
     assert _empty(pair.server.topology)
     assert not _empty(pair.client.topology)
+
+
+def _consume(pair: ConnectionPair, ch: int, queue: str, tag: str) -> None:
+    _call(pair, ch, BasicConsume(queue=queue, consumer_tag=tag), BasicConsumeOk(consumer_tag=tag))
+
+
+def _ok(queue: str) -> QueueDeclareOk:
+    return QueueDeclareOk(queue=queue, message_count=0, consumer_count=0)
+
+
+def test_an_auto_delete_queue_is_forgotten_with_its_last_consumer() -> None:
+    pair, ch = _open()
+    _call(pair, ch, ExchangeDeclare(exchange="x", type="direct"), ExchangeDeclareOk())
+    _call(pair, ch, QueueDeclare(queue="ad", auto_delete=True), _ok("ad"))
+    _call(pair, ch, QueueBind(queue="ad", exchange="x", routing_key="k"), QueueBindOk())
+    _consume(pair, ch, "ad", "t1")
+    _consume(pair, ch, "ad", "t2")
+    _call(pair, ch, BasicCancel(consumer_tag="t1"), BasicCancelOk(consumer_tag="t1"))
+    assert "ad" in _topology(pair).queues  # one consumer left: the broker keeps it
+    _call(pair, ch, BasicCancel(consumer_tag="t2"), BasicCancelOk(consumer_tag="t2"))
+    topology = _topology(pair)
+    assert "ad" not in topology.queues
+    assert topology.queue_bindings == ()
+    assert "x" in topology.exchanges  # not auto-delete: stays
+
+
+def test_a_server_cancel_or_a_channel_close_auto_deletes_too() -> None:
+    pair, ch = _open()
+    _call(pair, ch, QueueDeclare(queue="a", auto_delete=True), _ok("a"))
+    _call(pair, ch, QueueDeclare(queue="b", auto_delete=True), _ok("b"))
+    _call(pair, ch, QueueDeclare(queue="keep"), _ok("keep"))
+    _consume(pair, ch, "a", "ta")
+    _consume(pair, ch, "keep", "tk")
+    pair.server.send_method(ch, BasicCancel(consumer_tag="ta", nowait=True))
+    pair.transfer(pair.server)
+    assert set(_topology(pair).queues) == {"b", "keep"}  # b never had a consumer: it stays
+    _consume(pair, ch, "b", "tb")
+    pair.client.close_channel(ch)
+    pair.transfer(pair.client)
+    pair.transfer(pair.server)
+    assert set(_topology(pair).queues) == {"keep"}
+
+
+def test_an_auto_delete_exchange_is_forgotten_with_its_last_binding() -> None:
+    pair, ch = _open()
+    _call(
+        pair,
+        ch,
+        ExchangeDeclare(exchange="ax", type="fanout", auto_delete=True),
+        ExchangeDeclareOk(),
+    )
+    _call(pair, ch, ExchangeDeclare(exchange="dest", type="fanout"), ExchangeDeclareOk())
+    _call(pair, ch, QueueDeclare(queue="q1"), _ok("q1"))
+    _call(pair, ch, QueueDeclare(queue="q2"), _ok("q2"))
+    _call(pair, ch, QueueBind(queue="q1", exchange="ax"), QueueBindOk())
+    _call(pair, ch, ExchangeBind(destination="dest", source="ax"), ExchangeBindOk())
+    _call(pair, ch, QueueUnbind(queue="q1", exchange="ax"), QueueUnbindOk())
+    assert "ax" in _topology(pair).exchanges  # still the source of dest's binding
+    _call(pair, ch, ExchangeUnbind(destination="dest", source="ax"), ExchangeUnbindOk())
+    assert set(_topology(pair).exchanges) == {"dest"}
+    # Deleting a queue drops its bindings, which may be an auto-delete exchange's last.
+    _call(
+        pair,
+        ch,
+        ExchangeDeclare(exchange="ax2", type="fanout", auto_delete=True),
+        ExchangeDeclareOk(),
+    )
+    _call(pair, ch, QueueBind(queue="q2", exchange="ax2"), QueueBindOk())
+    _call(pair, ch, QueueDelete(queue="q2"), QueueDeleteOk(message_count=0))
+    assert set(_topology(pair).exchanges) == {"dest"}

@@ -67,6 +67,9 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.default.parallelism", "2")
         .config("spark.sql.streaming.pollingDelay", "50ms")
         .config("spark.driver.memory", "1g")
+        # a loaded machine (two test workers, the brokers, the JVM on two cores) can take more
+        # than the default 15 s for a Python worker to open its socket back to the JVM
+        .config("spark.python.authenticate.socketTimeout", "120s")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

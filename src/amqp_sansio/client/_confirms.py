@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final, NoReturn, final
 
-from ._errors import AMQPError, ConnectionLostError, MessageReturnedError, PublishNackedError
+from ._errors import (
+    AMQPError,
+    ConnectionLostError,
+    MessageReturnedError,
+    PublishNackedError,
+    PublishOutcomeUnknownError,
+)
 from ._message import Message
 from ._requests import check_window
 
@@ -32,7 +38,8 @@ class ConfirmTracker:
     The core already expands ``multiple`` into exact publish numbers and emits a returned
     mandatory publish just before the ack that settles it. This class remembers the return,
     so an ack after a return becomes :class:`MessageReturnedError`, a nack becomes
-    :class:`PublishNackedError`, and a lost transport becomes :class:`ConnectionLostError`.
+    :class:`PublishNackedError`, and a lost transport an unknown outcome
+    (:class:`PublishOutcomeUnknownError`).
     It holds only returns still waiting for their ack: memory is bounded by what is in flight.
     """
 
@@ -71,17 +78,10 @@ class ConfirmTracker:
         return [(number, PublishNackedError(number)) for number in publish_numbers]
 
     def lost(self, publish_numbers: tuple[int, ...]) -> list[tuple[int, PublishOutcome]]:
-        """Outcomes for publishes the transport took with it (never a fake nack)."""
+        """Outcomes for publishes the transport took with it: unknown (never a fake nack)."""
         self._returned.clear()
-        return [
-            (
-                number,
-                ConnectionLostError(
-                    f"the connection was lost before the broker confirmed publish {number}"
-                ),
-            )
-            for number in publish_numbers
-        ]
+        cause = ConnectionLostError("the connection to the broker was lost")
+        return [(number, PublishOutcomeUnknownError(number, cause)) for number in publish_numbers]
 
 
 class PublisherCounts:
@@ -99,7 +99,10 @@ class PublisherCounts:
         self.nacked = 0
         #: Mandatory publishes returned unroutable.
         self.returned = 0
-        #: Publishes that failed for any reason (nacked, returned, connection or channel gone).
+        #: Publishes whose outcome is unknown: the connection or channel ended before their
+        #: confirm (:class:`PublishOutcomeUnknownError`; they may have been routed).
+        self.unknown = 0
+        #: Publishes that failed for any reason (nacked, returned, unknown).
         self.failed = 0
         self._in_flight = 0
         self._failures: list[AMQPError] = []
@@ -138,6 +141,8 @@ class PublisherCounts:
             self.nacked += 1
         elif isinstance(outcome, MessageReturnedError):
             self.returned += 1
+        elif isinstance(outcome, PublishOutcomeUnknownError):
+            self.unknown += 1
         self._failures.append(outcome)
 
 

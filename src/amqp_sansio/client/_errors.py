@@ -30,6 +30,7 @@ __all__ = [
     "ConsumerCancelledError",
     "ContentTooLarge",
     "FrameError",
+    "HeartbeatTimeoutError",
     "InternalError",
     "InvalidPath",
     "MessageReturnedError",
@@ -40,6 +41,7 @@ __all__ = [
     "PreconditionFailed",
     "ProtocolVersionRefused",
     "PublishNackedError",
+    "PublishOutcomeUnknownError",
     "ResourceError",
     "ResourceLocked",
     "UnexpectedFrame",
@@ -211,6 +213,29 @@ class ConnectionLostError(AMQPError):
     """
 
 
+class HeartbeatTimeoutError(ConnectionLostError):
+    """Nothing arrived from the broker for two heartbeat intervals (the spec's limit), so the
+    client dropped the transport: the broker, its host or the network between is gone or stuck.
+
+    Every adapter raises it with the same text; ``address`` is the broker's ``host:port`` and
+    ``heartbeat`` the negotiated interval in seconds.
+    """
+
+    address: str
+    heartbeat: int
+
+    def __init__(self, address: str, heartbeat: int) -> None:
+        super().__init__(
+            f"no bytes from {address} for two heartbeat intervals ({heartbeat} s each): "
+            "the connection was dropped"
+        )
+        self.address = address
+        self.heartbeat = heartbeat
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.address, self.heartbeat))
+
+
 class ConnectionTimeoutError(AMQPError, TimeoutError):
     """The TCP connect, TLS handshake and AMQP handshake did not finish within
     ``connection_timeout``."""
@@ -227,6 +252,34 @@ class PublishNackedError(AMQPError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.publish_number,))
+
+
+class PublishOutcomeUnknownError(AMQPError):
+    """The connection or the channel ended before the broker confirmed a publish in confirm
+    mode: the broker may have routed it or not, and nobody can tell. Never a nack (the broker
+    did not refuse it) and never the close error itself (a 320 says why the connection went,
+    not what became of each publish).
+
+    Republish if duplicates are acceptable (consumers deduplicate by message id), or check
+    the queue. :attr:`cause` (also ``__cause__``) is the error that ended the connection or
+    channel.
+    """
+
+    publish_number: int
+    cause: AMQPError | None
+
+    def __init__(self, publish_number: int, cause: AMQPError | None = None) -> None:
+        why = "" if cause is None else f": {cause}"
+        super().__init__(
+            f"publish {publish_number} has an unknown outcome (the broker may or may not have "
+            f"routed it; the connection or channel ended before its confirm{why})"
+        )
+        self.publish_number = publish_number
+        self.cause = cause
+        self.__cause__ = cause
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.publish_number, self.cause))
 
 
 class MessageReturnedError(AMQPError):

@@ -49,6 +49,7 @@ from ._errors import (
     ConnectionLostError,
     ConsumerCancelledError,
     MessageReturnedError,
+    PublishOutcomeUnknownError,
     error_from,
 )
 
@@ -237,8 +238,10 @@ def _settle_all(book: ChannelBook, error: AMQPError, *, by_us: bool) -> None:
     for sink in consumers.values():
         sink.finish(error, by_us)
     confirms, book.confirms = book.confirms, {}
+    # Whether the broker routed these is unknown: say so, never pass the close off as their
+    # outcome (a 320 is why the connection went, not a refusal of each publish).
     for number, confirm in sorted(confirms.items()):
-        confirm.settle(number, error)
+        confirm.settle(number, PublishOutcomeUnknownError(number, error))
     book.tracker = ConfirmTracker()
     if book.close_waiter is not None and not book.close_waiter.done():
         book.close_waiter.set_result(None)

@@ -30,6 +30,7 @@ from amqp_sansio.client import (
     Message,
     MessageReturnedError,
     PublishNackedError,
+    PublishOutcomeUnknownError,
     error_for_close,
     error_from,
 )
@@ -92,10 +93,14 @@ def test_hierarchy() -> None:
         ConnectionLostError,
         ConnectionTimeoutError,
         PublishNackedError,
+        PublishOutcomeUnknownError,
         MessageReturnedError,
         ConsumerCancelledError,
     ):
         assert issubclass(cls, AMQPError)
+    # An unknown outcome is neither a nack nor a connection error a caller might retry blindly.
+    assert not issubclass(PublishOutcomeUnknownError, PublishNackedError)
+    assert not issubclass(PublishOutcomeUnknownError, ConnectionClosedError)
     assert issubclass(ConnectionTimeoutError, TimeoutError)
     assert not issubclass(ChannelClosedError, ConnectionClosedError)
 
@@ -115,6 +120,7 @@ def _message() -> Message:
         error_for_close(404, "NOT_FOUND - no queue 'q'", 50, 10, connection=False),
         error_for_close(320, "CONNECTION_FORCED - bye", connection=True),
         PublishNackedError(7),
+        PublishOutcomeUnknownError(9),
         ConsumerCancelledError("ctag"),
         MessageReturnedError(3, 312, "NO_ROUTE", _message()),
         ConnectionLostError("gone"),
@@ -289,4 +295,20 @@ def test_tracker_lost() -> None:
     tracker = ConfirmTracker()
     outcomes = tracker.lost((5, 6))
     assert [n for n, _ in outcomes] == [5, 6]
-    assert all(isinstance(e, ConnectionLostError) for _, e in outcomes)
+    # Unknown, never a nack nor the loss itself: the broker may have routed them.
+    for _, error in outcomes:
+        assert isinstance(error, PublishOutcomeUnknownError)
+        assert isinstance(error.cause, ConnectionLostError)
+    assert "unknown outcome" in str(outcomes[0][1])
+
+
+def test_unknown_outcome_pickles_its_cause() -> None:
+    error = PublishOutcomeUnknownError(
+        9, error_for_close(320, "CONNECTION_FORCED", connection=True)
+    )
+    copy = pickle.loads(pickle.dumps(error))
+    assert copy.publish_number == 9
+    assert type(copy.cause) is type(error.cause)
+    assert copy.__cause__ is copy.cause
+    assert str(copy) == str(error)
+    assert "CONNECTION_FORCED" in str(error)

@@ -45,6 +45,7 @@ from amqp_sansio.client import (
     MessageReturnedError,
     PublisherCounts,
     PublishNackedError,
+    PublishOutcomeUnknownError,
 )
 from amqp_sansio.client import _requests as request
 from amqp_sansio.testing import ConnectionPair
@@ -295,12 +296,12 @@ def test_publisher_failures_are_counted_by_kind() -> None:
     message = Message(body=b"x", properties=BasicProperties(), exchange="", routing_key="q")
     nacked = PublishNackedError(1)
     returned = MessageReturnedError(2, 312, "NO_ROUTE", message)
-    lost = ConnectionLostError("gone")
+    lost = PublishOutcomeUnknownError(3, ConnectionLostError("gone"))
     for _ in range(4):
         counts._count_published()
     for outcome in (nacked, returned, lost, None):
         counts._count_settled(outcome)
-    assert (counts.failed, counts.nacked, counts.returned) == (3, 1, 1)
+    assert (counts.failed, counts.nacked, counts.returned, counts.unknown) == (3, 1, 1, 1)
     assert counts._failures == [nacked, returned, lost]
     assert (counts.published, counts.confirmed, counts.in_flight) == (4, 1, 0)
     assert counts.take_failures() == [nacked, returned, lost]

@@ -1,6 +1,8 @@
 """Helpers for protocol tests without sockets: a client/server :class:`ConnectionPair`,
 feeders (whole, one octet at a time, in random pieces), frame builders and a frame parser for
-asserting on the wire.
+asserting on the wire; a client against a server factory in memory (:class:`MemoryConnection`)
+and the fault sweep that cuts a workload at every frame or handshake octet, recovers it and
+checks the recovery invariants (:func:`fault_sweep`).
 
 A typical test::
 
@@ -16,34 +18,50 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING, final
 
-from ._connection import Connection, ConnectionConfig
-from ._events import (
+from .._connection import Connection, ConnectionConfig
+from .._events import (
     NEED_DATA,
     AuthenticationRequested,
     ChannelOpened,
     Event,
     VirtualHostRequested,
 )
-from ._frames import FrameReader, encode_content, encode_method_frame
-from ._generated.spec_0_9_1 import FRAME_MIN_SIZE
-from ._method import Role
-from ._protocol import AMQP_0_9_1
+from .._frames import FrameReader, encode_content, encode_method_frame
+from .._generated.spec_0_9_1 import FRAME_MIN_SIZE
+from .._method import Role
+from .._protocol import AMQP_0_9_1
+from ._sweep import (
+    MemoryConnection,
+    ServerFactory,
+    ServerSide,
+    SweepReport,
+    Workload,
+    fault_sweep,
+    run_workload,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from ._frames import Frame
-    from ._method import Buffer, ContentProperties, Method
-    from ._protocol import ProtocolSpec
+    from .._frames import Frame
+    from .._method import Buffer, ContentProperties, Method
+    from .._protocol import ProtocolSpec
 
 __all__ = [
     "ConnectionPair",
+    "MemoryConnection",
+    "ServerFactory",
+    "ServerSide",
+    "SweepReport",
+    "Workload",
     "content_frames",
+    "fault_sweep",
     "feed",
     "feed_in_pieces",
     "get_all_events",
     "method_frame",
     "parse_frames",
+    "run_workload",
 ]
 
 #: The largest frame the parser in :func:`parse_frames` accepts by default ("no limit").

@@ -1,0 +1,121 @@
+"""The broker as a server factory for ``amqp_sansio.testing``: each call gives the server side of
+one more connection to the same in-memory model, with no sockets and no clock of its own.
+
+``amqp_sansio.testing.fault_sweep`` and ``MemoryConnection`` take any such factory, so the core
+never imports the broker.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, final
+
+from amqp_sansio import Connection, ConnectionConfig, Role
+
+from ._broker import Broker
+from ._session import Session
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from amqp_sansio import Event, RemoteProtocolError
+
+    from ._options import BrokerOptions
+    from ._permissions import User
+
+__all__ = ["MemoryServer", "MemoryServerSide", "memory_server"]
+
+
+@final
+class _ManualClock:
+    """Time that moves only when a test moves it (TTLs, timeouts)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@final
+class MemoryServerSide:
+    """The broker's end of one in-memory connection (``amqp_sansio.testing.ServerSide``)."""
+
+    __slots__ = ("core", "session")
+
+    def __init__(self, broker: Broker, config: ConnectionConfig | None, peer: str) -> None:
+        #: The server-role core the client's octets go to.
+        self.core = Connection(Role.SERVER, config)
+        self.session = Session(broker, self.core, peer=peer, coalesce_confirms=True)
+
+    def __repr__(self) -> str:
+        return f"<MemoryServerSide {self.session.peer}>"
+
+    def handle(self, event: Event) -> None:
+        """Act on one event of :attr:`core`."""
+        self.session.handle(event)
+
+    def protocol_error(self, error: RemoteProtocolError) -> None:
+        """The client broke the protocol (the core already queued its close)."""
+        self.session.protocol_error(error)
+
+    def flush(self) -> None:
+        """About to take :attr:`core`'s output: send the confirms kept until now, as RabbitMQ
+        does when its channel is idle."""
+        self.session.flush_confirms()
+
+    def lost(self) -> None:
+        """The link was cut: requeue what the connection held unacknowledged and delete its
+        exclusive queues, as the broker does when a socket closes."""
+        if not self.session.finished:
+            self.session.end()
+
+
+@final
+class MemoryServer:
+    """A factory of :class:`MemoryServerSide`\\ s sharing one :class:`Broker` (what survives a
+    cut connection: queues, messages, exchanges).
+
+    :ivar broker: the model, for assertions (``broker.vhosts["/"]``).
+    :ivar clock: the broker's clock; set ``clock.now`` to move time.
+    """
+
+    __slots__ = ("_count", "broker", "clock", "config")
+
+    def __init__(
+        self,
+        *,
+        options: BrokerOptions | None = None,
+        users: Mapping[str, str | User] | None = None,
+        config: ConnectionConfig | None = None,
+    ) -> None:
+        self.clock = _ManualClock()
+        self.broker = Broker(
+            clock=self.clock, wall_clock=lambda: 1_700_000_000.0, options=options, users=users
+        )
+        self.config = config
+        self._count = 0
+
+    def __repr__(self) -> str:
+        return f"<MemoryServer {self._count} connections>"
+
+    def __call__(self) -> MemoryServerSide:
+        """The server side of a new connection."""
+        self._count += 1
+        return MemoryServerSide(self.broker, self.config, f"memory-{self._count}")
+
+
+def memory_server(
+    *,
+    options: BrokerOptions | None = None,
+    users: Mapping[str, str | User] | None = None,
+    config: ConnectionConfig | None = None,
+) -> MemoryServer:
+    """A server factory for ``amqp_sansio.testing`` over a new in-memory broker (guest/guest
+    by default)::
+
+        from amqp_sansio.testing import MemoryConnection
+        from amqp_broker import memory_server
+
+        client = MemoryConnection(memory_server())
+    """
+    return MemoryServer(options=options, users=users, config=config)
