@@ -43,6 +43,7 @@ import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from _raw import RawClient
 
@@ -667,6 +668,8 @@ def main() -> int:
                     f"  {lib}: 1 -> {top} channels {high / low:.2f}x (goal <= {MAX_GROWTH}x)"
                 )
         lines.append("")
+        print("\n".join(lines), flush=True)
+        lines.clear()
         report["channels"] = [
             {"lib": lib, "channels": c, "consumers": k, "cpu_us": values, "median": med(values)}
             for (lib, c, k), values in cpu.items()
@@ -711,6 +714,8 @@ def main() -> int:
                 f"| {peak:,.0f} |"
             )
         lines.append("")
+        print("\n".join(lines), flush=True)
+        lines.clear()
         report["queues"] = rows
 
     if "publishers" in parts:
@@ -721,7 +726,7 @@ def main() -> int:
         try:
             targets = {
                 "embedded": (embedded.url, embedded.process.pid),
-                "rabbitmq": (args.url, find_rabbitmq_pid()),
+                "rabbitmq": (args.url, find_rabbitmq_pid(urlsplit(args.url).port or 5672)),
             }
             for run in range(rounds):
                 for target in (
@@ -762,7 +767,8 @@ def main() -> int:
         lines.append("")
         report["publishers"] = results
 
-    print("\n".join(lines))
+    if lines:
+        print("\n".join(lines))
     load_after = os.getloadavg()
     print(
         f"Python {platform.python_version()}, {platform.system()} {platform.machine()}, "
