@@ -536,6 +536,157 @@ def run_aio_pika_otel_sdk(case: Case) -> Timing:
     return run_aio_pika(case)
 
 
+# -- AMQP 0-10 (against the embedded broker, which serves 0-10 and 0-9-1 on one port) -------
+# publish: unsynced transfers, then one execution.sync; confirm: an execution.sync every
+# `window` transfers (0-10's publisher confirms); consume: a subscription with `prefetch`
+# messages of credit, each message accepted.
+
+
+def run_amqp_trio_0_10(case: Case) -> Timing:
+    import trio
+
+    import amqp_trio
+
+    async def main() -> Timing:
+        async with (
+            amqp_trio.connect(case.url, protocol="0-10") as conn,
+            conn.session() as session,
+        ):
+            body = case.body
+            queue = case.queue
+            if case.op in ("publish", "confirm"):
+                every = case.window if case.op == "confirm" else case.count
+                watch = Stopwatch()
+                for n in range(1, case.count + 1):
+                    await session.transfer("", body, routing_key=queue, sync=False)
+                    if n % every == 0 or n == case.count:
+                        await session.sync()
+                return watch.stop()
+            received = octets = 0
+            watch = Stopwatch()
+            subscription = await session.subscribe(queue, prefetch=case.prefetch)
+            async for message in subscription:
+                received += 1
+                octets += len(message.body)
+                message.accept()
+                if received == case.count:
+                    break
+            await session.sync()
+            elapsed = watch.stop()
+            case.check_consumed(received, octets)
+            return elapsed
+
+    return trio.run(main)
+
+
+def run_amqp_asyncio_0_10(case: Case) -> Timing:
+    import asyncio
+
+    import amqp_asyncio
+
+    async def main() -> Timing:
+        async with (
+            amqp_asyncio.connect(case.url, protocol="0-10") as conn,
+            conn.session() as session,
+        ):
+            body = case.body
+            queue = case.queue
+            if case.op in ("publish", "confirm"):
+                every = case.window if case.op == "confirm" else case.count
+                watch = Stopwatch()
+                for n in range(1, case.count + 1):
+                    await session.transfer("", body, routing_key=queue, sync=False)
+                    if n % every == 0 or n == case.count:
+                        await session.sync()
+                return watch.stop()
+            received = octets = 0
+            watch = Stopwatch()
+            subscription = await session.subscribe(queue, prefetch=case.prefetch)
+            async for message in subscription:
+                received += 1
+                octets += len(message.body)
+                message.accept()
+                if received == case.count:
+                    break
+            await session.sync()
+            elapsed = watch.stop()
+            case.check_consumed(received, octets)
+            return elapsed
+
+    return asyncio.run(main())
+
+
+def run_amqp_blocking_0_10(case: Case) -> Timing:
+    import amqp_blocking
+
+    with amqp_blocking.connect(case.url, protocol="0-10") as conn, conn.session() as session:
+        body = case.body
+        queue = case.queue
+        if case.op in ("publish", "confirm"):
+            every = case.window if case.op == "confirm" else case.count
+            watch = Stopwatch()
+            for n in range(1, case.count + 1):
+                session.transfer("", body, routing_key=queue, sync=False)
+                if n % every == 0 or n == case.count:
+                    session.sync()
+            return watch.stop()
+        received = octets = 0
+        watch = Stopwatch()
+        subscription = session.subscribe(queue, prefetch=case.prefetch)
+        for message in subscription:
+            received += 1
+            octets += len(message.body)
+            message.accept()
+            if received == case.count:
+                break
+        session.sync()
+        elapsed = watch.stop()
+        case.check_consumed(received, octets)
+        return elapsed
+
+
+def run_qpid_python_0_10(case: Case) -> Timing:
+    """qpid-python 1.36's 0-10 client under Python 2.7 (``qpid_e2e_0_10.py2``), installed as
+    the tests install it (``.cache/qpid27``); it times itself."""
+    import json
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    qpid = root / ".cache" / "qpid27"
+    python = Path.home() / ".pyenv" / "versions" / "2.7.18" / "bin" / "python"
+    if not python.exists() or not (qpid / "qpid" / "ops.py").exists():
+        raise ImportError(
+            "qpid-python needs pyenv's Python 2.7.18 and .cache/qpid27 (the 0-10 tests "
+            "install it: pytest tests/amqp_broker/test_broker_0_10.py)"
+        )
+    spec = json.dumps(
+        {
+            "url": case.url,
+            "op": case.op,
+            "queue": case.queue,
+            "count": case.count,
+            "body_size": case.body_size,
+            "window": case.window,
+            "prefetch": case.prefetch,
+        }
+    )
+    done = subprocess.run(
+        [str(python), str(Path(__file__).with_name("qpid_e2e_0_10.py2")), spec],
+        env={"PYTHONPATH": str(qpid), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"qpid-python worker failed: {done.stderr.strip()[-500:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if result["received"] != (case.count if case.op == "consume" else 0):
+        raise RuntimeError(f"qpid-python consumed {result['received']} of {case.count}")
+    return float(result["seconds"]), float(result["cpu_seconds"])
+
+
 RUNNERS: dict[str, Callable[[Case], Timing]] = {
     "raw": run_raw,
     "core": run_core,
@@ -550,4 +701,8 @@ RUNNERS: dict[str, Callable[[Case], Timing]] = {
     "amqp_trio+otel-noop": run_amqp_trio_otel_noop,
     "amqp_trio+otel-sdk": run_amqp_trio_otel_sdk,
     "aio-pika+otel-sdk": run_aio_pika_otel_sdk,
+    "amqp_trio-0-10": run_amqp_trio_0_10,
+    "amqp_asyncio-0-10": run_amqp_asyncio_0_10,
+    "amqp_blocking-0-10": run_amqp_blocking_0_10,
+    "qpid-python-0-10": run_qpid_python_0_10,
 }

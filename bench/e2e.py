@@ -62,10 +62,11 @@ OUR_OTHERS = ["amqp_asyncio", "amqp_blocking"]
 # aio-pika with opentelemetry-instrumentation-aio-pika into the same SDK setup
 TRACED = ["amqp_trio+otel-noop", "amqp_trio+otel-sdk", "aio-pika+otel-sdk"]
 TRACING_SET = [OURS, *TRACED[:2], "aio-pika", TRACED[2]]
-DEFAULT_LIBS = [
-    RAW, CORE, OURS, *OUR_OTHERS, "aio-pika", "aiormq", "pika", "py-amqp", "async_amqp"
-]  # fmt: skip
-LIBS = [*DEFAULT_LIBS, *TRACED]
+# AMQP 0-10 (issue 19): our three clients and qpid-python's under Python 2.7; only the embedded
+# broker speaks it (--broker embedded), on the port its 0-9-1 clients use
+LIBS_0_10 = ["amqp_trio-0-10", "amqp_asyncio-0-10", "amqp_blocking-0-10", "qpid-python-0-10"]
+DEFAULT_LIBS = [RAW, CORE, OURS, *OUR_OTHERS, "aio-pika", "aiormq", "pika", "py-amqp", "async_amqp"]
+LIBS = [*DEFAULT_LIBS, *TRACED, *LIBS_0_10]
 PEERS = [lib for lib in DEFAULT_LIBS if lib not in (RAW, CORE, OURS, *OUR_OTHERS)]
 DISTRIBUTIONS = {
     OURS: "amqp-sansio",
@@ -79,6 +80,9 @@ DISTRIBUTIONS = {
     "amqp_trio+otel-noop": "amqp-sansio",
     "amqp_trio+otel-sdk": "amqp-sansio",
     "aio-pika+otel-sdk": "aio-pika",
+    "amqp_trio-0-10": "amqp-sansio",
+    "amqp_asyncio-0-10": "amqp-sansio",
+    "amqp_blocking-0-10": "amqp-sansio",
 }
 OPS = ["publish", "confirm", "consume"]
 OP_TITLES = {
@@ -503,12 +507,12 @@ def main() -> int:
         "--broker",
         choices=["rabbitmq", "embedded"],
         default="rabbitmq",
-        help="embedded: start `python -m amqp_broker` on a free port and run against it",
+        help="embedded: start `python -m amqp_broker` on a free port and run against it (it "
+        "serves AMQP 0-10 too: the default libraries then include the 0-10 clients)",
     )
     parser.add_argument("--quick", action="store_true", help="small N and 1 run (smoke test)")
     parser.add_argument(
         "--libs",
-        default=",".join(DEFAULT_LIBS),
         help=f"from {','.join(LIBS)}, or 'tracing' for {','.join(TRACING_SET)}",
     )
     parser.add_argument("--sizes", default=",".join(SIZES), help=f"from {','.join(SIZES)}")
@@ -531,7 +535,11 @@ def main() -> int:
     if args.replot is not None:
         return replot(args.replot, args.chart)
 
-    libs = TRACING_SET if args.libs == "tracing" else parse_list(args.libs, LIBS, "library")
+    if args.libs == "tracing":
+        libs = TRACING_SET
+    else:
+        default = [*DEFAULT_LIBS, *(LIBS_0_10 if args.broker == "embedded" else [])]
+        libs = parse_list(args.libs or ",".join(default), LIBS, "library")
     sizes = parse_list(args.sizes, list(SIZES), "size")
     ops = parse_list(args.ops, OPS, "operation")
     runs = args.runs or (1 if args.quick else 3)

@@ -18,7 +18,7 @@ import logging
 import socket
 import ssl as ssl_module
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, Final, Literal, final, overload
 
 from amqp_sansio import (
     NEED_DATA,
@@ -52,19 +52,24 @@ from amqp_sansio.client import (
     connection_parameters,
     connection_telemetry,
     error_from,
+    wants_0_10,
 )
 
 from ._channel import Channel
+from ._v0_10 import connect_0_10
 
 if TYPE_CHECKING:
     import ssl
     from collections.abc import AsyncIterator
+    from contextlib import AbstractAsyncContextManager
 
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
     from amqp_sansio import Event, FieldTable, ProtocolVersion
     from amqp_sansio.client import Reply, Telemetry
+
+    from ._v0_10 import Connection010
 
 __all__ = ["Connection", "connect"]
 
@@ -473,8 +478,32 @@ class Connection:
         self._arm_timer()
 
 
-@asynccontextmanager
-async def connect(
+# A protocol typed as a plain str gets the second signature even when it holds "0-10".
+@overload
+def connect(  # type: ignore[overload-overlap]
+    url_or_params: str | ConnectionParameters = ...,
+    *,
+    ssl_context: ssl.SSLContext | None = ...,
+    connection_name: str | None = ...,
+    protocol: Literal["0-10", ProtocolVersion.AMQP_0_10],
+    tracer_provider: TracerProvider | None = ...,
+    meter_provider: MeterProvider | None = ...,
+) -> AbstractAsyncContextManager[Connection010]: ...
+
+
+@overload
+def connect(
+    url_or_params: str | ConnectionParameters = ...,
+    *,
+    ssl_context: ssl.SSLContext | None = ...,
+    connection_name: str | None = ...,
+    protocol: str | ProtocolVersion | None = ...,
+    tracer_provider: TracerProvider | None = ...,
+    meter_provider: MeterProvider | None = ...,
+) -> AbstractAsyncContextManager[Connection]: ...
+
+
+def connect(
     url_or_params: str | ConnectionParameters = DEFAULT_URL,
     *,
     ssl_context: ssl.SSLContext | None = None,
@@ -482,8 +511,12 @@ async def connect(
     protocol: str | ProtocolVersion | None = None,
     tracer_provider: TracerProvider | None = None,
     meter_provider: MeterProvider | None = None,
-) -> AsyncIterator[Connection]:
+) -> AbstractAsyncContextManager[Connection] | AbstractAsyncContextManager[Connection010]:
     """Connect to a broker for the duration of an ``async with`` block.
+
+    ``protocol="0-10"`` opens an AMQP 0-10 connection instead: a :class:`Connection010`
+    (sessions, not channels) from :func:`connect_0_10`. A URL asking for 0-10 needs it
+    (``connect(url, protocol="0-10")``), so that the connection's type is known.
 
     *url_or_params* is an ``amqp://``/``amqps://`` URL (see
     :meth:`~amqp_sansio.client.ConnectionParameters.from_url`) or
@@ -506,6 +539,24 @@ async def connect(
         ``"auto"``: none of those it offered).
     :raises OSError: the TCP connection failed.
     """
+    if wants_0_10(protocol):
+        if tracer_provider is not None or meter_provider is not None:
+            raise ValueError("OpenTelemetry instruments AMQP 0-9-1, 0-9 and 0-8 connections only")
+        return connect_0_10(url_or_params, ssl_context=ssl_context, connection_name=connection_name)
+    return _connect(
+        url_or_params, ssl_context, connection_name, protocol, tracer_provider, meter_provider
+    )
+
+
+@asynccontextmanager
+async def _connect(
+    url_or_params: str | ConnectionParameters,
+    ssl_context: ssl.SSLContext | None,
+    connection_name: str | None,
+    protocol: str | ProtocolVersion | None,
+    tracer_provider: TracerProvider | None,
+    meter_provider: MeterProvider | None,
+) -> AsyncIterator[Connection]:
     fallback = ProtocolFallback(connection_parameters(url_or_params, connection_name, protocol))
     while True:
         try:

@@ -23,7 +23,7 @@ import socket
 import ssl
 import threading
 import time
-from typing import TYPE_CHECKING, Final, NamedTuple, final
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple, final, overload
 
 from amqp_sansio import (
     NEED_DATA,
@@ -58,9 +58,11 @@ from amqp_sansio.client import (
     connection_parameters,
     connection_telemetry,
     error_from,
+    wants_0_10,
 )
 
 from ._channel import Channel
+from ._v0_10 import Connection010, connect_0_10
 from ._waiter import Waiter
 
 if TYPE_CHECKING:
@@ -90,6 +92,31 @@ _WOULD_BLOCK: Final = (
 )
 
 
+# A protocol typed as a plain str gets the second signature even when it holds "0-10".
+@overload
+def connect(  # type: ignore[overload-overlap]
+    url_or_params: str | ConnectionParameters = ...,
+    *,
+    ssl_context: ssl.SSLContext | None = ...,
+    connection_name: str | None = ...,
+    protocol: Literal["0-10", ProtocolVersion.AMQP_0_10],
+    tracer_provider: TracerProvider | None = ...,
+    meter_provider: MeterProvider | None = ...,
+) -> Connection010: ...
+
+
+@overload
+def connect(
+    url_or_params: str | ConnectionParameters = ...,
+    *,
+    ssl_context: ssl.SSLContext | None = ...,
+    connection_name: str | None = ...,
+    protocol: str | ProtocolVersion | None = ...,
+    tracer_provider: TracerProvider | None = ...,
+    meter_provider: MeterProvider | None = ...,
+) -> Connection: ...
+
+
 def connect(
     url_or_params: str | ConnectionParameters = DEFAULT_URL,
     *,
@@ -98,8 +125,12 @@ def connect(
     protocol: str | ProtocolVersion | None = None,
     tracer_provider: TracerProvider | None = None,
     meter_provider: MeterProvider | None = None,
-) -> Connection:
+) -> Connection | Connection010:
     """Open a connection and start its I/O thread; use it as a context manager.
+
+    ``protocol="0-10"`` opens an AMQP 0-10 connection instead: a :class:`Connection010`
+    (sessions, not channels) from :func:`connect_0_10`. A URL asking for 0-10 needs it
+    (``connect(url, protocol="0-10")``), so that the connection's type is known.
 
     ``url_or_params`` is an ``amqp://``/``amqps://`` URL or :class:`ConnectionParameters`;
     ``ssl_context`` replaces the context the parameters would build (``amqps`` only);
@@ -117,6 +148,10 @@ def connect(
         ``"auto"``: none of those it offered).
     :raises OSError: the broker could not be reached.
     """
+    if wants_0_10(protocol):
+        if tracer_provider is not None or meter_provider is not None:
+            raise ValueError("OpenTelemetry instruments AMQP 0-9-1, 0-9 and 0-8 connections only")
+        return connect_0_10(url_or_params, ssl_context=ssl_context, connection_name=connection_name)
     opened = connect_core(
         url_or_params,
         ssl_context=ssl_context,

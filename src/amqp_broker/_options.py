@@ -107,7 +107,12 @@ class BrokerOptions:
     #: header picks one; any other header is answered with the first one's header and the
     #: connection closed (see :doc:`/versions`). Names or :class:`~amqp_sansio.ProtocolVersion`.
     protocols: tuple[ProtocolVersion, ...] = attrs.field(
-        default=(ProtocolVersion.AMQP_0_9_1, ProtocolVersion.AMQP_0_9, ProtocolVersion.AMQP_0_8),
+        default=(
+            ProtocolVersion.AMQP_0_9_1,
+            ProtocolVersion.AMQP_0_9,
+            ProtocolVersion.AMQP_0_8,
+            ProtocolVersion.AMQP_0_10,
+        ),
         converter=_versions,
     )
     #: How ``AMQP 1 1 0 9`` is read when both 0-9-1 and 0-9 are served: as 0-9-1 (RabbitMQ's

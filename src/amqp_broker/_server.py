@@ -28,6 +28,7 @@ from amqp_sansio import (
 
 from ._broker import Broker
 from ._inspect import BrokerSnapshot, take_snapshot
+from ._server_0_10 import handle_0_10
 from ._session import Session
 from ._versions import SERVED_VERSIONS
 
@@ -174,13 +175,30 @@ async def _run_0_9_family(
     )
 
 
+async def _run_0_10(
+    stream: trio.abc.Stream,
+    first: bytes,
+    version: ProtocolVersion,
+    handshake_timeout: float | None,
+    listening: _Listening,
+) -> None:
+    """0-10: its own core and session (``_server_0_10``) over the same model."""
+    await handle_0_10(
+        stream,
+        listening.broker,
+        header_consumed=True,
+        initial=first[8:],
+        handshake_timeout=handshake_timeout,
+    )
+
+
 #: Which server runs a connection, by the version its protocol header asks for: one entry per
-#: version of SERVED_VERSIONS (0-10 plugs in its own runner); BrokerOptions.protocols chooses
-#: among them.
+#: version of SERVED_VERSIONS; BrokerOptions.protocols chooses among them.
 _RUNNERS: Final[dict[ProtocolVersion, _Runner]] = {
     ProtocolVersion.AMQP_0_9_1: _run_0_9_family,
     ProtocolVersion.AMQP_0_9: _run_0_9_family,
     ProtocolVersion.AMQP_0_8: _run_0_9_family,
+    ProtocolVersion.AMQP_0_10: _run_0_10,
 }
 if set(_RUNNERS) != set(SERVED_VERSIONS):  # pragma: no cover - a broken edit of the two
     raise ImportError("amqp_broker: a served version has no runner, or a runner no version")

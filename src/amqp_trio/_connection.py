@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import ssl
 from contextlib import asynccontextmanager, suppress
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, Final, Literal, final, overload
 
 import trio
 
@@ -51,19 +51,24 @@ from amqp_sansio.client import (
     connection_parameters,
     connection_telemetry,
     error_from,
+    wants_0_10,
 )
 
 from ._channel import Channel, Consumer
+from ._v0_10 import connect_0_10
 from ._waiter import Waiter
 from ._wire import Wire
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
+    from contextlib import AbstractAsyncContextManager
 
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
     from amqp_sansio import Event, FieldTable
+
+    from ._v0_10 import Connection010
 
 __all__ = ["Connection", "connect", "connect_stream"]
 
@@ -428,8 +433,32 @@ _REACTIONS: Final[dict[type[object], Callable[[Connection, Event], bool]]] = {
 }
 
 
-@asynccontextmanager
-async def connect(
+# A protocol typed as a plain str gets the second signature even when it holds "0-10".
+@overload
+def connect(  # type: ignore[overload-overlap]
+    url_or_params: str | ConnectionParameters = ...,
+    *,
+    ssl_context: ssl.SSLContext | None = ...,
+    connection_name: str | None = ...,
+    protocol: Literal["0-10", ProtocolVersion.AMQP_0_10],
+    tracer_provider: TracerProvider | None = ...,
+    meter_provider: MeterProvider | None = ...,
+) -> AbstractAsyncContextManager[Connection010]: ...
+
+
+@overload
+def connect(
+    url_or_params: str | ConnectionParameters = ...,
+    *,
+    ssl_context: ssl.SSLContext | None = ...,
+    connection_name: str | None = ...,
+    protocol: str | ProtocolVersion | None = ...,
+    tracer_provider: TracerProvider | None = ...,
+    meter_provider: MeterProvider | None = ...,
+) -> AbstractAsyncContextManager[Connection]: ...
+
+
+def connect(
     url_or_params: str | ConnectionParameters = DEFAULT_URL,
     *,
     ssl_context: ssl.SSLContext | None = None,
@@ -437,8 +466,12 @@ async def connect(
     protocol: str | ProtocolVersion | None = None,
     tracer_provider: TracerProvider | None = None,
     meter_provider: MeterProvider | None = None,
-) -> AsyncIterator[Connection]:
+) -> AbstractAsyncContextManager[Connection] | AbstractAsyncContextManager[Connection010]:
     """Connect to a broker for the duration of an ``async with`` block.
+
+    ``protocol="0-10"`` opens an AMQP 0-10 connection instead: a :class:`Connection010`
+    (sessions, not channels) from :func:`connect_0_10`. A URL asking for 0-10 needs it
+    (``connect(url, protocol="0-10")``), so that the connection's type is known.
 
     *url_or_params* is an ``amqp://``/``amqps://`` URL (see
     :meth:`~amqp_sansio.client.ConnectionParameters.from_url`) or
@@ -462,6 +495,24 @@ async def connect(
         handshake did, with the reason (``ssl.SSLCertVerificationError``: certificate verify
         failed).
     """
+    if wants_0_10(protocol):
+        if tracer_provider is not None or meter_provider is not None:
+            raise ValueError("OpenTelemetry instruments AMQP 0-9-1, 0-9 and 0-8 connections only")
+        return connect_0_10(url_or_params, ssl_context=ssl_context, connection_name=connection_name)
+    return _connect(
+        url_or_params, ssl_context, connection_name, protocol, tracer_provider, meter_provider
+    )
+
+
+@asynccontextmanager
+async def _connect(
+    url_or_params: str | ConnectionParameters,
+    ssl_context: ssl.SSLContext | None,
+    connection_name: str | None,
+    protocol: str | ProtocolVersion | None,
+    tracer_provider: TracerProvider | None,
+    meter_provider: MeterProvider | None,
+) -> AsyncIterator[Connection]:
     fallback = ProtocolFallback(connection_parameters(url_or_params, connection_name, protocol))
     while True:
         params = fallback.params

@@ -134,7 +134,7 @@ def test_help_names_every_option() -> None:
         ("[limits]\nchannel_max = 70000", [], "channel_max must be 1..65535, not 70000"),
         ("[[permissions]]\nuser = 'guest'", [], "permissions entry 1 needs 'vhost'"),
         ("[users]\nx = 1", [], "users.x must be a string (the password)"),
-        ('protocols = ["0-10"]', [], "the broker serves '0-9-1', '0-9', '0-8', not '0-10'"),
+        ('protocols = ["1.0"]', [], "the broker serves '0-9-1', '0-9', '0-8', '0-10', not '1.0'"),
         ("[tls]\nport = 5671", [], "--tls-port (or tls.port) needs --tls-cert and --tls-key"),
         ("", ["--channel-max", "many"], "argument --channel-max: expected an integer, got"),
         ("", ["--channel-max", "none"], "argument --channel-max: expected an integer, got"),

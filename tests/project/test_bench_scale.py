@@ -22,6 +22,7 @@ OURS = ("core", "amqp_trio", "amqp_asyncio", "amqp_blocking")
 
 @pytest.mark.rabbitmq
 def test_scale_quick_run(rabbitmq_url: str, tmp_path: Path) -> None:
+    before = _bench_queues()
     report = tmp_path / "scale.json"
     done = subprocess.run(
         [sys.executable, str(SCALE), "--quick", "--url", rabbitmq_url, "--json", str(report)],
@@ -38,7 +39,15 @@ def test_scale_quick_run(rabbitmq_url: str, tmp_path: Path) -> None:
     assert all(row["median"] > 0 for row in result["channels"])
     assert set(result["queues"]) == set(OURS)
     assert set(result["publishers"]) == {"embedded", "rabbitmq"}
-    queues = subprocess.run(
-        ["rabbitmqctl", "list_queues", "name"], capture_output=True, text=True, check=True
+    assert _bench_queues() <= before  # none of this run's queues is left
+
+
+def _bench_queues() -> set[str]:
+    """The bench's queues on RabbitMQ (another run of it may be under way on a shared machine)."""
+    listed = subprocess.run(
+        ["rabbitmqctl", "list_queues", "--quiet", "name"],
+        capture_output=True,
+        text=True,
+        check=True,
     )
-    assert "bench-scale-" not in queues.stdout
+    return {name for name in listed.stdout.split() if name.startswith("bench-scale-")}

@@ -78,7 +78,14 @@ from ._router import (
     Router,
     Waiter,
 )
-from ._versions import ADAPTER_VERSIONS, ClientProtocol, ProtocolFallback, client_protocol
+from ._versions import (
+    ADAPTER_VERSIONS,
+    USE_0_10,
+    ClientProtocol,
+    ProtocolFallback,
+    client_protocol,
+    wants_0_10,
+)
 from .exports import *  # noqa: F403  (the exceptions and ConnectionParameters)
 
 __all__ = [
@@ -87,6 +94,7 @@ __all__ = [
     "DEFAULT_URL",
     "REQUESTS",
     "SEMCONV_VERSION",
+    "USE_0_10",
     "AsyncMessage",
     "AsyncSettler",
     "AuthMechanism",
@@ -142,6 +150,7 @@ __all__ = [
     "message_count",
     "report_dropped",
     "uninstrument",
+    "wants_0_10",
 ]
 __all__ += exports.__all__
 
