@@ -206,6 +206,9 @@ Delivered = tuple[Any, Any, Any, bytes]
 Sink = Callable[[Delivered], object]
 
 
+_NO_LIMIT: Final = 2**64 - 1
+
+
 def decode_ours(data: bytes, sink: Sink, read_size: int) -> None:
     """Feed *data* in *read_size* pieces (0: all at once) and assemble each message's frames.
 
@@ -220,6 +223,9 @@ def decode_ours(data: bytes, sink: Sink, read_size: int) -> None:
     reader = FrameReader(frame_max=FRAME_MAX)
     feed = reader.feed
     next_frame = reader.next_frame
+    # What the client core does after a basic.deliver: header and one body frame in one step
+    # when both are buffered, else frame by frame.
+    next_content = reader.next_content
     step = read_size or len(data)
     method = props = None
     for start in range(0, len(data), step):
@@ -232,6 +238,10 @@ def decode_ours(data: bytes, sink: Sink, read_size: int) -> None:
                 props = frame.properties  # type: ignore[union-attr]
             else:
                 method = frame.method  # type: ignore[union-attr]
+                content = next_content(frame.channel, 60, _NO_LIMIT)
+                if content is not None:
+                    props, body = content
+                    sink((method, props, props.headers, body))  # type: ignore[union-attr]
     if reader.buffered:
         raise BenchError(f"ours: {reader.buffered} octets left unparsed")
 

@@ -668,6 +668,8 @@ def main() -> int:
                     f"  {lib}: 1 -> {top} channels {high / low:.2f}x (goal <= {MAX_GROWTH}x)"
                 )
         lines.append("")
+        print("\n".join(lines), flush=True)
+        lines.clear()
         report["channels"] = [
             {"lib": lib, "channels": c, "consumers": k, "cpu_us": values, "median": med(values)}
             for (lib, c, k), values in cpu.items()
@@ -712,6 +714,8 @@ def main() -> int:
                 f"| {peak:,.0f} |"
             )
         lines.append("")
+        print("\n".join(lines), flush=True)
+        lines.clear()
         report["queues"] = rows
 
     if "publishers" in parts:
@@ -763,7 +767,8 @@ def main() -> int:
         lines.append("")
         report["publishers"] = results
 
-    print("\n".join(lines))
+    if lines:
+        print("\n".join(lines))
     load_after = os.getloadavg()
     print(
         f"Python {platform.python_version()}, {platform.system()} {platform.machine()}, "
