@@ -147,6 +147,10 @@ class Connection010:
                     core.closed.finish()
                 self._cond.notify_all()
                 if data == b"" or core.closed.done:
+                    if core.error is not None:
+                        # over (closed by either side, or lost): the socket is done too
+                        with contextlib.suppress(OSError):
+                            self._sock.close()
                     return
 
     def _start(self) -> None:

@@ -11,7 +11,7 @@ import threading
 import time
 import weakref
 from contextlib import asynccontextmanager, contextmanager, suppress
-from typing import TYPE_CHECKING, Final, NoReturn, TypeAlias, final
+from typing import TYPE_CHECKING, Final, NoReturn, Protocol, TypeAlias, final
 from urllib.parse import quote
 
 import attrs
@@ -63,21 +63,36 @@ def make_broker(
     )
 
 
+class _Closable(Protocol):
+    """A connection's session as shutdown sees it (0-9 family or 0-10)."""
+
+    def shutdown(self, reason: str = "shutdown") -> None: ...
+
+
+class _Transport(Protocol):
+    """A connection's transport as shutdown and the watermark see it."""
+
+    @property
+    def outbound_size(self) -> int: ...
+
+    def resume_reading(self) -> None: ...
+
+
 @final
 class _Serving:
     """What :func:`serve` keeps about one broker: the open sessions, for shutdown."""
 
     def __init__(self) -> None:
-        self.connections: dict[Session, amqp_trio.ServerConnection] = {}
+        self.connections: dict[_Closable, _Transport] = {}
         self.stopping = False
         self.idle = trio.Event()
         self.idle.set()
 
-    def add(self, session: Session, conn: amqp_trio.ServerConnection) -> None:
+    def add(self, session: _Closable, conn: _Transport) -> None:
         self.connections[session] = conn
         self.idle = trio.Event() if self.idle.is_set() else self.idle
 
-    def remove(self, session: Session) -> None:
+    def remove(self, session: _Closable) -> None:
         self.connections.pop(session, None)
         if not self.connections:
             self.idle.set()
@@ -176,6 +191,7 @@ async def _run_0_10(
         header_consumed=True,
         initial=first[8:],
         handshake_timeout=handshake_timeout,
+        serving=listening.serving,
     )
 
 

@@ -30,6 +30,7 @@ from ._session_0_10 import Session010
 
 if TYPE_CHECKING:
     from ._broker import Broker
+    from ._server import _Serving
 
 __all__ = ["config_0_10", "handle_0_10", "serve_0_10"]
 
@@ -54,10 +55,12 @@ async def handle_0_10(
     initial: bytes = b"",
     handshake_timeout: float | None = None,
     peer: str = "",
+    serving: _Serving | None = None,
 ) -> None:
     """Serve one 0-10 client over *stream* until it leaves. *header_consumed*: the shared
     port's dispatcher read the protocol header; *initial* is what it read after it.
-    *handshake_timeout* (default the broker's) bounds the time to ``open-ok``."""
+    *handshake_timeout* (default the broker's) bounds the time to ``open-ok``. *serving*: the
+    listener's registry, through which :func:`shutdown` closes the connection with 320."""
 
     async def run(conn: amqp_trio.ServerConnection010) -> None:
         session = Session010(broker, conn.core, wake=conn.schedule_flush, peer=peer)
@@ -68,6 +71,8 @@ async def handle_0_10(
             cleared.set()
 
         memory.on_clear(on_clear)
+        if serving is not None:
+            serving.add(session, conn)
         timeout = (
             broker.options.handshake_timeout if handshake_timeout is None else handshake_timeout
         )
@@ -104,6 +109,8 @@ async def handle_0_10(
         finally:
             memory.forget(on_clear)
             session.end()
+            if serving is not None:
+                serving.remove(session)
 
     await amqp_trio.serve_stream_0_10(
         stream,

@@ -259,6 +259,15 @@ class Session010:
         elif cls in (ConnectionClosed, ConnectionLost, HeartbeatTimeout):
             self.end()
 
+    def shutdown(self, reason: str = "shutdown") -> None:
+        """The broker stops: ``connection.close`` 320 with RabbitMQ's text, as 0-9-1 clients
+        get it."""
+        with contextlib.suppress(LocalProtocolError):
+            self.core.close(
+                320, f"CONNECTION_FORCED - broker forced connection closure with reason '{reason}'"
+            )
+        self.wake()
+
     def end(self) -> None:
         """The connection is over: requeue what was delivered and not accepted."""
         if self.finished:

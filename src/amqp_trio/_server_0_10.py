@@ -60,7 +60,12 @@ class ServerConnection010:
 
     @property
     def outbound_size(self) -> int:
+        """Octets queued in the core, not yet taken by the writer."""
         return 0
+
+    def resume_reading(self) -> None:
+        """Nothing to resume: a 0-10 connection is read whenever its handler waits for an
+        event (the broker's shutdown calls this on every transport)."""
 
     def schedule_flush(self) -> None:
         """Wake the writer: the core has output queued."""

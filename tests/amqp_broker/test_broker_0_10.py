@@ -14,7 +14,7 @@ import amqp_blocking
 import amqp_broker
 from amqp_broker import BrokerOptions
 from amqp_sansio import header_for
-from amqp_sansio.client import ConnectionParameters
+from amqp_sansio.client import ConnectionForced, ConnectionParameters
 from tests.support.broker_0_10 import brokers_in_thread
 from tests.support.qpid import require_qpid, run_py2
 
@@ -56,3 +56,15 @@ def test_a_0_10_client_beyond_channel_max_is_refused() -> None:
         with pytest.raises(ValueError, match="no free channel"):
             conn.open_session()
         first.close()
+
+
+def test_shutdown_closes_0_10_connections_with_320() -> None:
+    with amqp_broker.run_in_thread() as url:
+        conn = amqp_blocking.connect(url, protocol="0-10")
+        session = conn.open_session()
+        session.queue_declare("q", auto_delete=True)
+    # the broker stopped: connection.close 320, as its 0-9-1 clients get it
+    with pytest.raises(ConnectionForced, match="broker forced connection closure"):
+        session.queue_query("q")
+    assert conn.is_closed
+    conn.close()
