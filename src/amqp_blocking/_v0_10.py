@@ -76,7 +76,7 @@ class Connection010:
         self._sock = sock
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
-        self._core = ClientCore(params, wake=self._flush_locked)
+        self._core = ClientCore(params, wake=self._flush_locked, guard=self._lock)
         self._thread = threading.Thread(target=self._run, name="amqp_blocking 0-10", daemon=True)
 
     def __repr__(self) -> str:
@@ -114,6 +114,7 @@ class Connection010:
     # --- I/O ----------------------------------------------------------------------------------
 
     def _flush_locked(self) -> None:
+        self._core.flush_settlements()
         data = self._core.conn.data_to_send()
         if data:
             try:
