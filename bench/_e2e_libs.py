@@ -30,6 +30,9 @@ from urllib.parse import unquote, urlsplit
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
+    from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+
 __all__ = ["RUNNERS", "Case", "Stopwatch", "Timing"]
 
 #: (wall-clock seconds, CPU seconds of this process) of one timed operation
@@ -97,6 +100,30 @@ def run_raw(case: Case) -> Timing:
         elapsed = watch.stop()
         if case.op == "consume":
             client.cancel()
+        return elapsed
+    finally:
+        client.close()
+
+
+def run_core(case: Case) -> Timing:
+    """``core``: a bare blocking socket loop over ``amqp_sansio.Connection`` (no adapter)."""
+    from _core_client import CoreClient
+
+    client = CoreClient(case.url)
+    try:
+        if case.op == "publish":
+            watch = Stopwatch()
+            client.publish(case.queue, case.count, case.body)
+            return watch.stop()
+        if case.op == "confirm":
+            client.confirm_select()
+            watch = Stopwatch()
+            client.publish_confirmed(case.queue, case.count, case.body, case.window)
+            return watch.stop()
+        watch = Stopwatch()
+        received, octets = client.consume(case.queue, case.count, case.prefetch, case.ack_every)
+        elapsed = watch.stop()
+        case.check_consumed(received, octets)
         return elapsed
     finally:
         client.close()
@@ -465,6 +492,50 @@ def run_async_amqp(case: Case) -> Timing:
     return trio.run(main)
 
 
+def _sdk_providers() -> tuple[SdkTracerProvider, SdkMeterProvider]:
+    """OpenTelemetry's SDK with the in-memory span exporter (each span exported as it ends)
+    and the in-memory metric reader: everything recorded, nothing sent anywhere."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    return tracer_provider, MeterProvider(metric_readers=[InMemoryMetricReader()])
+
+
+def run_amqp_trio_otel_noop(case: Case) -> Timing:
+    """amqp_trio traced through OpenTelemetry's no-op providers: the cost of the hooks and of
+    the API calls themselves."""
+    from opentelemetry.metrics import NoOpMeterProvider
+    from opentelemetry.trace import NoOpTracerProvider
+
+    from amqp_sansio.client import instrument
+
+    instrument(tracer_provider=NoOpTracerProvider(), meter_provider=NoOpMeterProvider())
+    return run_amqp_trio(case)
+
+
+def run_amqp_trio_otel_sdk(case: Case) -> Timing:
+    """amqp_trio traced into the SDK's in-memory exporter and metric reader."""
+    from amqp_sansio.client import instrument
+
+    tracer_provider, meter_provider = _sdk_providers()
+    instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
+    return run_amqp_trio(case)
+
+
+def run_aio_pika_otel_sdk(case: Case) -> Timing:
+    """aio-pika with opentelemetry-instrumentation-aio-pika, into the same SDK setup."""
+    from opentelemetry.instrumentation.aio_pika import AioPikaInstrumentor
+
+    tracer_provider, _ = _sdk_providers()
+    AioPikaInstrumentor().instrument(tracer_provider=tracer_provider)
+    return run_aio_pika(case)
+
+
 # -- AMQP 0-10 (against the embedded broker, which serves 0-10 and 0-9-1 on one port) -------
 # publish: unsynced transfers, then one execution.sync; confirm: an execution.sync every
 # `window` transfers (0-10's publisher confirms); consume: a subscription with `prefetch`
@@ -618,6 +689,7 @@ def run_qpid_python_0_10(case: Case) -> Timing:
 
 RUNNERS: dict[str, Callable[[Case], Timing]] = {
     "raw": run_raw,
+    "core": run_core,
     "amqp_trio": run_amqp_trio,
     "amqp_asyncio": run_amqp_asyncio,
     "amqp_blocking": run_amqp_blocking,
@@ -626,6 +698,9 @@ RUNNERS: dict[str, Callable[[Case], Timing]] = {
     "pika": run_pika,
     "py-amqp": run_py_amqp,
     "async_amqp": run_async_amqp,
+    "amqp_trio+otel-noop": run_amqp_trio_otel_noop,
+    "amqp_trio+otel-sdk": run_amqp_trio_otel_sdk,
+    "aio-pika+otel-sdk": run_aio_pika_otel_sdk,
     "amqp_trio-0-10": run_amqp_trio_0_10,
     "amqp_asyncio-0-10": run_amqp_asyncio_0_10,
     "amqp_blocking-0-10": run_amqp_blocking_0_10,

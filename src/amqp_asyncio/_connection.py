@@ -44,11 +44,13 @@ from amqp_sansio.client import (
     ConnectionLostError,
     ConnectionParameters,
     ConnectionTimeoutError,
+    HeartbeatTimeoutError,
     ProtocolFallback,
     ProtocolVersionRefused,
     Router,
     connect_failed,
     connection_parameters,
+    connection_telemetry,
     error_from,
     wants_0_10,
 )
@@ -61,8 +63,11 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from contextlib import AbstractAsyncContextManager
 
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
+
     from amqp_sansio import Event, FieldTable, ProtocolVersion
-    from amqp_sansio.client import Reply
+    from amqp_sansio.client import Reply, Telemetry
 
     from ._v0_10 import Connection010
 
@@ -96,7 +101,8 @@ class _Protocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         conn = self._conn
-        conn._core.receive_data(data)
+        # The read's time: a silent peer is dead two intervals after its last octet.
+        conn._core.receive_data(data, conn._loop.time())
         conn._process_events()
 
     def eof_received(self) -> bool:
@@ -155,9 +161,16 @@ class Connection:
     late reply is dropped, and the connection stays usable.
     """
 
-    def __init__(self, params: ConnectionParameters, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        params: ConnectionParameters,
+        loop: asyncio.AbstractEventLoop,
+        telemetry: Telemetry | None = None,
+    ) -> None:
         #: The parameters the connection was made with.
         self.params: Final = params
+        # OpenTelemetry hooks (amqp_sansio.client.instrument); None: tracing off.
+        self._telemetry: Final = telemetry
         self._loop = loop
         self._core = CoreConnection(Role.CLIENT, params.to_config())
         self._book = Router(self._core)
@@ -174,7 +187,6 @@ class Connection:
         self._reading = ReadingPause()
         self._flush_scheduled = False
         self._timer: asyncio.TimerHandle | None = None
-        self._heartbeat_timed_out = False
         self._channels: dict[int, Channel] = {}
         #: The broker's ``server-properties`` (product, version, capabilities, ...).
         self.server_properties: FieldTable = {}
@@ -394,12 +406,9 @@ class Connection:
         elif cls is ConnectionLost:
             self._finish()
         elif cls is HeartbeatTimeout:
-            logger.warning(
-                "no bytes from %s for two heartbeat intervals (%d s): dropping the connection",
-                self.params.address,
-                self._core.heartbeat,
-            )
-            self._heartbeat_timed_out = True
+            error = HeartbeatTimeoutError(self.params.address, self._core.heartbeat)
+            logger.warning("%s", error)
+            self._book.fail(error)  # first, so what the core reports as lost gets it too
             if self._transport is not None:
                 self._transport.abort()  # connection_lost reports what is lost
         elif cls is SecureRequested:
@@ -420,13 +429,12 @@ class Connection:
             with contextlib.suppress(RemoteProtocolError):
                 while (event := self._core.next_event()) is not NEED_DATA:
                     self._book.handle(event)
-            if self._book.error is None or self._heartbeat_timed_out:
-                text = (
-                    f"no bytes from {self.params.address} for two heartbeat intervals"
-                    if self._heartbeat_timed_out
-                    else f"the transport to {self.params.address} closed without a close handshake"
+            if self._book.error is None:
+                self._book.fail(
+                    ConnectionLostError(
+                        f"the transport to {self.params.address} closed without a close handshake"
+                    )
                 )
-                self._book.fail(ConnectionLostError(text))
             logger.warning("lost the connection to %s", self.params.address)
         self._finish()
 
@@ -478,6 +486,8 @@ def connect(  # type: ignore[overload-overlap]
     ssl_context: ssl.SSLContext | None = ...,
     connection_name: str | None = ...,
     protocol: Literal["0-10", ProtocolVersion.AMQP_0_10],
+    tracer_provider: TracerProvider | None = ...,
+    meter_provider: MeterProvider | None = ...,
 ) -> AbstractAsyncContextManager[Connection010]: ...
 
 
@@ -488,6 +498,8 @@ def connect(
     ssl_context: ssl.SSLContext | None = ...,
     connection_name: str | None = ...,
     protocol: str | ProtocolVersion | None = ...,
+    tracer_provider: TracerProvider | None = ...,
+    meter_provider: MeterProvider | None = ...,
 ) -> AbstractAsyncContextManager[Connection]: ...
 
 
@@ -497,6 +509,8 @@ def connect(
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
     protocol: str | ProtocolVersion | None = None,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
 ) -> AbstractAsyncContextManager[Connection] | AbstractAsyncContextManager[Connection010]:
     """Connect to a broker for the duration of an ``async with`` block.
 
@@ -511,20 +525,27 @@ def connect(
     *connection_name* shows in the broker's management UI. *protocol* (``"0-9-1"``,
     ``"0-9"``, ``"0-8"`` or ``"auto"``) wins over the URL's ``protocol`` parameter; ``"auto"``
     tries 0-9-1 and reconnects with what the server answers (:doc:`/versions`).
+    *tracer_provider* or *meter_provider* turn OpenTelemetry on for this connection (see
+    :func:`amqp_sansio.client.instrument`).
 
     Leaving the block closes the connection (200) and waits for the broker's close-ok.
 
     :raises ConnectionTimeoutError: TCP, TLS and AMQP handshake took longer than
         ``connection_timeout`` (per attempt).
     :raises ConnectionClosedError: the broker refused the login (403) or the virtual host
-        (:class:`~amqp_sansio.client.NotAllowed`).
+        (:class:`~amqp_sansio.client.NotAllowed`), or closed the connection right after
+        opening it.
     :raises ProtocolVersionRefused: the broker does not speak the version asked for (with
         ``"auto"``: none of those it offered).
     :raises OSError: the TCP connection failed.
     """
     if wants_0_10(protocol):
+        if tracer_provider is not None or meter_provider is not None:
+            raise ValueError("OpenTelemetry instruments AMQP 0-9-1, 0-9 and 0-8 connections only")
         return connect_0_10(url_or_params, ssl_context=ssl_context, connection_name=connection_name)
-    return _connect(url_or_params, ssl_context, connection_name, protocol)
+    return _connect(
+        url_or_params, ssl_context, connection_name, protocol, tracer_provider, meter_provider
+    )
 
 
 @asynccontextmanager
@@ -533,11 +554,17 @@ async def _connect(
     ssl_context: ssl.SSLContext | None,
     connection_name: str | None,
     protocol: str | ProtocolVersion | None,
+    tracer_provider: TracerProvider | None,
+    meter_provider: MeterProvider | None,
 ) -> AsyncIterator[Connection]:
     fallback = ProtocolFallback(connection_parameters(url_or_params, connection_name, protocol))
     while True:
         try:
-            conn = await _open(fallback.params, ssl_context)
+            params = fallback.params
+            telemetry = connection_telemetry(
+                params.host, params.port, tracer_provider, meter_provider
+            )
+            conn = await _open(params, ssl_context, telemetry)
             break
         except ProtocolVersionRefused as exc:
             if not fallback.retry(exc):
@@ -548,9 +575,11 @@ async def _connect(
         await conn.aclose()
 
 
-async def _open(params: ConnectionParameters, ssl_context: ssl.SSLContext | None) -> Connection:
+async def _open(
+    params: ConnectionParameters, ssl_context: ssl.SSLContext | None, telemetry: Telemetry | None
+) -> Connection:
     loop = asyncio.get_running_loop()
-    conn = Connection(params, loop)
+    conn = Connection(params, loop, telemetry)
     context = ssl_context
     if context is None and params.tls:
         context = params.ssl_context()
@@ -569,6 +598,8 @@ async def _open(params: ConnectionParameters, ssl_context: ssl.SSLContext | None
                     raise  # the timeout below; TLS's own errors say enough
                 raise connect_failed(params.address, exc) from exc
             await asyncio.shield(conn._opened)
+        if conn._book.error is not None:  # closed in the read that brought open-ok
+            raise conn._book.error
     except TimeoutError:
         conn._finish()
         raise ConnectionTimeoutError(

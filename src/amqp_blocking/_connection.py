@@ -50,11 +50,13 @@ from amqp_sansio.client import (
     ConnectionLostError,
     ConnectionParameters,
     ConnectionTimeoutError,
+    HeartbeatTimeoutError,
     ProtocolFallback,
     ProtocolVersionRefused,
     Router,
     connect_failed,
     connection_parameters,
+    connection_telemetry,
     error_from,
     wants_0_10,
 )
@@ -66,8 +68,12 @@ from ._waiter import Waiter
 if TYPE_CHECKING:
     from types import TracebackType
 
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
+
     from amqp_sansio import Event, FieldTable, ProtocolVersion
     from amqp_sansio.client import ConnectionParameters as Params
+    from amqp_sansio.client import Telemetry
 
 __all__ = ["Connection", "OpenedCore", "connect", "connect_core"]
 
@@ -94,6 +100,8 @@ def connect(  # type: ignore[overload-overlap]
     ssl_context: ssl.SSLContext | None = ...,
     connection_name: str | None = ...,
     protocol: Literal["0-10", ProtocolVersion.AMQP_0_10],
+    tracer_provider: TracerProvider | None = ...,
+    meter_provider: MeterProvider | None = ...,
 ) -> Connection010: ...
 
 
@@ -104,6 +112,8 @@ def connect(
     ssl_context: ssl.SSLContext | None = ...,
     connection_name: str | None = ...,
     protocol: str | ProtocolVersion | None = ...,
+    tracer_provider: TracerProvider | None = ...,
+    meter_provider: MeterProvider | None = ...,
 ) -> Connection: ...
 
 
@@ -113,6 +123,8 @@ def connect(
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
     protocol: str | ProtocolVersion | None = None,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
 ) -> Connection | Connection010:
     """Open a connection and start its I/O thread; use it as a context manager.
 
@@ -125,15 +137,20 @@ def connect(
     ``connection_name`` is shown in RabbitMQ's management UI. ``protocol`` (``"0-9-1"``,
     ``"0-9"``, ``"0-8"`` or ``"auto"``) wins over the URL's ``protocol`` parameter; ``"auto"``
     tries 0-9-1 and reconnects with what the server answers (:doc:`/versions`).
+    ``tracer_provider`` or ``meter_provider`` turn OpenTelemetry on for this connection (see
+    :func:`amqp_sansio.client.instrument`).
 
     :raises ConnectionTimeoutError: the TCP connect, TLS handshake and AMQP handshake did not
         finish within ``connection_timeout`` (per attempt).
-    :raises ConnectionClosedError: the broker refused the login (403) or the virtual host (530).
+    :raises ConnectionClosedError: the broker refused the login (403) or the virtual host (530),
+        or closed the connection right after opening it.
     :raises ProtocolVersionRefused: the broker does not speak the version asked for (with
         ``"auto"``: none of those it offered).
     :raises OSError: the broker could not be reached.
     """
     if wants_0_10(protocol):
+        if tracer_provider is not None or meter_provider is not None:
+            raise ValueError("OpenTelemetry instruments AMQP 0-9-1, 0-9 and 0-8 connections only")
         return connect_0_10(url_or_params, ssl_context=ssl_context, connection_name=connection_name)
     opened = connect_core(
         url_or_params,
@@ -141,7 +158,14 @@ def connect(
         connection_name=connection_name,
         protocol=protocol,
     )
-    return Connection(opened.sock, opened.core, opened.opened, opened.params)
+    params = opened.params
+    telemetry = connection_telemetry(params.host, params.port, tracer_provider, meter_provider)
+    conn = Connection(opened.sock, opened.core, opened.opened, params, telemetry)
+    error = conn.close_error
+    if error is not None:  # closed in the read that brought open-ok, as the other adapters say
+        conn.close()
+        raise error
+    return conn
 
 
 @final
@@ -169,6 +193,10 @@ def connect_core(
     the core: no I/O thread, no locks; the caller drives ``receive_data``/``next_event``/
     ``data_to_send`` itself (and ``next_deadline``/``handle_timer`` when heartbeats are on),
     and closes the socket. :func:`connect` is this plus the I/O thread.
+
+    The core may already hold events after ``connection.open-ok``: the broker's frames that
+    arrived in the same read (a ``connection.blocked``, a ``connection.close``). Drain
+    ``next_event()`` before waiting for the socket.
 
     :raises ConnectionTimeoutError: the TCP connect, TLS handshake and AMQP handshake did not
         finish within ``connection_timeout``.
@@ -285,7 +313,10 @@ class Connection:
         core: CoreConnection,
         opened: ConnectionOpened,
         params: ConnectionParameters,
+        telemetry: Telemetry | None = None,
     ) -> None:
+        # OpenTelemetry hooks (amqp_sansio.client.instrument); None: tracing off.
+        self._telemetry: Final = telemetry
         self._sock = sock
         self._core = core
         #: The parameters the connection was made with.
@@ -305,6 +336,12 @@ class Connection:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         sock.setblocking(False)
+        # Frames that came in the read that brought open-ok (a connection.blocked, a close)
+        # are in the core already: the I/O thread would not look before the socket stirs.
+        with self._lock:
+            self._process_events_locked()
+            if not self._finished:
+                self._flush_locked()
         self._thread = threading.Thread(
             target=self._run, name=f"amqp_blocking I/O {params.address}", daemon=True
         )
@@ -476,10 +513,12 @@ class Connection:
     def _run(self) -> None:
         selector = selectors.DefaultSelector()
         sock = self._sock
-        selector.register(sock, selectors.EVENT_READ)
-        selector.register(self._wake_r, selectors.EVENT_READ)
         writing = False
         try:
+            if self._finished:  # closed by the frames that came with open-ok (see __init__)
+                return
+            selector.register(sock, selectors.EVENT_READ)
+            selector.register(self._wake_r, selectors.EVENT_READ)
             while True:
                 with self._lock:
                     if self._finished:
@@ -542,7 +581,8 @@ class Connection:
             except OSError as exc:
                 self._lost_locked(exc)
                 return
-            self._core.receive_data(data)
+            # The read's time: a silent peer is dead two intervals after its last octet.
+            self._core.receive_data(data, time.monotonic())
             if not data:
                 return
             # One read per step, even when it filled the buffer: the selector reports the socket
@@ -603,16 +643,17 @@ class Connection:
             logger.warning("lost the connection to %s", self._params.address)
             self._finish_locked()
         elif cls is HeartbeatTimeout:
-            logger.warning(
-                "no heartbeat from %s for two intervals: closing the connection",
-                self._params.address,
-            )
-            self._lost_locked(None)
+            error = HeartbeatTimeoutError(self._params.address, self._core.heartbeat)
+            logger.warning("%s", error)
+            self._lost_locked(None, error)
 
-    def _lost_locked(self, exc: OSError | None) -> None:
-        """The transport is gone: the core reports what is lost, the waiters get the error."""
+    def _lost_locked(self, exc: OSError | None, error: AMQPError | None = None) -> None:
+        """The transport is gone: the core reports what is lost, the waiters get the error
+        (*error* when given: it is the first the router keeps)."""
         if exc is not None:
             logger.debug("transport error on %s: %r", self._params.address, exc)
+        if error is not None:
+            self._book.fail(error)
         # RuntimeError: already at EOF; RemoteProtocolError: the core failed earlier.
         with contextlib.suppress(RuntimeError, RemoteProtocolError):
             self._core.receive_data(b"")

@@ -4,6 +4,7 @@ the client layer's :class:`~amqp_sansio.client.Router` and keeps the Trio side i
 from __future__ import annotations
 
 import logging
+import ssl
 from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Final, Literal, final, overload
 
@@ -41,11 +42,14 @@ from amqp_sansio.client import (
     ConnectionLostError,
     ConnectionParameters,
     ConnectionTimeoutError,
+    HeartbeatTimeoutError,
     ProtocolFallback,
     ProtocolVersionRefused,
     Router,
+    Telemetry,
     connect_failed,
     connection_parameters,
+    connection_telemetry,
     error_from,
     wants_0_10,
 )
@@ -56,9 +60,11 @@ from ._waiter import Waiter
 from ._wire import Wire
 
 if TYPE_CHECKING:
-    import ssl
     from collections.abc import AsyncIterator, Callable
     from contextlib import AbstractAsyncContextManager
+
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
 
     from amqp_sansio import Event, FieldTable
 
@@ -78,9 +84,16 @@ class Connection:
     and end with the connection.
     """
 
-    def __init__(self, stream: trio.abc.Stream, params: ConnectionParameters) -> None:
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        params: ConnectionParameters,
+        telemetry: Telemetry | None = None,
+    ) -> None:
         #: The parameters the connection was made with.
         self.params: Final = params
+        # OpenTelemetry hooks (amqp_sansio.client.instrument); None: tracing off.
+        self._telemetry: Final = telemetry
         self._core = amqp_sansio.Connection(Role.CLIENT, params.to_config())
         self._wire = Wire(self._core, stream)
         # Replies, deliveries, confirms and closes go through the client layer's router; the
@@ -213,8 +226,9 @@ class Connection:
             raise error from exc
         state = self._core.state
         if state is ConnectionState.ERROR:
-            # The core failed before the reader saw why (a heartbeat timeout still queued).
-            raise ConnectionLostError(f"the connection failed: {exc.reply_text}") from exc
+            # The core failed before the reader saw why: only a heartbeat timeout does that
+            # (the reader dies at once on a protocol error), and it is still queued.
+            raise self._heartbeat_error() from exc
         if self._closing or state is not ConnectionState.OPEN:
             raise ConnectionClosedError("the connection is closing", reply_code=200) from exc
 
@@ -312,14 +326,10 @@ class Connection:
         (:data:`_REACTIONS`); True when the connection is finished."""
         kind = type(event)
         if kind is ConnectionLost:  # before the router, whose error would not say why
-            self._die(ConnectionLostError(self._lost_text()))
+            self._die(self._lost_error())
             return True
         if kind is HeartbeatTimeout:
-            logger.warning(
-                "no bytes from %s for two heartbeat intervals (%d s): dropping the connection",
-                self.params.address,
-                self._core.heartbeat,
-            )
+            logger.warning("%s", self._heartbeat_error())
             self._heartbeat_timed_out = True
             await self._wire.close_transport()
             self._wire.end_of_stream()
@@ -395,15 +405,17 @@ class Connection:
             self._needs_flush = True
         return False
 
-    def _lost_text(self) -> str:
+    def _heartbeat_error(self) -> HeartbeatTimeoutError:
+        return HeartbeatTimeoutError(self.params.address, self._core.heartbeat)
+
+    def _lost_error(self) -> ConnectionLostError:
         if self._heartbeat_timed_out:
-            return (
-                f"no bytes from {self.params.address} for two heartbeat intervals "
-                f"({self._core.heartbeat} s)"
-            )
+            return self._heartbeat_error()
         if self._handshaking:
-            return f"{self.params.address} closed the transport during the handshake"
-        return f"the transport to {self.params.address} closed without a close handshake"
+            text = f"{self.params.address} closed the transport during the handshake"
+        else:
+            text = f"the transport to {self.params.address} closed without a close handshake"
+        return ConnectionLostError(text)
 
 
 #: What the reader does after the router handled an event, by the event's type.
@@ -429,6 +441,8 @@ def connect(  # type: ignore[overload-overlap]
     ssl_context: ssl.SSLContext | None = ...,
     connection_name: str | None = ...,
     protocol: Literal["0-10", ProtocolVersion.AMQP_0_10],
+    tracer_provider: TracerProvider | None = ...,
+    meter_provider: MeterProvider | None = ...,
 ) -> AbstractAsyncContextManager[Connection010]: ...
 
 
@@ -439,6 +453,8 @@ def connect(
     ssl_context: ssl.SSLContext | None = ...,
     connection_name: str | None = ...,
     protocol: str | ProtocolVersion | None = ...,
+    tracer_provider: TracerProvider | None = ...,
+    meter_provider: MeterProvider | None = ...,
 ) -> AbstractAsyncContextManager[Connection]: ...
 
 
@@ -448,6 +464,8 @@ def connect(
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
     protocol: str | ProtocolVersion | None = None,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
 ) -> AbstractAsyncContextManager[Connection] | AbstractAsyncContextManager[Connection010]:
     """Connect to a broker for the duration of an ``async with`` block.
 
@@ -462,6 +480,8 @@ def connect(
     *connection_name* shows in the broker's management UI. *protocol* (``"0-9-1"``,
     ``"0-9"``, ``"0-8"`` or ``"auto"``) wins over the URL's ``protocol`` parameter; ``"auto"``
     tries 0-9-1 and reconnects with what the server answers (:doc:`/versions`).
+    *tracer_provider* or *meter_provider* turn OpenTelemetry on for this connection (see
+    :func:`amqp_sansio.client.instrument`).
 
     Leaving the block closes the connection (200) and waits for the broker's close-ok.
 
@@ -471,11 +491,17 @@ def connect(
         (:class:`~amqp_sansio.client.NotAllowed`).
     :raises ProtocolVersionRefused: the broker does not speak the version asked for (with
         ``"auto"``: none of those it offered).
-    :raises OSError: the TCP connection failed.
+    :raises OSError: the TCP connection failed; :class:`ssl.SSLError` (an ``OSError``) the TLS
+        handshake did, with the reason (``ssl.SSLCertVerificationError``: certificate verify
+        failed).
     """
     if wants_0_10(protocol):
+        if tracer_provider is not None or meter_provider is not None:
+            raise ValueError("OpenTelemetry instruments AMQP 0-9-1, 0-9 and 0-8 connections only")
         return connect_0_10(url_or_params, ssl_context=ssl_context, connection_name=connection_name)
-    return _connect(url_or_params, ssl_context, connection_name, protocol)
+    return _connect(
+        url_or_params, ssl_context, connection_name, protocol, tracer_provider, meter_provider
+    )
 
 
 @asynccontextmanager
@@ -484,6 +510,8 @@ async def _connect(
     ssl_context: ssl.SSLContext | None,
     connection_name: str | None,
     protocol: str | ProtocolVersion | None,
+    tracer_provider: TracerProvider | None,
+    meter_provider: MeterProvider | None,
 ) -> AsyncIterator[Connection]:
     fallback = ProtocolFallback(connection_parameters(url_or_params, connection_name, protocol))
     while True:
@@ -492,7 +520,7 @@ async def _connect(
         stream = await _open_stream(params, ssl_context, deadline)
         entered = False
         try:
-            async with _session(stream, params, deadline) as conn:
+            async with _session(stream, params, deadline, tracer_provider, meter_provider) as conn:
                 entered = True
                 yield conn
             return
@@ -519,6 +547,13 @@ async def _open_stream(
                 stream = tls
                 try:
                     await tls.do_handshake()
+                except trio.BrokenResourceError as exc:
+                    await trio.aclose_forcefully(tcp)
+                    # Trio wraps the TLS failure in an error without a message: raise the
+                    # ssl.SSLError itself ("certificate verify failed: ..."), as the others do.
+                    if isinstance(exc.__cause__, ssl.SSLError):
+                        raise exc.__cause__ from None
+                    raise
                 except BaseException:
                     await trio.aclose_forcefully(tcp)
                     raise
@@ -536,6 +571,8 @@ async def connect_stream(
     *,
     connection_name: str | None = None,
     protocol: str | ProtocolVersion | None = None,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
 ) -> AsyncIterator[Connection]:
     """Like :func:`connect`, over a stream you opened yourself (a Unix socket, an SSH
     tunnel, a ``trio.testing`` memory stream). Host, port and TLS settings of
@@ -545,15 +582,20 @@ async def connect_stream(
         connection_parameters(url_or_params, connection_name, protocol)
     ).params
     deadline = trio.current_time() + params.connection_timeout
-    async with _session(stream, params, deadline) as conn:
+    async with _session(stream, params, deadline, tracer_provider, meter_provider) as conn:
         yield conn
 
 
 @asynccontextmanager
 async def _session(
-    stream: trio.abc.Stream, params: ConnectionParameters, deadline: float
+    stream: trio.abc.Stream,
+    params: ConnectionParameters,
+    deadline: float,
+    tracer_provider: TracerProvider | None,
+    meter_provider: MeterProvider | None,
 ) -> AsyncIterator[Connection]:
-    conn = Connection(stream, params)
+    telemetry = connection_telemetry(params.host, params.port, tracer_provider, meter_provider)
+    conn = Connection(stream, params, telemetry)
     failure: BaseException | None = None
     async with trio.open_nursery() as nursery:
         nursery.start_soon(conn._run_reader)

@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+import amqp_blocking
 import amqp_broker
 from amqp_broker import BrokerOptions
 from amqp_sansio import (
     AMQP_0_8,
     AMQP_0_9,
     AMQP_0_9_1,
+    BasicProperties,
     ConnectionStart,
     ProtocolSpec,
     ProtocolVersion,
@@ -31,6 +33,8 @@ from amqp_sansio.testing import parse_frames
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from amqp_sansio import FieldTable
 
 HEADER_1109 = b"AMQP\x01\x01\x00\x09"  # 0-9's header; aioamqp and qpid-python both send it
 HEADER_1191 = b"AMQP\x01\x01\x09\x01"  # the June 2006 0-8 PDF's (py-amqplib)
@@ -151,14 +155,42 @@ def test_version_options_are_checked(options: dict[str, object], message: str) -
 
 
 def test_version_options_on_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
-    from amqp_broker.__main__ import _options, parse_args
+    from amqp_broker._cli import _options, parse_args
 
-    options = _options(parse_args(["--protocols", "0-9,0-8", "--header-0-9", "0-9"]))
+    options = _options(
+        parse_args(["--protocols", "0-9,0-8", "--header-0-9", "0-9", "--heartbeat", "0"])
+    )
     assert options.protocols == (ProtocolVersion.AMQP_0_9, ProtocolVersion.AMQP_0_8)
     assert options.header_0_9 is ProtocolVersion.AMQP_0_9
+    assert options.heartbeat == 0
     assert _options(parse_args([])).protocols == BrokerOptions().protocols
     with pytest.raises(SystemExit):
         parse_args(["--protocols", "0-9-1,1.0"])
     assert "the broker serves '0-9-1', '0-9', '0-8', '0-10', not '1.0'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         parse_args(["--header-0-9", "0-8"])
+
+
+def test_heartbeat_option_is_proposed() -> None:
+    with (
+        amqp_broker.run_in_thread(options=BrokerOptions(heartbeat=0)) as url,
+        amqp_blocking.connect(url, protocol="0-8") as conn,
+    ):
+        assert (conn.protocol, conn.heartbeat) == ("0-8", 0)
+    with pytest.raises(ValueError, match=r"heartbeat must be 0\.\.65535"):
+        BrokerOptions(heartbeat=-1)
+
+
+def test_headers_are_relayed_as_published(url: str) -> None:
+    """A 0-9-1 publisher's headers reach a 0-8 consumer as they were sent, types 0-8 lacks
+    included (RabbitMQ relays them too); what the broker itself sends is still narrowed."""
+    headers: FieldTable = {"flag": True, "ratio": 1.5, "n": 7}
+    with amqp_blocking.connect(url) as publisher, publisher.channel() as pub:
+        queue = pub.queue_declare("", exclusive=False, auto_delete=True).queue
+        with amqp_blocking.connect(url, protocol="0-8") as consumer, consumer.channel() as sub:
+            pub.basic_publish(b"x", routing_key=queue, properties=BasicProperties(headers=headers))
+            pub.queue_declare(queue, passive=True)  # a round trip: the publish was routed
+            message = sub.basic_get(queue, no_ack=True)
+            assert message is not None
+            assert message.properties.headers == headers
+            sub.queue_delete(queue)

@@ -3,6 +3,7 @@ says what each needs and how long it takes."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -14,12 +15,16 @@ def _dry_run(target: str, *variables: str) -> list[str]:
     """The commands *target* runs from scratch (``make -n -B``: print, run nothing)."""
     make = shutil.which("make")
     assert make is not None, "make is needed to run make's own targets"
+    # Run from make test, this make inherits MAKELEVEL and MAKEFLAGS: it would print
+    # "Entering directory" lines and honour the outer run's flags.
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKELEVEL", "MAKEFLAGS", "MFLAGS"}}
     done = subprocess.run(
-        [make, "-n", "-B", target, *variables],
+        [make, "--no-print-directory", "-n", "-B", target, *variables],
         cwd=ROOT,
         capture_output=True,
         text=True,
         check=True,
+        env=env,
     )
     return done.stdout.splitlines()
 
