@@ -101,11 +101,11 @@ class _Serving:
         self.idle = trio.Event()
         self.idle.set()
 
-    def add(self, session: _Closable, conn: _Transport) -> None:
+    def add(self, session: _Closable, conn: _Transport, /) -> None:
         self.connections[session] = conn
         self.idle = trio.Event() if self.idle.is_set() else self.idle
 
-    def remove(self, session: _Closable) -> None:
+    def remove(self, session: _Closable, /) -> None:
         self.connections.pop(session, None)
         if not self.connections:
             self.idle.set()

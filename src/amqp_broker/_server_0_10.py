@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Final, NoReturn
+from typing import TYPE_CHECKING, Final, NoReturn, Protocol
 
 import trio
 
@@ -30,11 +30,18 @@ from ._session_0_10 import Session010
 
 if TYPE_CHECKING:
     from ._broker import Broker
-    from ._server import _Serving
 
-__all__ = ["config_0_10", "handle_0_10", "serve_0_10"]
+__all__ = ["Registry", "config_0_10", "handle_0_10", "serve_0_10"]
 
 logger: Final = logging.getLogger("amqp_broker")
+
+
+class Registry(Protocol):
+    """Where the listener keeps its open connections, for shutdown (``_server._Serving``)."""
+
+    def add(self, session: Session010, conn: amqp_trio.ServerConnection010, /) -> None: ...
+
+    def remove(self, session: Session010, /) -> None: ...
 
 
 def config_0_10(broker: Broker) -> ConnectionConfig:
@@ -55,7 +62,7 @@ async def handle_0_10(
     initial: bytes = b"",
     handshake_timeout: float | None = None,
     peer: str = "",
-    serving: _Serving | None = None,
+    serving: Registry | None = None,
 ) -> None:
     """Serve one 0-10 client over *stream* until it leaves. *header_consumed*: the shared
     port's dispatcher read the protocol header; *initial* is what it read after it.
