@@ -178,6 +178,7 @@ class Connection010:
         transport = self._transport
         if transport is None or transport.is_closing():
             return
+        self._core.flush_settlements()
         for buffer in self._core.conn.buffers_to_send():
             transport.write(buffer)
 

@@ -76,7 +76,7 @@ class Connection010:
         self._sock = sock
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
-        self._core = ClientCore(params, wake=self._flush_locked)
+        self._core = ClientCore(params, wake=self._flush_locked, guard=self._lock)
         self._thread = threading.Thread(target=self._run, name="amqp_blocking 0-10", daemon=True)
 
     def __repr__(self) -> str:
@@ -114,6 +114,7 @@ class Connection010:
     # --- I/O ----------------------------------------------------------------------------------
 
     def _flush_locked(self) -> None:
+        self._core.flush_settlements()
         data = self._core.conn.data_to_send()
         if data:
             try:
@@ -147,6 +148,10 @@ class Connection010:
                     core.closed.finish()
                 self._cond.notify_all()
                 if data == b"" or core.closed.done:
+                    if core.error is not None:
+                        # over (closed by either side, or lost): the socket is done too
+                        with contextlib.suppress(OSError):
+                            self._sock.close()
                     return
 
     def _start(self) -> None:

@@ -11,7 +11,7 @@ import threading
 import time
 import weakref
 from contextlib import asynccontextmanager, contextmanager, suppress
-from typing import TYPE_CHECKING, Final, NoReturn, Self, TypeAlias, TypeVar, final
+from typing import TYPE_CHECKING, Final, NoReturn, Protocol, Self, TypeAlias, TypeVar, final
 from urllib.parse import quote
 
 import attrs
@@ -76,21 +76,36 @@ def make_broker(
     )
 
 
+class _Closable(Protocol):
+    """A connection's session as shutdown sees it (0-9 family or 0-10)."""
+
+    def shutdown(self, reason: str = "shutdown") -> None: ...
+
+
+class _Transport(Protocol):
+    """A connection's transport as shutdown and the watermark see it."""
+
+    @property
+    def outbound_size(self) -> int: ...
+
+    def resume_reading(self) -> None: ...
+
+
 @final
 class _Serving:
     """What :func:`serve` keeps about one broker: the open sessions, for shutdown."""
 
     def __init__(self) -> None:
-        self.connections: dict[Session, amqp_trio.ServerConnection] = {}
+        self.connections: dict[_Closable, _Transport] = {}
         self.stopping = False
         self.idle = trio.Event()
         self.idle.set()
 
-    def add(self, session: Session, conn: amqp_trio.ServerConnection) -> None:
+    def add(self, session: _Closable, conn: _Transport, /) -> None:
         self.connections[session] = conn
         self.idle = trio.Event() if self.idle.is_set() else self.idle
 
-    def remove(self, session: Session) -> None:
+    def remove(self, session: _Closable, /) -> None:
         self.connections.pop(session, None)
         if not self.connections:
             self.idle.set()
@@ -189,6 +204,7 @@ async def _run_0_10(
         header_consumed=True,
         initial=first[8:],
         handshake_timeout=handshake_timeout,
+        serving=listening.serving,
     )
 
 
@@ -407,7 +423,9 @@ def inspect(broker: Broker) -> BrokerSnapshot:
     :func:`serve` has open. Call it where the broker runs (its Trio run; from another thread
     use :meth:`BrokerThread.snapshot`)."""
     serving = _SERVING.get(broker)
-    return take_snapshot(broker, [] if serving is None else list(serving.connections))
+    # the 0-9 family's connections (0-10 connections are not in snapshots yet)
+    sessions = [] if serving is None else [s for s in serving.connections if isinstance(s, Session)]
+    return take_snapshot(broker, sessions)
 
 
 @contextmanager

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Final, NoReturn
+from typing import TYPE_CHECKING, Final, NoReturn, Protocol
 
 import trio
 
@@ -31,9 +31,17 @@ from ._session_0_10 import Session010
 if TYPE_CHECKING:
     from ._broker import Broker
 
-__all__ = ["config_0_10", "handle_0_10", "serve_0_10"]
+__all__ = ["Registry", "config_0_10", "handle_0_10", "serve_0_10"]
 
 logger: Final = logging.getLogger("amqp_broker")
+
+
+class Registry(Protocol):
+    """Where the listener keeps its open connections, for shutdown (``_server._Serving``)."""
+
+    def add(self, session: Session010, conn: amqp_trio.ServerConnection010, /) -> None: ...
+
+    def remove(self, session: Session010, /) -> None: ...
 
 
 def config_0_10(broker: Broker) -> ConnectionConfig:
@@ -54,10 +62,12 @@ async def handle_0_10(
     initial: bytes = b"",
     handshake_timeout: float | None = None,
     peer: str = "",
+    serving: Registry | None = None,
 ) -> None:
     """Serve one 0-10 client over *stream* until it leaves. *header_consumed*: the shared
     port's dispatcher read the protocol header; *initial* is what it read after it.
-    *handshake_timeout* (default the broker's) bounds the time to ``open-ok``."""
+    *handshake_timeout* (default the broker's) bounds the time to ``open-ok``. *serving*: the
+    listener's registry, through which :func:`shutdown` closes the connection with 320."""
 
     async def run(conn: amqp_trio.ServerConnection010) -> None:
         session = Session010(broker, conn.core, wake=conn.schedule_flush, peer=peer)
@@ -68,6 +78,8 @@ async def handle_0_10(
             cleared.set()
 
         memory.on_clear(on_clear)
+        if serving is not None:
+            serving.add(session, conn)
         timeout = (
             broker.options.handshake_timeout if handshake_timeout is None else handshake_timeout
         )
@@ -104,6 +116,8 @@ async def handle_0_10(
         finally:
             memory.forget(on_clear)
             session.end()
+            if serving is not None:
+                serving.remove(session)
 
     await amqp_trio.serve_stream_0_10(
         stream,

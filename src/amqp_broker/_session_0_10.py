@@ -223,6 +223,10 @@ class Session010:
         self.connection: ModelConnection | None = None
         self.channels: dict[int, _Channel] = {}
         self.finished = False
+        # whether this connection ever declared or subscribed to a no-local queue, or browsed:
+        # the publish path looks for them only then
+        self._no_local = False
+        self._browsing = False
 
     # --- events -------------------------------------------------------------------------------
 
@@ -254,6 +258,15 @@ class Session010:
             self._open_vhost(event.virtual_host)
         elif cls in (ConnectionClosed, ConnectionLost, HeartbeatTimeout):
             self.end()
+
+    def shutdown(self, reason: str = "shutdown") -> None:
+        """The broker stops: ``connection.close`` 320 with RabbitMQ's text, as 0-9-1 clients
+        get it."""
+        with contextlib.suppress(LocalProtocolError):
+            self.core.close(
+                320, f"CONNECTION_FORCED - broker forced connection closure with reason '{reason}'"
+            )
+        self.wake()
 
     def end(self) -> None:
         """The connection is over: requeue what was delivered and not accepted."""
@@ -371,9 +384,6 @@ class Session010:
 
     # --- commands -----------------------------------------------------------------------------
 
-    def _complete(self, channel: _Channel, command_id: int) -> None:
-        channel.core.complete(command_id)
-
     def _result(self, channel: _Channel, command_id: int, value: Struct) -> None:
         channel.core.send_result(command_id, value)
 
@@ -385,7 +395,8 @@ class Session010:
         call = cast("Callable[[Session010, _Channel, Command], Struct | None]", handler)
         result = call(self, channel, command)
         if result is None:
-            self._complete(channel, event.command_id)
+            # reported at once for the sync bit, else with the next session.completed
+            channel.core.complete(event.command_id, report=event.sync)
         else:
             self._result(channel, event.command_id, result)
 
@@ -397,7 +408,7 @@ class Session010:
         vhost = model.vhost
         if exchange not in vhost.exchanges:
             raise BrokerError(404, f"no exchange '{exchange}'")
-        local = None if channel.tx else self._local_no_local_queues()
+        local = None if channel.tx or not self._no_local else self._local_no_local_queues()
         if not local:
             model.publish(exchange, routing_key, properties, body)
         else:
@@ -410,8 +421,11 @@ class Session010:
             for queue in vhost.route(source, routing_key, properties.headers):
                 if id(queue) not in local:
                     vhost.enqueue(queue, message)
-        self._complete(channel, event.command_id)
-        self._pump_browsers()
+        # reported with the next session.completed the core sends (a sync bit, a flush, or
+        # the end of the octets received): one control per burst of transfers
+        channel.core.complete(event.command_id, report=event.sync)
+        if self._browsing:
+            self._pump_browsers()
 
     def _local_no_local_queues(self) -> set[int]:
         """Ids of the no-local queues this connection owns or subscribes to exclusively."""
@@ -589,6 +603,8 @@ class Session010:
         arguments = {
             k: v for k, v in _table(command.arguments).items() if not k.startswith("qpid.")
         }
+        if _truthy(arguments.get("no-local")):
+            self._no_local = True
         channel.model.queue_declare(
             name,
             durable=command.durable,
@@ -682,6 +698,10 @@ class Session010:
             exclusive=exclusive,
         )
         channel.subscriptions[destination] = sub
+        if _truthy(queue.arguments.get("no-local")):
+            self._no_local = True
+        if sub.acquire_mode == AcquireMode.NOT_ACQUIRED:
+            self._browsing = True
         if queue.auto_delete:
             channel.subscribed[queue.name] = queue
         if sub.acquire_mode == AcquireMode.PRE_ACQUIRED:

@@ -11,13 +11,14 @@ connection). Heartbeats run from the core's timer.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import TYPE_CHECKING, Final, final
 
 import trio
 
 from amqp_sansio import NEED_DATA, Role, Sentinel
-from amqp_sansio.v0_10 import Connection, ConnectionConfig
+from amqp_sansio.v0_10 import Connection, ConnectionConfig, ConnectionState
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
 __all__ = ["ServerConnection010", "serve_stream_0_10"]
 
 _READ: Final = 65536
+#: Seconds a closed connection waits for the client to close its side (see ``aclose``).
+_CLOSE_LINGER: Final = 1.0
+_CLOSED: Final = ConnectionState.CLOSED
 
 
 @final
@@ -56,7 +60,12 @@ class ServerConnection010:
 
     @property
     def outbound_size(self) -> int:
+        """Octets queued in the core, not yet taken by the writer."""
         return 0
+
+    def resume_reading(self) -> None:
+        """Nothing to resume: a 0-10 connection is read whenever its handler waits for an
+        event (the broker's shutdown calls this on every transport)."""
 
     def schedule_flush(self) -> None:
         """Wake the writer: the core has output queued."""
@@ -106,10 +115,20 @@ class ServerConnection010:
         self._closed = True
         self._wake.set()
 
-    async def aclose(self) -> None:
-        """Close the stream."""
+    async def aclose(self, linger: float = 0.0) -> None:
+        """Close the stream; with *linger*, first read (and drop) what the client still
+        sends until it closes its side, for at most that many seconds: a client may still be
+        writing (a ``session.detached`` crossing our ``close-ok``), and a socket closed under
+        it would reset the connection before it read the ``close-ok``."""
         self.finish()
         with trio.CancelScope(shield=True):
+            if linger > 0:
+                with (
+                    trio.move_on_after(linger),
+                    contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError),
+                ):
+                    while await self.stream.receive_some(_READ):
+                        pass
             await trio.aclose_forcefully(self.stream)
 
 
@@ -139,4 +158,4 @@ async def serve_stream_0_10(
                 # the last output (a close-ok) gets a moment to leave, never forever
                 nursery.cancel_scope.deadline = trio.current_time() + linger
     finally:
-        await conn.aclose()
+        await conn.aclose(linger=_CLOSE_LINGER if conn.core.state is _CLOSED else 0.0)

@@ -135,6 +135,7 @@ class Connection010:
         while True:
             await self._wake.wait()
             self._wake = trio.Event()
+            self._core.flush_settlements()
             try:
                 for buffer in conn.buffers_to_send():
                     await self._stream.send_all(buffer)

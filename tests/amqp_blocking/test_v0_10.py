@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 import pytest
@@ -90,3 +91,14 @@ def test_against_qpids_server_delegate() -> None:
             with conn.session("s2") as session, pytest.raises(NotFoundError):
                 session.queue_declare("missing", passive=True)
         assert log()["accepted"]
+
+
+def test_heartbeats_keep_an_idle_connection(ports: Ports) -> None:
+    # heartbeat 1 s: the broker drops a client silent for 2 s; the I/O thread keeps this one
+    with amqp_blocking.connect_0_10(ports.url() + "?heartbeat=1") as conn:
+        assert conn.heartbeat == 1
+        with conn.session() as session:
+            time.sleep(2.5)
+            queue = scenarios.unique("hb")
+            session.queue_declare(queue, auto_delete=True)
+            assert session.queue_query(queue).queue == queue

@@ -59,3 +59,37 @@ def test_e2e_smoke_run(rabbitmq_url: str, tmp_path: Path) -> None:
     assert "Goals for amqp_trio at 1KiB:" in done.stdout
     assert "amqp_trio CPU/core" in done.stdout
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_e2e_0_10_rows_against_the_embedded_broker(tmp_path: Path) -> None:
+    """--broker embedded: our 0-10 clients next to a 0-9-1 one on the same broker."""
+    report = tmp_path / "e2e.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(E2E),
+            "--broker",
+            "embedded",
+            "--libs",
+            "amqp_trio,amqp_trio-0-10,amqp_blocking-0-10",
+            "--sizes",
+            "1KiB",
+            "-n",
+            "100",
+            "--runs",
+            "1",
+            "--json",
+            str(report),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ")]
+    assert rows[0].startswith("| case | N | amqp_trio | amqp_trio-0-10 | amqp_blocking-0-10 |")
+    for op in ("publish", "confirm", "consume"):
+        row = next(r for r in rows if r.startswith(f"| {op} 1KiB |"))
+        assert "n/a" not in row, row
+        assert row.count("|") == 8, row

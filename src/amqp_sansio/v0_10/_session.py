@@ -544,11 +544,14 @@ class Session:
 
     # --- Completing the peer's commands ---------------------------------------------------------
 
-    def complete(self, commands: SequenceSet | Iterable[int] | int) -> None:
+    def complete(self, commands: SequenceSet | Iterable[int] | int, *, report: bool = True) -> None:
         """Complete received commands (their ids) and report them to the peer at once.
 
         Needed in the server role (manual completion, see ``ConnectionConfig.auto_complete``),
-        after a command took effect; completing an id twice does nothing.
+        after a command took effect; completing an id twice does nothing. *report* False
+        leaves the report to the next ``session.completed`` the core sends anyway (a command
+        with the sync bit, a flush, or ``next_event`` running out of received octets): one
+        control for a burst of transfers rather than one each.
         """
         conn = self._conn
         conn._check_usable()
@@ -565,7 +568,7 @@ class Session:
                 done += (n for n in self._incomplete if ulow <= n <= uhigh)
         for n in done:
             self._complete(n)
-        if self._unreported:
+        if report and self._unreported:
             self._report()
 
     def send_result(self, command_id: int, value: Struct | None) -> int:

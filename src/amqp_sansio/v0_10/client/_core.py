@@ -17,6 +17,7 @@ connection lock).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import deque
 from typing import TYPE_CHECKING, Final, Literal, final
@@ -54,11 +55,13 @@ from .._generated.spec_0_10 import (
     MessageCancel,
 )
 from .._session import UNLIMITED
+from .._types import SequenceSet
 from ._errors import SessionBusy, SessionEndedError, execution_error
 from ._message import Message
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from contextlib import AbstractContextManager
 
     from ..._util import Buffer
     from ...client._params import ConnectionParameters
@@ -208,6 +211,7 @@ class ClientSession:
     subscriptions. Adapters' session objects hold one."""
 
     __slots__ = (
+        "_accepts",
         "_client",
         "_pending",
         "attached",
@@ -225,6 +229,7 @@ class ClientSession:
         self.channel: Final = core.channel
         self.name: Final = core.name
         self._pending: dict[int, Pending] = {}
+        self._accepts: list[int] = []
         self.subscriptions: dict[str, SubscriptionCore] = {}
         self.attached = Pending()
         self.detached = Pending()
@@ -295,21 +300,36 @@ class ClientSession:
 
     def _send(self, action: Callable[[Session], int]) -> int:
         try:
+            self.flush_settlements()  # earlier accepts go first
             return action(self.core)
         except ProtocolError as exc:
             raise SessionEndedError(f"session {self.name!r}: {exc}") from exc
 
     def send_quietly(self, action: Callable[[Session], object]) -> None:
         """Queue a command nobody waits for (settlement, credit): nothing when the session
-        can't send any more; the adapter is woken to write it."""
-        if self.error is not None or self._client.error is not None:
+        can't send any more; the adapter is woken to write it. Runs under the client's
+        guard: the application calls it from its own thread in the blocking adapter."""
+        with self._client.guard:
+            if self.error is not None or self._client.error is not None:
+                return
+            try:
+                self.flush_settlements()
+                action(self.core)
+            except ProtocolError as exc:
+                logger.debug("session %r: not sent: %s", self.name, exc)
+                return
+            self._client.wake()
+
+    def flush_settlements(self) -> None:
+        """Send the accepts gathered since the last write, as one ``message.accept``."""
+        accepts = self._accepts
+        if not accepts:
             return
+        self._accepts = []
         try:
-            action(self.core)
+            self.core.accept(SequenceSet(accepts))
         except ProtocolError as exc:
-            logger.debug("session %r: not sent: %s", self.name, exc)
-            return
-        self._client.wake()
+            logger.debug("session %r: accepts not sent: %s", self.name, exc)
 
     # --- subscriptions ------------------------------------------------------------------------
 
@@ -368,7 +388,11 @@ class ClientSession:
     # --- Settler ------------------------------------------------------------------------------
 
     def accept(self, command_id: int) -> None:
-        self.send_quietly(lambda s: s.accept(command_id))
+        # gathered, then sent as one message.accept before the next command or write
+        with self._client.guard:
+            if self.error is None and self._client.error is None:
+                self._accepts.append(command_id)
+                self._client.wake()
 
     def release(self, command_id: int, redelivered: bool) -> None:
         self.send_quietly(lambda s: s.release(command_id, set_redelivered=redelivered))
@@ -431,15 +455,23 @@ class ClientCore:
         "closed",
         "conn",
         "error",
+        "guard",
         "open_info",
         "opened",
         "sessions",
         "wake",
     )
 
-    def __init__(self, params: ConnectionParameters, wake: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        params: ConnectionParameters,
+        wake: Callable[[], None],
+        guard: AbstractContextManager[object] | None = None,
+    ) -> None:
         self.conn: Final = Connection(Role.CLIENT, config_from(params))
         self.wake = wake
+        #: Held while a message is settled (the blocking adapter's connection lock).
+        self.guard: AbstractContextManager[object] = guard or contextlib.nullcontext()
         self.opened = Pending()
         self.closed = Pending()
         self.sessions: dict[int, ClientSession] = {}
@@ -489,6 +521,12 @@ class ClientCore:
         except ProtocolError as exc:
             self._fail(ConnectionLostError(f"connection lost: {exc}"))
             self.closed.finish()
+
+    def flush_settlements(self) -> None:
+        """Queue the gathered accepts of every session (adapters call this before they take
+        the output)."""
+        for session in self.sessions.values():
+            session.flush_settlements()
 
     def receive_data(self, data: Buffer) -> None:
         """Feed the core; a protocol error ends the connection (the core queued a close)."""
