@@ -23,7 +23,7 @@ from amqp_sansio.client import exports as _exports
 from amqp_sansio.client.exports import *  # noqa: F403  (the exceptions, ConnectionParameters)
 
 from ._channel import Channel, Consumer, Message, Publisher, PublishTicket
-from ._connection import Connection, connect
+from ._connection import Connection, RecoveryEvents, connect
 
 __all__ = [
     "Channel",
@@ -32,6 +32,7 @@ __all__ = [
     "Message",
     "PublishTicket",
     "Publisher",
+    "RecoveryEvents",
     "connect",
 ]
 __all__ += _exports.__all__

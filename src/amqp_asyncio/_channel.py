@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from types import TracebackType
 
+    from amqp_sansio import Connection as CoreConnection
     from amqp_sansio import FieldTable, Method
     from amqp_sansio.client import ChannelBook, Reply
 
@@ -141,6 +142,8 @@ class Publisher(PublisherCounts):
         """
         if len(self._failures) >= self.window:
             self._raise_failures()
+        if self._conn._recovered is not None:
+            await self._conn._wait_recovered(len(body))
         while self._in_flight >= self.window:
             if self._room is None:
                 self._room = asyncio.get_running_loop().create_future()
@@ -306,6 +309,16 @@ class Consumer:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def _forget_unhanded(self) -> None:
+        """The connection was lost: deliveries not handed out yet can no longer be acked, and
+        the broker requeued them (they come again); no_ack ones were settled and stay."""
+        if self.no_ack:
+            return
+        self._buffer.clear()
+        if self._pausing:
+            self._pausing = False
+            self._reading.resume(self)
+
     def _drop_buffer(self) -> None:
         left = len(self._buffer)
         self._buffer.clear()
@@ -327,9 +340,16 @@ class Channel(ChannelMethods):
         self._conn = connection
         self._core = connection._core
         self._book = book
-        #: The channel id.
-        self.number: Final = book.number
+        #: The channel id (on the current connection: a recovered channel may get another).
+        self.number = book.number
         self._flow_resumed: asyncio.Future[None] | None = None
+
+    def _rebind(self, core: CoreConnection, book: ChannelBook) -> None:
+        """The connection was recovered: carry on as channel *book* of its new core."""
+        self._core = core
+        self._book = book
+        self.number = book.number
+        self._flow_resumed = None
 
     def __repr__(self) -> str:
         state = "closed" if self.is_closed else "open"
@@ -364,6 +384,8 @@ class Channel(ChannelMethods):
         return future
 
     async def _call(self, method: Method, consumer: Consumer | None = None) -> Reply:
+        if self._conn._recovered is not None:
+            await self._conn._wait_recovered()
         future = self._send(method, consumer)
         self._conn._flush()
         return await future
@@ -376,6 +398,10 @@ class Channel(ChannelMethods):
     def _message(self, event: MessageReceived) -> Message:
         message = Message.from_content(event.channel, event.method, event.properties, event.body)
         message._owner = self
+        conn = self._conn
+        if conn._policy is not None:
+            message.epoch = conn._epoch.current
+            message._epoch_cell = conn._epoch
         return message
 
     def _got_message(self, reply: Reply) -> Message | None:
@@ -452,6 +478,8 @@ class Channel(ChannelMethods):
         :raises MessageReturnedError: confirm mode: a ``mandatory`` publish was unroutable.
         """
         conn = self._conn
+        if conn._recovered is not None:
+            await conn._wait_recovered(len(body))
         if conn._unblocked is not None or self._flow_resumed is not None:
             await self._wait_publishable()
         else:
@@ -499,6 +527,8 @@ class Channel(ChannelMethods):
         unacknowledged and are redelivered when the channel closes (or after
         :meth:`basic_recover`).
         """
+        if self._conn._recovered is not None:
+            await self._conn._wait_recovered()
         size = client.consumer_buffer_size(buffer_size, self._book.prefetch_count)
         tag = client.consumer_tag(consumer_tag, "amqp-asyncio", self._book.consumers)
         consumer = Consumer(self, tag, no_ack=no_ack, buffer_size=size, reading=self._conn._reading)

@@ -27,6 +27,7 @@ from ._errors import CloseReason, error_for_close, error_from
 from ._message import AsyncMessage, AsyncSettler, Message
 from ._params import DEFAULT_URL, AuthMechanism
 from ._recovery import (
+    Epoch,
     Recovered,
     RecoveryAttempt,
     RecoveryEvent,
@@ -79,6 +80,7 @@ __all__ = [
     "ConfirmSink",
     "ConfirmTracker",
     "ConsumerSink",
+    "Epoch",
     "Message",
     "Param",
     "PublishOutcome",

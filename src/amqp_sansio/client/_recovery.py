@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from .. import Connection, Event, Method, Topology
 
 __all__ = [
+    "Epoch",
     "Recovered",
     "RecoveryAttempt",
     "RecoveryEvent",
@@ -153,6 +154,30 @@ def check_settle(
     if stale == "ignore":
         return False
     raise StaleDeliveryError(delivery_tag, epoch, current_epoch)
+
+
+@final
+class Epoch:
+    """A recovering connection's epoch, shared with its deliveries: each delivery keeps the
+    epoch it came on, and a settle checks it against :attr:`current`
+    (:func:`check_settle`)."""
+
+    __slots__ = ("current", "stale")
+
+    def __init__(self, stale: Literal["raise", "ignore"] = "raise") -> None:
+        #: 0 for the first connection, +1 for each one recovery made.
+        self.current = 0
+        self.stale: Literal["raise", "ignore"] = stale
+
+    def __repr__(self) -> str:
+        return f"<Epoch {self.current}>"
+
+    def allows(self, delivery_tag: int, epoch: int) -> bool:
+        """Whether a delivery of *epoch* may be settled now (see :func:`check_settle`).
+
+        :raises StaleDeliveryError: it is stale and stale settles raise.
+        """
+        return check_settle(delivery_tag, epoch, self.current, stale=self.stale)
 
 
 def _non_negative(name: str) -> Callable[[object, attrs.Attribute[float], float], None]:

@@ -252,7 +252,7 @@ class Router:
     open). The adapter flushes the core as usual.
     """
 
-    __slots__ = ("_core", "blocked", "channels", "error")
+    __slots__ = ("_core", "blocked", "channels", "error", "recover_on", "suspended", "unknown")
 
     def __init__(self, core: Connection) -> None:
         self._core = core
@@ -262,6 +262,15 @@ class Router:
         self.blocked: str | None = None
         #: Why the connection is unusable, once it is.
         self.error: AMQPError | None = None
+        #: Set by an adapter that recovers connections: says whether losing the connection
+        #: with an error starts recovery (:meth:`RecoveryPolicy.triggers`). Then
+        #: :meth:`fail` suspends instead: consumers are kept for the next connection.
+        self.recover_on: Callable[[AMQPError], bool] | None = None
+        #: The books of the channels when the connection was lost for recovery (their
+        #: consumers kept, unfinished), by number; None unless :meth:`fail` suspended.
+        self.suspended: dict[int, ChannelBook] | None = None
+        #: Publishes pending when the connection was suspended: their outcome is unknown.
+        self.unknown = 0
 
     # --- registration (call right after the matching core call) --------------------------------
 
@@ -376,8 +385,29 @@ class Router:
 
     def fail(self, error: AMQPError) -> None:
         """The connection is gone: every waiter, consumer and unconfirmed publish gets *error*
-        (the first error given is the one kept in :attr:`error`)."""
+        (the first error given is the one kept in :attr:`error`).
+
+        When :attr:`recover_on` says *error* starts recovery, consumers are kept instead
+        (see :meth:`suspend`)."""
+        if self.suspended is not None:
+            return  # already suspended for recovery: the first error stands
+        if self.error is None and self.recover_on is not None and self.recover_on(error):
+            self.suspend(error)
+            return
         self._fail(error, by_us=False)
+
+    def suspend(self, error: AMQPError) -> None:
+        """The connection was lost and will be recovered: waiting calls get *error*,
+        unconfirmed publishes an unknown outcome, and consumers are kept, unfinished, in
+        :attr:`suspended` for the adapter to attach to the next connection's channels."""
+        self.error = error
+        channels, self.channels = self.channels, {}
+        for book in channels.values():
+            self.unknown += len(book.confirms)
+            consumers, book.consumers = book.consumers, {}
+            _settle_all(book, error, by_us=False)
+            book.consumers = consumers
+        self.suspended = channels
 
     def _fail(self, error: AMQPError, *, by_us: bool) -> None:
         if self.error is None:

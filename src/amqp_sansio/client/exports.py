@@ -1,5 +1,5 @@
 """The one list of what every client adapter re-exports from the client layer: the exceptions it
-raises and :class:`~amqp_sansio.client.ConnectionParameters`.
+raises, :class:`~amqp_sansio.client.ConnectionParameters` and the recovery policy and events.
 
 ``amqp_trio``, ``amqp_asyncio`` and ``amqp_blocking`` star-import this module, and add its
 ``__all__`` to their own, so the three always offer the same names (mypy and the API docs see
@@ -44,6 +44,16 @@ from ._errors import (
     UnexpectedFrame,
 )
 from ._params import ConnectionParameters
+from ._recovery import (
+    Recovered,
+    RecoveryAttempt,
+    RecoveryGaveUp,
+    RecoveryLost,
+    RecoveryPolicy,
+    RecoveryState,
+    StaleDeliveryError,
+    TopologyRecoveryError,
+)
 
 __all__ = [
     "AMQPError",
@@ -71,7 +81,15 @@ __all__ = [
     "PreconditionFailed",
     "PublishNackedError",
     "PublishOutcomeUnknownError",
+    "Recovered",
+    "RecoveryAttempt",
+    "RecoveryGaveUp",
+    "RecoveryLost",
+    "RecoveryPolicy",
+    "RecoveryState",
     "ResourceError",
     "ResourceLocked",
+    "StaleDeliveryError",
+    "TopologyRecoveryError",
     "UnexpectedFrame",
 ]
