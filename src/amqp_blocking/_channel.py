@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from amqp_sansio import FieldTable, Method
-    from amqp_sansio.client import ChannelBook, Reply
+    from amqp_sansio.client import ChannelBook, Epoch, Reply
 
     from ._connection import Connection
 
@@ -45,23 +45,39 @@ class Message(_BaseMessage):
     """A received message with ``ack()``, ``nack()`` and ``reject()`` bound to its channel."""
 
     _owner: Channel | None = attrs.field(default=None, repr=False, eq=False, alias="owner")
+    #: The epoch of the connection it came on (0 without recovery).
+    epoch: int = attrs.field(default=0, eq=False)
+    _epoch_cell: Epoch | None = attrs.field(default=None, repr=False, eq=False, alias="epoch_cell")
 
-    def _channel_object(self) -> Channel:
+    def _channel_object(self) -> Channel | None:
         if self._owner is None:
             raise RuntimeError("this message was not received on a channel")
+        cell = self._epoch_cell
+        if cell is not None and not cell.allows(self.delivery_tag, self.epoch):
+            return None  # from a lost connection: never sent with a stale tag
         return self._owner
 
     def ack(self, *, multiple: bool = False) -> None:
-        """Acknowledge this message (and, with *multiple*, every earlier one)."""
-        self._channel_object().basic_ack(self.delivery_tag, multiple=multiple)
+        """Acknowledge this message (and, with *multiple*, every earlier one).
+
+        :raises StaleDeliveryError: it came on a connection since lost (recovery), and the
+            policy raises for those (it is never sent: the broker redelivers it).
+        """
+        owner = self._channel_object()
+        if owner is not None:
+            owner.basic_ack(self.delivery_tag, multiple=multiple)
 
     def nack(self, *, multiple: bool = False, requeue: bool = True) -> None:
         """Refuse this message (and, with *multiple*, every earlier one)."""
-        self._channel_object().basic_nack(self.delivery_tag, multiple=multiple, requeue=requeue)
+        owner = self._channel_object()
+        if owner is not None:
+            owner.basic_nack(self.delivery_tag, multiple=multiple, requeue=requeue)
 
     def reject(self, *, requeue: bool = True) -> None:
         """Refuse this message."""
-        self._channel_object().basic_reject(self.delivery_tag, requeue=requeue)
+        owner = self._channel_object()
+        if owner is not None:
+            owner.basic_reject(self.delivery_tag, requeue=requeue)
 
 
 @final
@@ -77,12 +93,17 @@ class Channel(ChannelMethods):
         self._book = book
         self._number = book.number
 
+    def _rebind_locked(self, book: ChannelBook) -> None:
+        """The connection was recovered: carry on as channel *book* of its new core."""
+        self._book = book
+        self._number = book.number
+
     def __repr__(self) -> str:
         return f"<amqp_blocking.Channel {self._number}>"
 
     @property
     def number(self) -> int:
-        """The channel id."""
+        """The channel id (on the current connection: a recovered channel may get another)."""
         return self._number
 
     @property
@@ -131,7 +152,10 @@ class Channel(ChannelMethods):
 
     # --- plumbing -----------------------------------------------------------------------------
 
-    def _check_locked(self) -> None:
+    def _check_locked(self, octets: int = 0) -> None:
+        conn = self._connection
+        if conn._recovering:
+            conn._wait_recovered_locked(octets)
         error = self._book.error
         if error is not None:
             raise error
@@ -188,6 +212,10 @@ class Channel(ChannelMethods):
     def _message(self, event: MessageReceived) -> Message:
         message = Message.from_content(event.channel, event.method, event.properties, event.body)
         message._owner = self
+        conn = self._connection
+        if conn._policy is not None:
+            message.epoch = conn._epoch.current
+            message._epoch_cell = conn._epoch
         return message
 
     def _got_message(self, reply: Reply) -> Message | None:
@@ -220,6 +248,8 @@ class Channel(ChannelMethods):
         method = BasicPublish(exchange=exchange, routing_key=routing_key, mandatory=mandatory)
         waiter: Waiter | None = None
         with conn._lock:
+            if conn._recovering:
+                conn._wait_recovered_locked(len(body))
             self._wait_publishable_locked(timeout)
             number = conn._core.publish(
                 self._number, method, _NO_PROPERTIES if properties is None else properties, body
@@ -356,6 +386,13 @@ class Consumer:
 
     def cancelling(self) -> None:
         """Deliveries until cancel-ok are buffered as before."""
+
+    def _forget_unhanded(self) -> None:
+        """The connection was lost: deliveries not handed out yet can no longer be acked, and
+        the broker requeued them (they come again); no_ack ones were settled and stay."""
+        if not self._no_ack:
+            with self._cond:
+                self._buffer.clear()
 
     def finish(self, error: AMQPError | None, by_us: bool, /) -> None:
         if by_us:
@@ -543,6 +580,8 @@ class Publisher(PublisherCounts):
             deadline = None if timeout is None else time.monotonic() + timeout
             if self._in_flight >= self.window:
                 self._wait_locked(lambda: self._in_flight < self.window, timeout)
+            if conn._recovering:
+                conn._wait_recovered_locked(len(body))
             channel._wait_publishable_locked(_remaining(deadline))
             number = conn._core.publish(
                 channel._number, method, _NO_PROPERTIES if properties is None else properties, body

@@ -47,6 +47,7 @@ from ._params import ConnectionParameters
 from ._recovery import (
     Recovered,
     RecoveryAttempt,
+    RecoveryEvent,
     RecoveryGaveUp,
     RecoveryLost,
     RecoveryPolicy,
@@ -83,6 +84,7 @@ __all__ = [
     "PublishOutcomeUnknownError",
     "Recovered",
     "RecoveryAttempt",
+    "RecoveryEvent",
     "RecoveryGaveUp",
     "RecoveryLost",
     "RecoveryPolicy",
