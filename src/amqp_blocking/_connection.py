@@ -664,7 +664,9 @@ class Connection:
             return
         if self._book.suspended is not None and self._close_waiter is None:
             # Lost, and the policy recovers it: the I/O thread reconnects once out of _serve.
+            # Calls wait from now on (the router already holds the loss's error).
             self._suspend_pending = True
+            self._recovering = True
             with contextlib.suppress(OSError):
                 self._sock.close()
             return
@@ -681,7 +683,7 @@ class Connection:
     def _recover_on(self, error: AMQPError) -> bool:
         if self._close_waiter is not None or self._policy is None:
             return False
-        if self._recovering:
+        if self._recovering and not self._suspend_pending:
             return True  # during an attempt: keep the consumers whatever went wrong
         return self._policy.triggers(error)
 
