@@ -46,14 +46,16 @@ from amqp_sansio.client import (
 )
 
 from ._channel import Channel, Consumer
+from ._recovery import Recovering, open_stream
 from ._waiter import Waiter
 from ._wire import Wire
 
 if TYPE_CHECKING:
     import ssl
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable
 
     from amqp_sansio import Event, FieldTable
+    from amqp_sansio.client import RecoveryPolicy
 
 __all__ = ["Connection", "connect", "connect_stream"]
 
@@ -61,15 +63,26 @@ logger: Final = logging.getLogger("amqp_trio")
 
 
 @final
-class Connection:
+class Connection(Recovering):
     """An open AMQP connection (from :func:`connect`).
 
     One reader task reads the socket and routes events to channels; one writer task flushes
     what the core queued and sends heartbeats. Both live in the nursery :func:`connect` opens,
     and end with the connection.
+
+    With a :class:`~amqp_sansio.client.RecoveryPolicy` (``connect(..., recovery=...)``), a
+    lost connection is recovered (see :doc:`/recovery`): its channels, publishers and consumer
+    iterators carry on over the new one; :attr:`recovery_state` and :meth:`recovery_events`
+    say what happens.
     """
 
-    def __init__(self, stream: trio.abc.Stream, params: ConnectionParameters) -> None:
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        params: ConnectionParameters,
+        recovery: RecoveryPolicy | None = None,
+        reopen: Callable[[ConnectionParameters], Awaitable[trio.abc.Stream]] | None = None,
+    ) -> None:
         #: The parameters the connection was made with.
         self.params: Final = params
         self._core = amqp_sansio.Connection(Role.CLIENT, params.to_config())
@@ -88,6 +101,7 @@ class Connection:
         self._heartbeat_timed_out = False
         #: The broker's ``server-properties`` (product, version, capabilities, ...).
         self.server_properties: FieldTable = {}
+        self._init_recovery(recovery, reopen)
 
     def __repr__(self) -> str:
         state = "closed" if self.is_closed else "open"
@@ -145,6 +159,8 @@ class Connection:
 
     async def open_channel(self) -> Channel:
         """Open a channel; close it with :meth:`Channel.aclose`."""
+        if self._recovered is not None:
+            await self._wait_recovered()
         self._check_open()
         try:
             number = self._core.open_channel()
@@ -164,6 +180,13 @@ class Connection:
         cancellation and bounded by ``connection_timeout``. Pending calls raise
         :class:`~amqp_sansio.client.ConnectionClosedError`."""
         with trio.CancelScope(shield=True):
+            if self._recovered is not None and self._recovery_scope is not None:
+                # Recovering: stop, and end what waits for the connection to come back.
+                self._closing = True
+                self._recovery_scope.cancel()
+                self._give_up(ConnectionClosedError("closed by the client", reply_code=200))
+                await self._wire.close_transport()
+                return
             if self._usable and not self._handshaking:
                 self._closing = True
                 with trio.move_on_after(self.params.connection_timeout):
@@ -216,6 +239,9 @@ class Connection:
     def _die(self, error: AMQPError) -> None:
         """The connection ended with *error* (kept unless it already ended)."""
         self._router.fail(error)
+        if self._router.suspended is not None:
+            self._on_suspended()  # the policy recovers it: channels and consumers stay
+            return
         self._ended()
 
     def _ended(self) -> None:
@@ -262,6 +288,12 @@ class Connection:
                     logger.warning("protocol error from the broker: %r", exc)
                     self._die(error_from(exc, connection=True))
                     break
+                restoring = self._restoring
+                if restoring is not None and event is not NEED_DATA:
+                    assert not isinstance(event, type(NEED_DATA))
+                    if restoring.handle(event):
+                        self._needs_flush = True  # its next step is queued in the core
+                        continue
                 if event is NEED_DATA:
                     if self._needs_flush or self._handshaking:
                         self._needs_flush = False
@@ -290,7 +322,9 @@ class Connection:
                 await wire.linger()  # let the broker read our close before the socket goes
             await wire.close_transport()
         finally:
-            self._finished.set()
+            if self._policy is None:
+                self._set_closed()
+                self._finished.set()  # under a policy the supervisor says when it is over
 
     async def _on_event(self, event: Event) -> bool:
         """Route an event other than a message or a confirm, then keep the Trio side in step
@@ -368,6 +402,9 @@ class Connection:
         if event.by_peer:
             error = error_from(event, connection=True)
             logger.warning("the broker closed the connection: %s", error)
+        if self._router.suspended is not None:
+            self._on_suspended()
+            return True
         self._ended()
         return True
 
@@ -410,6 +447,7 @@ async def connect(
     *,
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
+    recovery: RecoveryPolicy | None = None,
 ) -> AsyncIterator[Connection]:
     """Connect to a broker for the duration of an ``async with`` block.
 
@@ -421,6 +459,10 @@ async def connect(
 
     Leaving the block closes the connection (200) and waits for the broker's close-ok.
 
+    With *recovery*, a connection lost after it opened (the socket, a heartbeat timeout, a
+    320 from the broker, as the policy says) is recovered: see :doc:`/recovery`. Without it
+    a lost connection stays closed.
+
     :raises ConnectionTimeoutError: TCP, TLS and AMQP handshake took longer than
         ``connection_timeout``.
     :raises ConnectionClosedError: the broker refused the login (403) or the virtual host
@@ -429,6 +471,16 @@ async def connect(
     """
     params = connection_parameters(url_or_params, connection_name)
     deadline = trio.current_time() + params.connection_timeout
+    if recovery is not None:
+
+        async def reopen(again: ConnectionParameters) -> trio.abc.Stream:
+            return await open_stream(again, ssl_context)
+
+        with trio.fail_at(deadline):
+            first = await open_stream(params, ssl_context)
+        async with _session(first, params, deadline, recovery, reopen) as conn:
+            yield conn
+        return
     stream: trio.abc.Stream
     try:
         with trio.fail_at(deadline):
@@ -470,13 +522,20 @@ async def connect_stream(
 
 @asynccontextmanager
 async def _session(
-    stream: trio.abc.Stream, params: ConnectionParameters, deadline: float
+    stream: trio.abc.Stream,
+    params: ConnectionParameters,
+    deadline: float,
+    recovery: RecoveryPolicy | None = None,
+    reopen: Callable[[ConnectionParameters], Awaitable[trio.abc.Stream]] | None = None,
 ) -> AsyncIterator[Connection]:
-    conn = Connection(stream, params)
+    conn = Connection(stream, params, recovery, reopen)
     failure: BaseException | None = None
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(conn._run_reader)
-        nursery.start_soon(conn._wire.run_writer)
+        if recovery is not None:
+            nursery.start_soon(conn._supervise, conn._finished)
+        else:
+            nursery.start_soon(conn._run_reader)
+            nursery.start_soon(conn._wire.run_writer)
         try:
             await conn._handshake(deadline)
             yield conn
