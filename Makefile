@@ -37,8 +37,13 @@ $(NODE_PEER): tests/amqp_broker/node/package.json tests/amqp_broker/node/package
 	npm ci --prefix tests/amqp_broker/node --no-audit --no-fund
 	touch $(NODE_PEER)
 
+# Two workers, each started with -bb as the controller is; every Spark test on one of them (one
+# JVM). PYTEST_WORKERS=0 runs everything in one process.
+PYTEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,--tx '$(PYTEST_WORKERS)*popen//python=$(BIN)/python -bb' --dist loadgroup)
+
 pytest: $(STAMP) $(NODE_PEER)
-	$(BIN)/python -bb -m coverage run -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -bb -m pytest $(XDIST) --cov --cov-report= $(PYTEST_ARGS)
 	$(BIN)/python -m coverage report --include='src/*'
 
 # The tests that need neither RabbitMQ nor Spark nor Node, on the other interpreters pyenv holds
@@ -72,9 +77,19 @@ docs: $(STAMP)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 
 # A publish/consume round trip through the Trio client with confirms, a progress bar and the
-# throughput: against AMQP_URL (default local RabbitMQ), else the embedded broker.
-demo: $(STAMP)
-	$(BIN)/python examples/demo.py
+# throughput: against AMQP_URL (default local RabbitMQ), else the embedded broker. Its own light
+# venv with the `trio` extra only (the demo imports nothing else): no Spark, no dev tools.
+DEMO_VENV  := .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed-demo
+
+$(DEMO_STAMP): pyproject.toml hatch_build.py src/amqp_sansio/_speedups.c
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(DEMO_VENV)/bin/python -m pip install --quiet -e '.[trio]'
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
+	$(DEMO_VENV)/bin/python examples/demo.py
 
 # async_amqp (a peer in bench/e2e.py) needs pamqp < 4, so it gets a virtualenv of its own. If
 # that cannot be built, say why and benchmark the others.
@@ -95,4 +110,4 @@ bench: $(STAMP) $(ASYNC_AMQP_VENV)/.installed
 	$(BIN)/python bench/spark.py
 
 clean:
-	rm -rf $(VENV) .venv-3.12 .venv-3.13 build/package-check docs/_build .mypy_cache .pytest_cache .ruff_cache .coverage .hypothesis
+	rm -rf $(VENV) $(DEMO_VENV) .venv-3.12 .venv-3.13 build/package-check docs/_build .mypy_cache .pytest_cache .ruff_cache .coverage .hypothesis

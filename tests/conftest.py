@@ -97,3 +97,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.rabbitmq)
         if any(item.path.match(f"tests/{pattern}") for pattern in _SPARK_MODULES):
             item.add_marker(pytest.mark.spark)
+            # Under pytest-xdist one worker runs every Spark test: one JVM for all of them.
+            item.add_marker(pytest.mark.xdist_group("spark"))

@@ -269,6 +269,27 @@ class Consumer:
             finally:
                 self._waiter = None
 
+    async def get(self, timeout: float | None = None) -> Message | None:
+        """The next message, or None after *timeout* seconds without one, or once the consumer
+        ended normally (:meth:`Channel.basic_cancel`) and its buffer is empty: ``async for``
+        with a limit on each wait. A timeout takes nothing from the buffer (as when the task
+        is cancelled), so no message is lost to it.
+
+        :raises ConsumerCancelledError: the broker cancelled the consumer (after the buffer
+            was handed out).
+        :raises ChannelClosedError: the channel was closed (at once, dropping the buffer: its
+            deliveries can no longer be acknowledged); likewise
+            :class:`~amqp_sansio.client.ConnectionClosedError` and
+            :class:`~amqp_sansio.client.ConnectionLostError`.
+        """
+        try:
+            async with asyncio.timeout(timeout):
+                return await self.__anext__()
+        except StopAsyncIteration:
+            return None
+        except TimeoutError:
+            return None
+
     # --- ConsumerSink: called while the connection routes events ------------------------------
 
     def deliver(self, event: MessageReceived, /) -> bool:
@@ -378,6 +399,7 @@ class Channel(ChannelMethods):
     def _send(self, method: Method, consumer: Consumer | None = None) -> asyncio.Future[Reply]:
         """Queue a request in the core and its future in the FIFO, with no await between."""
         self._check_open()
+        method = self._core.protocol.adapt(method)  # a 0-8/0-9 connection's own class
         self._core.send_method(self.number, method)
         future: asyncio.Future[Reply] = self._conn._loop.create_future()
         self._book.expect(method, future, consumer)
@@ -392,7 +414,7 @@ class Channel(ChannelMethods):
 
     async def _send_no_reply(self, method: Method) -> None:
         self._check_open()
-        self._core.send_method(self.number, method)
+        self._core.send_method(self.number, self._core.protocol.adapt(method))
         self._conn._flush_soon()
 
     def _message(self, event: MessageReceived) -> Message:
@@ -507,8 +529,43 @@ class Channel(ChannelMethods):
 
     # --- basic: consuming ---------------------------------------------------------------------
 
+    def basic_consume(
+        self,
+        queue: str,
+        *,
+        no_ack: bool = False,
+        exclusive: bool = False,
+        consumer_tag: str = "",
+        arguments: FieldTable | None = None,
+        buffer_size: int | None = None,
+    ) -> client.ConsumeBlock[Consumer]:
+        """Start a consumer for the length of an ``async with`` block; iterate over it with
+        ``async for``, or take one message at a time with :meth:`Consumer.get`::
+
+            async with channel.basic_consume(queue) as consumer:
+                async for message in consumer:
+                    ...
+
+        The buffer holds *buffer_size* messages (default: the channel's prefetch count, or
+        1000 without one). Leaving the block cancels the consumer (``basic.cancel``, waiting
+        for cancel-ok) **without** rejecting buffered messages (RabbitMQ stream queues close
+        the connection on a reject): messages received but not handed out stay
+        unacknowledged and are redelivered when the channel closes (or after
+        :meth:`basic_recover`).
+        """
+        return client.ConsumeBlock(
+            self._consume(
+                queue,
+                no_ack=no_ack,
+                exclusive=exclusive,
+                consumer_tag=consumer_tag,
+                arguments=arguments,
+                buffer_size=buffer_size,
+            )
+        )
+
     @asynccontextmanager
-    async def basic_consume(
+    async def _consume(
         self,
         queue: str,
         *,
@@ -518,15 +575,6 @@ class Channel(ChannelMethods):
         arguments: FieldTable | None = None,
         buffer_size: int | None = None,
     ) -> AsyncIterator[Consumer]:
-        """Start a consumer; iterate over it with ``async for``.
-
-        The buffer holds *buffer_size* messages (default: the channel's prefetch count, or
-        1000 without one). Leaving the block cancels the consumer (``basic.cancel``, waiting
-        for cancel-ok) **without** rejecting buffered messages (RabbitMQ stream queues close
-        the connection on a reject): messages received but not handed out stay
-        unacknowledged and are redelivered when the channel closes (or after
-        :meth:`basic_recover`).
-        """
         if self._conn._recovered is not None:
             await self._conn._wait_recovered()
         size = client.consumer_buffer_size(buffer_size, self._book.prefetch_count)

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl as ssl_module
 from collections import deque
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final, final
@@ -49,6 +50,8 @@ from amqp_sansio.client import (
     ConnectionParameters,
     ConnectionTimeoutError,
     Epoch,
+    ProtocolFallback,
+    ProtocolVersionRefused,
     Recovered,
     RecoveryAttempt,
     RecoveryEvent,
@@ -60,6 +63,7 @@ from amqp_sansio.client import (
     Router,
     TopologyRecoveryError,
     TopologyRestorer,
+    connect_failed,
     connection_parameters,
     error_from,
 )
@@ -70,7 +74,7 @@ if TYPE_CHECKING:
     import ssl
     from collections.abc import AsyncIterator
 
-    from amqp_sansio import Event, FieldTable, Topology
+    from amqp_sansio import Event, FieldTable, ProtocolVersion, Topology
     from amqp_sansio.client import Reply
 
 __all__ = ["Connection", "RecoveryEvents", "connect"]
@@ -272,6 +276,12 @@ class Connection:
         return self._book.error
 
     @property
+    def protocol(self) -> str:
+        """The AMQP version spoken: ``"0-9-1"``, ``"0-9"`` or ``"0-8"`` (what ``"auto"``
+        settled on)."""
+        return self._core.protocol.version.value
+
+    @property
     def heartbeat(self) -> int:
         """The negotiated heartbeat interval in seconds (0: off)."""
         return self._core.heartbeat
@@ -456,7 +466,8 @@ class Connection:
         elif cls is ConnectionClosed:
             assert isinstance(event, ConnectionClosed)
             if event.by_peer:
-                logger.warning(
+                # During the handshake connect() raises it: a warning would say it twice.
+                (logger.warning if self._opened.done() else logger.debug)(
                     "%s closed the connection: %d %s",
                     self.params.address,
                     event.reply_code,
@@ -811,6 +822,7 @@ async def connect(
     *,
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
+    protocol: str | ProtocolVersion | None = None,
     recovery: RecoveryPolicy | None = None,
 ) -> AsyncIterator[Connection]:
     """Connect to a broker for the duration of an ``async with`` block.
@@ -819,7 +831,9 @@ async def connect(
     :meth:`~amqp_sansio.client.ConnectionParameters.from_url`) or
     :class:`~amqp_sansio.client.ConnectionParameters`. TLS is used for ``amqps`` or when
     *ssl_context* is given (default context: :meth:`ConnectionParameters.ssl_context`).
-    *connection_name* shows in the broker's management UI.
+    *connection_name* shows in the broker's management UI. *protocol* (``"0-9-1"``,
+    ``"0-9"``, ``"0-8"`` or ``"auto"``) wins over the URL's ``protocol`` parameter; ``"auto"``
+    tries 0-9-1 and reconnects with what the server answers (:doc:`/versions`).
 
     Leaving the block closes the connection (200) and waits for the broker's close-ok.
 
@@ -828,12 +842,32 @@ async def connect(
     a lost connection stays closed.
 
     :raises ConnectionTimeoutError: TCP, TLS and AMQP handshake took longer than
-        ``connection_timeout``.
+        ``connection_timeout`` (per attempt).
     :raises ConnectionClosedError: the broker refused the login (403) or the virtual host
         (:class:`~amqp_sansio.client.NotAllowed`).
+    :raises ProtocolVersionRefused: the broker does not speak the version asked for (with
+        ``"auto"``: none of those it offered).
     :raises OSError: the TCP connection failed.
     """
-    params = connection_parameters(url_or_params, connection_name)
+    fallback = ProtocolFallback(connection_parameters(url_or_params, connection_name, protocol))
+    while True:
+        try:
+            conn = await _open(fallback.params, ssl_context, recovery)
+            break
+        except ProtocolVersionRefused as exc:
+            if not fallback.retry(exc):
+                raise
+    try:
+        yield conn
+    finally:
+        await conn.aclose()
+
+
+async def _open(
+    params: ConnectionParameters,
+    ssl_context: ssl.SSLContext | None,
+    recovery: RecoveryPolicy | None = None,
+) -> Connection:
     loop = asyncio.get_running_loop()
     conn = Connection(params, loop, recovery)
     context = ssl_context
@@ -841,13 +875,18 @@ async def connect(
         context = params.ssl_context()
     try:
         async with asyncio.timeout(params.connection_timeout):
-            await loop.create_connection(
-                lambda: _Protocol(conn),
-                params.host,
-                params.port,
-                ssl=context,
-                server_hostname=params.tls_server_hostname if context is not None else None,
-            )
+            try:
+                await loop.create_connection(
+                    lambda: _Protocol(conn),
+                    params.host,
+                    params.port,
+                    ssl=context,
+                    server_hostname=params.tls_server_hostname if context is not None else None,
+                )
+            except OSError as exc:
+                if isinstance(exc, (TimeoutError, ssl_module.SSLError)):
+                    raise  # the timeout below; TLS's own errors say enough
+                raise connect_failed(params.address, exc) from exc
             await asyncio.shield(conn._opened)
     except TimeoutError:
         conn._finish()
@@ -863,10 +902,7 @@ async def connect(
         params.virtual_host,
         conn.heartbeat,
     )
-    try:
-        yield conn
-    finally:
-        await conn.aclose()
+    return conn
 
 
 @final

@@ -190,6 +190,7 @@ class Channel(ChannelMethods):
         waiter = Waiter()
         with conn._lock:
             self._check_locked()
+            method = conn._core.protocol.adapt(method)  # a 0-8/0-9 connection's own class
             conn._core.send_method(self._number, method)
             self._book.expect(method, waiter, consumer)
             conn._flush_locked()
@@ -202,7 +203,7 @@ class Channel(ChannelMethods):
         conn = self._connection
         with conn._lock:
             self._check_locked()
-            conn._core.send_method(self._number, method)
+            conn._core.send_method(self._number, conn._core.protocol.adapt(method))
             conn._flush_locked()
 
     def _check_open(self) -> None:

@@ -56,6 +56,8 @@ from amqp_sansio.client import (
     ConnectionParameters,
     ConnectionTimeoutError,
     Epoch,
+    ProtocolFallback,
+    ProtocolVersionRefused,
     Recovered,
     RecoveryAttempt,
     RecoveryEvent,
@@ -67,6 +69,7 @@ from amqp_sansio.client import (
     Router,
     TopologyRecoveryError,
     TopologyRestorer,
+    connect_failed,
     connection_parameters,
     error_from,
 )
@@ -78,7 +81,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from types import TracebackType
 
-    from amqp_sansio import Event, FieldTable, Topology
+    from amqp_sansio import Event, FieldTable, ProtocolVersion, Topology
     from amqp_sansio.client import ConnectionParameters as Params
 
 __all__ = ["Connection", "OpenedCore", "RecoveryEvents", "connect", "connect_core"]
@@ -103,22 +106,32 @@ def connect(
     *,
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
+    protocol: str | ProtocolVersion | None = None,
     recovery: RecoveryPolicy | None = None,
 ) -> Connection:
     """Open a connection and start its I/O thread; use it as a context manager.
 
     ``url_or_params`` is an ``amqp://``/``amqps://`` URL or :class:`ConnectionParameters`;
     ``ssl_context`` replaces the context the parameters would build (``amqps`` only);
-    ``connection_name`` is shown in RabbitMQ's management UI. With ``recovery``, a
-    connection lost after it opened is recovered (see :doc:`/recovery`); without it, it stays
-    closed.
+    ``connection_name`` is shown in RabbitMQ's management UI. ``protocol`` (``"0-9-1"``,
+    ``"0-9"``, ``"0-8"`` or ``"auto"``) wins over the URL's ``protocol`` parameter; ``"auto"``
+    tries 0-9-1 and reconnects with what the server answers (:doc:`/versions`). With
+    ``recovery``, a connection lost after it opened is recovered (see :doc:`/recovery`);
+    without it, it stays closed.
 
     :raises ConnectionTimeoutError: the TCP connect, TLS handshake and AMQP handshake did not
-        finish within ``connection_timeout``.
+        finish within ``connection_timeout`` (per attempt).
     :raises ConnectionClosedError: the broker refused the login (403) or the virtual host (530).
+    :raises ProtocolVersionRefused: the broker does not speak the version asked for (with
+        ``"auto"``: none of those it offered).
     :raises OSError: the broker could not be reached.
     """
-    opened = connect_core(url_or_params, ssl_context=ssl_context, connection_name=connection_name)
+    opened = connect_core(
+        url_or_params,
+        ssl_context=ssl_context,
+        connection_name=connection_name,
+        protocol=protocol,
+    )
     return Connection(opened.sock, opened.core, opened.opened, opened.params, recovery, ssl_context)
 
 
@@ -141,6 +154,7 @@ def connect_core(
     *,
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
+    protocol: str | ProtocolVersion | None = None,
 ) -> OpenedCore:
     """Connect and run the AMQP handshake in the calling thread, then hand over the socket and
     the core: no I/O thread, no locks; the caller drives ``receive_data``/``next_event``/
@@ -150,9 +164,19 @@ def connect_core(
     :raises ConnectionTimeoutError: the TCP connect, TLS handshake and AMQP handshake did not
         finish within ``connection_timeout``.
     :raises ConnectionClosedError: the broker refused the login (403) or the virtual host (530).
+    :raises ProtocolVersionRefused: the broker does not speak the version asked for.
     :raises OSError: the broker could not be reached.
     """
-    params = connection_parameters(url_or_params, connection_name)
+    fallback = ProtocolFallback(connection_parameters(url_or_params, connection_name, protocol))
+    while True:
+        try:
+            return _connect_once(fallback.params, ssl_context)
+        except ProtocolVersionRefused as exc:
+            if not fallback.retry(exc):
+                raise
+
+
+def _connect_once(params: Params, ssl_context: ssl.SSLContext | None) -> OpenedCore:
     deadline = time.monotonic() + params.connection_timeout
     context = ssl_context if ssl_context is not None else params.ssl_context()
     try:
@@ -161,6 +185,8 @@ def connect_core(
         raise ConnectionTimeoutError(
             f"no TCP connection to {params.address} within {params.connection_timeout} s"
         ) from None
+    except OSError as exc:
+        raise connect_failed(params.address, exc) from exc
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if context is not None:
@@ -327,6 +353,12 @@ class Connection:
     def server_properties(self) -> FieldTable:
         """The broker's ``server-properties`` (product, version, capabilities, ...)."""
         return self._opened.server_properties
+
+    @property
+    def protocol(self) -> str:
+        """The AMQP version spoken: ``"0-9-1"``, ``"0-9"`` or ``"0-8"`` (what ``"auto"``
+        settled on)."""
+        return self._core.protocol.version.value
 
     @property
     def heartbeat(self) -> int:

@@ -21,7 +21,7 @@ from ._permissions import Permission, User
 from ._queues import QueueInfo
 from ._routing import topic_matches
 from ._server import make_broker, run_in_thread, running, serve, shutdown
-from ._session import Session, SessionTransport, parse_credentials
+from ._session import Session, SessionTransport
 
 __all__ = [
     "Broker",
@@ -42,7 +42,6 @@ __all__ = [
     "User",
     "make_broker",
     "memory_server",
-    "parse_credentials",
     "run_in_thread",
     "running",
     "serve",

@@ -14,11 +14,16 @@ import signal
 import ssl
 import sys
 from functools import partial
+from typing import TYPE_CHECKING
 
 import trio
 
 from ._options import BrokerOptions
 from ._server import make_broker, serve, shutdown
+from ._versions import SERVED_VERSIONS
+
+if TYPE_CHECKING:
+    from amqp_sansio import ProtocolVersion
 
 
 def _user(text: str) -> tuple[str, str]:
@@ -35,11 +40,20 @@ def _vhost_limit(text: str) -> tuple[str, int]:
     return vhost, int(count)
 
 
+def _protocols(text: str) -> tuple[ProtocolVersion, ...]:
+    names = [name.strip() for name in text.split(",")]
+    try:
+        return BrokerOptions(protocols=names).protocols
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line: host, port, users and their permissions, virtual hosts, limits."""
     defaults = BrokerOptions()
     parser = argparse.ArgumentParser(
-        prog="python -m amqp_broker", description="An in-memory AMQP 0-9-1 broker."
+        prog="python -m amqp_broker",
+        description="An in-memory AMQP broker (0-9-1, 0-9 and 0-8 on one port).",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--port", type=int, default=5672, help="TCP port (0: any free port)")
@@ -133,6 +147,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="how long to wait for close-ok after connection.close, and on shutdown "
         "(default %(default)s)",
     )
+    versions = parser.add_argument_group("protocol versions")
+    versions.add_argument(
+        "--protocols",
+        type=_protocols,
+        default=defaults.protocols,
+        metavar="V[,V...]",
+        help="the versions served, most preferred first: any other header gets the first "
+        "one's header and a close (default "
+        + ",".join(v.value for v in defaults.protocols)
+        + "; served: "
+        + ", ".join(v.value for v in SERVED_VERSIONS)
+        + ")",
+    )
+    versions.add_argument(
+        "--header-0-9",
+        choices=("0-9-1", "0-9"),
+        default=defaults.header_0_9.value,
+        help="serve the header AMQP 1 1 0 9 as 0-9-1 (RabbitMQ's reading, the default) or as "
+        "0-9 (qpid-python's)",
+    )
     tls = parser.add_argument_group("TLS (amqps)")
     tls.add_argument("--tls-port", type=int, metavar="PORT", help="serve amqps on this port")
     tls.add_argument("--tls-cert", metavar="FILE", help="the server's certificate (PEM)")
@@ -161,6 +195,8 @@ def _options(args: argparse.Namespace) -> BrokerOptions:
         outbound_limit=args.outbound_limit,
         consumer_timeout=args.consumer_timeout,
         close_timeout=args.close_timeout,
+        protocols=args.protocols,
+        header_0_9=args.header_0_9,
     )
 
 

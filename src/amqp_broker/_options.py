@@ -7,6 +7,10 @@ from typing import Final, final
 
 import attrs
 
+from amqp_sansio import ProtocolVersion
+
+from ._versions import SERVED_VERSIONS
+
 __all__ = ["BrokerOptions", "total_memory"]
 
 _MIB: Final = 1024 * 1024
@@ -18,6 +22,41 @@ def total_memory() -> int:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError):  # pragma: no cover - every supported platform has both
         return 1024 * _MIB
+
+
+def _version(value: object, what: str) -> ProtocolVersion:
+    if isinstance(value, ProtocolVersion):
+        return value
+    try:
+        return ProtocolVersion(value)
+    except ValueError:
+        names = ", ".join(
+            repr(v.value) for v in ProtocolVersion if v is not ProtocolVersion.UNKNOWN
+        )
+        raise ValueError(f"{what}: unknown protocol version {value!r} (one of {names})") from None
+
+
+def _versions(value: object) -> tuple[ProtocolVersion, ...]:
+    names = (value,) if isinstance(value, str | ProtocolVersion) else value
+    if not isinstance(names, tuple | list):
+        raise TypeError(f"protocols must be a sequence of version names, not {value!r}")
+    versions = tuple(_version(name, "protocols") for name in names)
+    if not versions:
+        raise ValueError("protocols must name at least one version")
+    if len(set(versions)) != len(versions):
+        raise ValueError(f"protocols names a version twice: {[v.value for v in versions]}")
+    for version in versions:
+        if version not in SERVED_VERSIONS:
+            served = ", ".join(repr(v.value) for v in SERVED_VERSIONS)
+            raise ValueError(f"protocols: the broker serves {served}, not {version.value!r}")
+    return versions
+
+
+def _header_0_9(value: object) -> ProtocolVersion:
+    version = _version(value, "header_0_9")
+    if version not in (ProtocolVersion.AMQP_0_9_1, ProtocolVersion.AMQP_0_9):
+        raise ValueError(f"header_0_9 is '0-9-1' or '0-9', not {value!r}")
+    return version
 
 
 @final
@@ -60,6 +99,18 @@ class BrokerOptions:
     #: Seconds between two looks at the output buffers' size for the watermark (queued
     #: messages are counted as they come and go).
     memory_check_interval: float = 0.25
+    #: The protocol versions served on the broker's ports, most preferred first: a client's
+    #: header picks one; any other header is answered with the first one's header and the
+    #: connection closed (see :doc:`/versions`). Names or :class:`~amqp_sansio.ProtocolVersion`.
+    protocols: tuple[ProtocolVersion, ...] = attrs.field(
+        default=(ProtocolVersion.AMQP_0_9_1, ProtocolVersion.AMQP_0_9, ProtocolVersion.AMQP_0_8),
+        converter=_versions,
+    )
+    #: How ``AMQP 1 1 0 9`` is read when both 0-9-1 and 0-9 are served: as 0-9-1 (RabbitMQ's
+    #: reading; aioamqp and async_amqp speak 0-9-1 under it) or as 0-9 (qpid-python's 0-9).
+    header_0_9: ProtocolVersion = attrs.field(
+        default=ProtocolVersion.AMQP_0_9_1, converter=_header_0_9
+    )
 
     def __attrs_post_init__(self) -> None:
         for field in attrs.fields(BrokerOptions):

@@ -10,27 +10,34 @@ import math
 import threading
 import time
 import weakref
-from contextlib import asynccontextmanager, contextmanager
-from typing import TYPE_CHECKING, Final, NoReturn, final
+from contextlib import asynccontextmanager, contextmanager, suppress
+from typing import TYPE_CHECKING, Final, NoReturn, TypeAlias, final
 from urllib.parse import quote
 
 import attrs
 import trio
 
 import amqp_trio
-from amqp_sansio import ConnectionConfig, RemoteProtocolError
+from amqp_sansio import (
+    ConnectionConfig,
+    ProtocolVersion,
+    RemoteProtocolError,
+    choose_version,
+    header_for,
+)
 
 from ._broker import Broker
 from ._session import Session
+from ._versions import SERVED_VERSIONS
 
 if TYPE_CHECKING:
     import ssl
-    from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 
     from ._options import BrokerOptions
     from ._permissions import User
 
-__all__ = ["make_broker", "run_in_thread", "running", "serve", "shutdown"]
+__all__ = ["SERVED_VERSIONS", "make_broker", "run_in_thread", "running", "serve", "shutdown"]
 
 logger: Final = logging.getLogger("amqp_broker")
 
@@ -115,6 +122,83 @@ async def _handle(conn: amqp_trio.ServerConnection, broker: Broker, serving: _Se
         serving.remove(session)
 
 
+# --- the protocol-header dispatch ------------------------------------------------------------
+
+
+@final
+@attrs.frozen
+class _Listening:
+    """What a connection's runner needs, whatever version its client speaks."""
+
+    broker: Broker
+    serving: _Serving
+    #: The 0-9 family's core config (the versions are set per connection).
+    config: ConnectionConfig
+
+
+#: Runs one connection whose header asked for a version: (stream, the octets read so far,
+#: the version, seconds left of the handshake, the broker's listening state).
+_Runner: TypeAlias = (
+    "Callable[[trio.abc.Stream, bytes, ProtocolVersion, float | None, _Listening], Awaitable[None]]"
+)
+
+
+async def _run_0_9_family(
+    stream: trio.abc.Stream,
+    first: bytes,
+    version: ProtocolVersion,
+    handshake_timeout: float | None,
+    listening: _Listening,
+) -> None:
+    """0-9-1, 0-9 and 0-8: one core, bound to the version chosen from the header."""
+
+    async def handler(conn: amqp_trio.ServerConnection) -> None:
+        await _handle(conn, listening.broker, listening.serving)
+
+    config = attrs.evolve(listening.config, protocols=(version.value,))
+    await amqp_trio.serve_stream(
+        handler, stream, config=config, handshake_timeout=handshake_timeout, initial=first
+    )
+
+
+#: Which server runs a connection, by the version its protocol header asks for: one entry per
+#: version of SERVED_VERSIONS (0-10 plugs in its own runner); BrokerOptions.protocols chooses
+#: among them.
+_RUNNERS: Final[dict[ProtocolVersion, _Runner]] = {
+    ProtocolVersion.AMQP_0_9_1: _run_0_9_family,
+    ProtocolVersion.AMQP_0_9: _run_0_9_family,
+    ProtocolVersion.AMQP_0_8: _run_0_9_family,
+}
+if set(_RUNNERS) != set(SERVED_VERSIONS):  # pragma: no cover - a broken edit of the two
+    raise ImportError("amqp_broker: a served version has no runner, or a runner no version")
+
+
+async def _dispatch(stream: trio.abc.Stream, listening: _Listening) -> None:
+    """Read the client's protocol header, then run the server of the version it asks for; a
+    header asking for something not served gets the preferred version's header, then the
+    connection is closed (the spec's protocol header rule)."""
+    options = listening.broker.options
+    if listening.serving.stopping:
+        await trio.aclose_forcefully(stream)  # accepted while shutting down
+        return
+    timeout = options.handshake_timeout
+    started = trio.current_time()
+    first = await amqp_trio.read_protocol_header(stream, timeout)
+    version = None
+    if len(first) >= 8:
+        version = choose_version(first[:8], options.protocols, header_0_9=options.header_0_9)
+        if version is None:
+            logger.info("refused protocol header %r", first[:8])
+            with trio.move_on_after(1.0):
+                with suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    await stream.send_all(header_for(options.protocols[0]))
+    if version is None:
+        await trio.aclose_forcefully(stream)
+        return
+    left = None if timeout is None else max(0.0, timeout - (trio.current_time() - started))
+    await _RUNNERS[version](stream, first, version, left, listening)
+
+
 async def _expire(broker: Broker) -> NoReturn:
     """Run the model's timer: message and queue expiry, consumer timeouts."""
     changed = trio.Event()
@@ -169,18 +253,12 @@ async def serve(
     limiter = (
         None if options.max_connections is None else trio.CapacityLimiter(options.max_connections)
     )
+    listening = _Listening(broker, serving, config)
 
-    async def handler(conn: amqp_trio.ServerConnection) -> None:
-        await _handle(conn, broker, serving)
+    async def run(stream: trio.abc.Stream) -> None:
+        await _dispatch(stream, listening)
 
-    listen = functools.partial(
-        amqp_trio.serve,
-        handler,
-        host,
-        config=config,
-        handshake_timeout=options.handshake_timeout,
-        max_connections=limiter,
-    )
+    listen = functools.partial(amqp_trio.serve_streams, run, host, max_connections=limiter)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_expire, broker)

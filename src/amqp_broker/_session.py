@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Final, Protocol, final
 import attrs
 
 from amqp_sansio import (
+    AMQP_0_9_1,
     AccessRequest,
     AccessRequestOk,
     AuthenticationRequested,
@@ -83,8 +84,8 @@ from amqp_sansio import (
     TxSelect,
     TxSelectOk,
     VirtualHostRequested,
+    parse_credentials,
 )
-from amqp_sansio.framing import decode_table_entries
 
 from ._errors import BrokerError
 from ._memory import BLOCKED_REASON
@@ -99,36 +100,13 @@ if TYPE_CHECKING:
     from ._channel import ModelChannel, ModelConnection
     from ._message import Message
 
-__all__ = ["Session", "SessionTransport", "parse_credentials"]
+__all__ = ["Session", "SessionTransport"]
 
 logger: Final = logging.getLogger("amqp_broker")
 
 _LOGIN_REFUSED: Final = (
     "Login was refused using authentication mechanism {}. For details see the broker logfile."
 )
-
-
-def parse_credentials(mechanism: str, response: bytes) -> tuple[str, str] | None:
-    """``(username, password)`` from a PLAIN (``authzid\\0user\\0pass``) or AMQPLAIN (a
-    field table without its length prefix) SASL response; None when it does not parse."""
-    try:
-        if mechanism == "PLAIN":
-            parts = response.split(b"\0")
-            if len(parts) != 3:
-                return None
-            return parts[1].decode(), parts[2].decode()
-        if mechanism == "AMQPLAIN":
-            table = decode_table_entries(response, 0, len(response))
-            login, password = table.get("LOGIN"), table.get("PASSWORD")
-            if isinstance(login, bytes):
-                login = login.decode()
-            if isinstance(password, bytes):
-                password = password.decode()
-            if isinstance(login, str) and isinstance(password, str):
-                return login, password
-    except (UnicodeDecodeError, RemoteProtocolError):
-        return None
-    return None
 
 
 def _nothing() -> None:
@@ -465,7 +443,9 @@ class Session:
     def consumer_cancelled(self, channel: int, consumer_tag: str) -> None:
         """Send a server-side ``basic.cancel`` (the consumer's queue was deleted)."""
         try:
-            self.core.send_method(channel, BasicCancel(consumer_tag=consumer_tag, nowait=True))
+            # 0-8 and 0-9 clients can't be sent basic.cancel: refused here, like a closing core
+            cancel = BasicCancel(consumer_tag=consumer_tag, nowait=True)
+            self.core.send_method(channel, self.core.protocol.adapt(cancel))
         except LocalProtocolError as exc:
             logger.debug("cancel to %s dropped: %s", self.peer, exc)
             return
@@ -487,6 +467,9 @@ class Session:
         return None if connection is None else connection.channels.get(number)
 
     def _on_method(self, number: int, method: Method) -> None:
+        # The model speaks 0-9-1's classes: a 0-8 or 0-9 client's own classes (basic.consume,
+        # basic.ack, ...) become 0-9-1's of the same meaning; shared ones pass as they are.
+        method = AMQP_0_9_1.adapt(method)
         if number == 0:
             self._on_connection_method(method)
             return
@@ -533,8 +516,12 @@ class Session:
         if self.connection is not None:
             self.connection.close_channel(number)
 
+    def _send(self, number: int, reply: Method) -> None:
+        """Send *reply* as the client's version's class of its meaning."""
+        self.core.send_method(number, self.core.protocol.adapt(reply))
+
     def _dispatch(self, channel: ModelChannel, number: int, method: Method) -> None:
-        send = self.core.send_method
+        send = self._send
         match method:
             case BasicAck():
                 channel.ack(method.delivery_tag, multiple=method.multiple)

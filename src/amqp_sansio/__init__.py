@@ -42,6 +42,7 @@ from ._events import (
 from ._frames import ProtocolHeader, ProtocolVersion
 from ._generated.spec_0_9_1 import *  # noqa: F403  (the generated module's __all__)
 from ._generated.spec_0_9_1 import __all__ as _spec_all
+from ._handshake import check_credentials, parse_credentials
 from ._method import Buffer, ContentProperties, MessageContent, Method, Role
 from ._negotiation import AUTO_ORDER, choose_version, header_for, next_protocol, requested_version
 from ._protocol import AMQP_0_8, AMQP_0_9, AMQP_0_9_1, ProtocolSpec
@@ -102,9 +103,11 @@ __all__ = [
     "UInt8",
     "UInt16",
     "UInt32",
+    "check_credentials",
     "choose_version",
     "header_for",
     "next_protocol",
+    "parse_credentials",
     "requested_version",
 ]
 __all__ += [

@@ -456,8 +456,11 @@ class Connection:
         inbox = self._inbox
         assert inbox is not None
         if self.role is Role.CLIENT:
-            # A server refusing our header writes its own instead of connection.start.
-            if not inbox or inbox[0] != ord("A"):
+            # A server refusing our header writes its own instead of connection.start: wait for
+            # the first octet before framing starts (next_event() may come before any data).
+            if not inbox:
+                return False
+            if inbox[0] != ord("A"):
                 return self._start_framing(inbox)
             header = parse_protocol_header(inbox)
             if header is None:
@@ -1022,6 +1025,11 @@ class Connection:
     def _send_content(
         self, channel: int, method: Method, properties: ContentProperties, body: Buffer
     ) -> ChannelMachine:
+        if isinstance(body, str):  # memoryview's own error names neither the cause nor the fix
+            raise TypeError(
+                "a message body must be bytes (or bytearray, memoryview), not str: "
+                "encode it first, e.g. text.encode()"
+            )
         self._check_usable()
         cls = type(method)
         if not cls.HAS_CONTENT:

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Final, TypeAlias, final
 
 import attrs
 
+from ._generated.spec_0_9_1 import BasicProperties
+
 if TYPE_CHECKING:
     from ._generated.spec_0_9_1 import BasicReturn
     from ._method import ContentProperties, Method
@@ -318,7 +320,7 @@ class PublishReturned:
     channel: int
     publish_number: int | None
     method: BasicReturn
-    properties: ContentProperties
+    properties: BasicProperties
     body: bytes | bytearray
 
 
@@ -346,6 +348,25 @@ class MessageReceived:
     properties: ContentProperties
     body: bytes | bytearray
     request: Method | None = attrs.field(default=None, eq=False)
+
+    @property
+    def basic_properties(self) -> BasicProperties:
+        """:attr:`properties` typed as :class:`~amqp_sansio.BasicProperties`, what every message
+        of the ``basic`` class carries (publish, deliver, get-ok, return): reads such as
+        ``event.basic_properties.reply_to`` type-check without a cast.
+
+        ``properties`` itself is typed as the base class because AMQP 0-8 and 0-9 also carry
+        content in their ``file``, ``stream`` and ``test`` classes, each with its own properties.
+
+        :raises TypeError: the message is not of the ``basic`` class.
+        """
+        properties = self.properties
+        if not isinstance(properties, BasicProperties):
+            raise TypeError(
+                f"this {type(self.method).__name__} carries {type(properties).__name__}, not "
+                "BasicProperties: read .properties"
+            )
+        return properties
 
 
 @final

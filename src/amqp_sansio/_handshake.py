@@ -4,6 +4,7 @@ its machine; they raise :class:`RemoteProtocolError` with the reply code of a re
 
 from __future__ import annotations
 
+import hmac
 import platform
 from importlib import metadata
 from typing import TYPE_CHECKING, Final
@@ -28,7 +29,10 @@ from ._negotiation import choose_version, requested_version
 from ._table import decode_table_entries, encode_table_entries
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from ._config import ConnectionConfig
+    from ._events import AuthenticationRequested
     from ._frames import ProtocolHeader
     from ._method import Method
     from ._protocol import ProtocolSpec
@@ -36,12 +40,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Limits",
+    "check_credentials",
     "check_start",
     "check_start_ok",
     "check_tune_ok",
     "client_properties",
     "client_tune",
     "limits",
+    "parse_credentials",
     "sasl_response",
     "server_properties",
     "server_spec",
@@ -272,3 +278,55 @@ def username(mechanism: str, response: bytes) -> str | None:
     except (UnicodeDecodeError, RemoteProtocolError):
         return None
     return None
+
+
+def parse_credentials(mechanism: str, response: bytes) -> tuple[str, str] | None:
+    """Server role: ``(username, password)`` from a SASL response, as
+    :class:`~amqp_sansio.AuthenticationRequested` carries it (``event.mechanism``,
+    ``event.response``): PLAIN (``authzid\\0user\\0password``) or AMQPLAIN (a field table
+    without its length prefix, ``LOGIN`` and ``PASSWORD``). None for another mechanism or a
+    response that does not parse."""
+    try:
+        if mechanism == "PLAIN":
+            parts = response.split(b"\0")
+            if len(parts) != 3:
+                return None
+            return parts[1].decode(), parts[2].decode()
+        if mechanism == "AMQPLAIN":
+            table = decode_table_entries(response, 0, len(response))
+            login, password = table.get("LOGIN"), table.get("PASSWORD")
+            if isinstance(login, bytes):
+                login = login.decode()
+            if isinstance(password, bytes):
+                password = password.decode()
+            if isinstance(login, str) and isinstance(password, str):
+                return login, password
+    except (UnicodeDecodeError, RemoteProtocolError):
+        return None
+    return None
+
+
+def check_credentials(event: AuthenticationRequested, users: Mapping[str, str]) -> str | None:
+    """Server role: the username when *event*'s PLAIN or AMQPLAIN response names a user of
+    *users* (username -> password) with the right password, else None (unknown user, wrong
+    password, another mechanism, a response that does not parse). Passwords are compared in
+    constant time.
+
+    Answer with :meth:`~amqp_sansio.Connection.accept_authentication` or
+    :meth:`~amqp_sansio.Connection.refuse_authentication`::
+
+        if check_credentials(event, {"guest": "guest"}) is None:
+            conn.refuse_authentication("Login was refused")
+        else:
+            conn.accept_authentication()
+    """
+    credentials = parse_credentials(event.mechanism, event.response)
+    if credentials is None:
+        return None
+    username, password = credentials
+    expected = users.get(username)
+    if expected is None:
+        return None
+    if not hmac.compare_digest(password.encode(), expected.encode()):
+        return None
+    return username

@@ -17,6 +17,9 @@ import struct
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final, Protocol, TypeVar, cast, final
 
+import attrs
+
+from ._errors import LocalProtocolError
 from ._frames import (
     PROTOCOL_HEADER_0_8,
     PROTOCOL_HEADER_0_9,
@@ -38,6 +41,13 @@ __all__ = ["AMQP_0_8", "AMQP_0_9", "AMQP_0_9_1", "SPECS", "ProtocolSpec", "spec_
 _pack_ids: Final = struct.Struct(">HH").pack
 
 _T = TypeVar("_T", "Method", "ContentProperties")
+
+# Fields that mean the same under another name in another version: 0-9's basic.consume calls
+# 0-9-1's ``arguments`` table ``filter`` (same slot, same type; RabbitMQ reads it as arguments).
+_RENAMED: Final = {
+    ("basic.consume", "filter"): "arguments",
+    ("basic.consume", "arguments"): "filter",
+}
 
 
 class _Make(Protocol):
@@ -65,6 +75,7 @@ class ProtocolSpec:
 
     __slots__ = (
         "by_meaning",
+        "classes",
         "header",
         "methods",
         "properties",
@@ -113,6 +124,8 @@ class ProtocolSpec:
                         f"{version.value}: {cls.NAME}'s reply {reply.__qualname__} is not in the "
                         "method table"
                     )
+        #: Every method class of this version.
+        self.classes: Final = frozenset(classes)
         #: Meaning (``"basic.consume"``) -> this version's class.
         self.by_meaning: Final[Mapping[str, type[Method]]] = MappingProxyType(by_meaning)
         #: Classes this version numbers differently from their own ``CLASS_ID``/``METHOD_ID``:
@@ -147,6 +160,22 @@ class ProtocolSpec:
         """
         return cast("_Make", self.by_meaning[meaning])(**fields)
 
+    def adapt(self, method: Method) -> Method:
+        """*method* as this version's class of the same meaning: *method* itself when it is
+        one of this version's classes, else a new method built from the fields both have (0-8's
+        ``basic.consume`` from 0-9-1's, a received 0-8 ``basic.cancel-ok`` as 0-9-1's).
+
+        Lets code written against 0-9-1's classes (the adapters' channel API, the broker) speak
+        another version. A field the target lacks is dropped when it holds its default (an empty
+        ``arguments`` table) and refused otherwise: 0-8 has nowhere to put a consumer priority.
+
+        :raises LocalProtocolError: (540) this version has no such method, or no place for a
+            field that is set.
+        """
+        if type(method) in self.classes:
+            return method
+        return _convert(self, method)
+
     def narrow_table(self, table: FieldTable, what: str) -> FieldTable:
         """*table* narrowed to this version's field types (itself in 0-9-1); *what* names it in
         the error.
@@ -175,6 +204,49 @@ class ProtocolSpec:
             if table:
                 setattr(narrowed, name, self.narrow_table(table, f"{what} {name}"))
         return narrowed
+
+
+_DEFAULTS: Final[dict[type[Method], dict[str, object]]] = {}
+
+
+def _defaults(cls: type[Method]) -> dict[str, object]:
+    out = _DEFAULTS.get(cls)
+    if out is None:
+        out = {}
+        for field in attrs.fields(cast("type[attrs.AttrsInstance]", cls)):
+            default = field.default
+            if isinstance(default, attrs.Factory):  # type: ignore[arg-type]  # attrs' stubs
+                default = default.factory()
+            out[field.name] = default
+        _DEFAULTS[cls] = out
+    return out
+
+
+def _convert(spec: ProtocolSpec, method: Method) -> Method:
+    source = type(method)
+    target = spec.by_meaning.get(source.NAME)
+    version = spec.version.value
+    if target is None:
+        raise LocalProtocolError(
+            f"AMQP {version} has no method {source.NAME}",
+            reply_code=540,
+            class_id=source.CLASS_ID,
+            method_id=source.METHOD_ID,
+        )
+    names = {name for name, _ in target.FIELDS}
+    fields: dict[str, object] = {}
+    for name, value in ((name, getattr(method, name)) for name, _ in source.FIELDS):
+        into = name if name in names else _RENAMED.get((source.NAME, name))
+        if into is not None and into in names:
+            fields[into] = value
+        elif value != _defaults(source)[name]:
+            raise LocalProtocolError(
+                f"{source.NAME} {name}={value!r}: AMQP {version}'s {source.NAME} has no such field",
+                reply_code=540,
+                class_id=source.CLASS_ID,
+                method_id=source.METHOD_ID,
+            )
+    return cast("_Make", target)(**fields)
 
 
 #: AMQP 0-9-1 with RabbitMQ's extensions.

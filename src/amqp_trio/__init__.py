@@ -19,7 +19,14 @@ from ._channel import Channel, Consumer, Publisher, PublishTicket
 from ._connection import Connection, connect, connect_stream
 from ._message import Message
 from ._recovery import RecoveryEvents
-from ._server import ConnectionHandler, ServerConnection, serve, serve_stream
+from ._server import (
+    ConnectionHandler,
+    ServerConnection,
+    read_protocol_header,
+    serve,
+    serve_stream,
+    serve_streams,
+)
 
 __all__ = [
     "Channel",
@@ -33,8 +40,10 @@ __all__ = [
     "ServerConnection",
     "connect",
     "connect_stream",
+    "read_protocol_header",
     "serve",
     "serve_stream",
+    "serve_streams",
 ]
 __all__ += _exports.__all__
 

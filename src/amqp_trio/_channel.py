@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Final, NoReturn, final
 
@@ -139,6 +140,26 @@ class Consumer:
             self._unyielded = 0
             await trio.lowlevel.cancel_shielded_checkpoint()
         return message
+
+    async def get(self, timeout: float | None = None) -> Message | None:
+        """The next message, or None after *timeout* seconds without one, or once the consumer
+        ended normally (:meth:`Channel.basic_cancel`) and its buffer is empty: ``async for``
+        with a limit on each wait. A timeout takes nothing from the buffer (as when a
+        surrounding cancel scope fires), so no message is lost to it.
+
+        :raises ConsumerCancelledError: the broker cancelled the consumer (after the buffer
+            was handed out).
+        :raises ChannelClosedError: the channel was closed (at once, dropping the buffer: its
+            deliveries can no longer be acknowledged); likewise
+            :class:`~amqp_sansio.client.ConnectionClosedError` and
+            :class:`~amqp_sansio.client.ConnectionLostError`.
+        """
+        with trio.move_on_after(math.inf if timeout is None else timeout):
+            try:
+                return await self.__anext__()
+            except StopAsyncIteration:
+                return None
+        return None
 
     def _stop(self) -> NoReturn:
         if self._error is not None:
@@ -404,6 +425,7 @@ class Channel(ChannelMethods):
         """Queue a request in the core and its waiter with the router, with no await between."""
         self._check_open()
         try:
+            method = self._core.protocol.adapt(method)  # a 0-8/0-9 connection's own class
             self._core.send_method(self.number, method)
         except LocalProtocolError as exc:
             self._raise_refused(exc)
@@ -423,7 +445,7 @@ class Channel(ChannelMethods):
         self._check_open()
         await trio.lowlevel.checkpoint_if_cancelled()  # before sending: cancelled = not sent
         try:
-            self._core.send_method(self.number, method)
+            self._core.send_method(self.number, self._core.protocol.adapt(method))
         except LocalProtocolError as exc:
             self._raise_refused(exc)
             raise
@@ -599,8 +621,43 @@ class Channel(ChannelMethods):
 
     # --- basic: consuming ---------------------------------------------------------------------
 
+    def basic_consume(
+        self,
+        queue: str,
+        *,
+        no_ack: bool = False,
+        exclusive: bool = False,
+        consumer_tag: str = "",
+        arguments: FieldTable | None = None,
+        buffer_size: int | None = None,
+    ) -> client.ConsumeBlock[Consumer]:
+        """Start a consumer for the length of an ``async with`` block; iterate over it with
+        ``async for``, or take one message at a time with :meth:`Consumer.get`::
+
+            async with channel.basic_consume(queue) as consumer:
+                async for message in consumer:
+                    ...
+
+        The buffer holds *buffer_size* messages (default: the channel's prefetch count, or
+        1000 without one). Leaving the block cancels the consumer (``basic.cancel``, waiting
+        for cancel-ok) **without** rejecting buffered messages (RabbitMQ stream queues close
+        the connection on a reject): messages received but not handed out stay
+        unacknowledged and are redelivered when the channel closes (or after
+        :meth:`basic_recover`).
+        """
+        return client.ConsumeBlock(
+            self._consume(
+                queue,
+                no_ack=no_ack,
+                exclusive=exclusive,
+                consumer_tag=consumer_tag,
+                arguments=arguments,
+                buffer_size=buffer_size,
+            )
+        )
+
     @asynccontextmanager
-    async def basic_consume(
+    async def _consume(
         self,
         queue: str,
         *,
@@ -610,15 +667,6 @@ class Channel(ChannelMethods):
         arguments: FieldTable | None = None,
         buffer_size: int | None = None,
     ) -> AsyncIterator[Consumer]:
-        """Start a consumer; iterate over it with ``async for``.
-
-        The buffer holds *buffer_size* messages (default: the channel's prefetch count, or
-        1000 without one). Leaving the block cancels the consumer (``basic.cancel``, waiting
-        for cancel-ok) **without** rejecting buffered messages (RabbitMQ stream queues close
-        the connection on a reject): messages received but not handed out stay
-        unacknowledged and are redelivered when the channel closes (or after
-        :meth:`basic_recover`).
-        """
         if self._conn._recovered is not None:
             await self._conn._wait_recovered()
         book = self._book

@@ -25,6 +25,7 @@ from amqp_sansio import (
     LocalProtocolError,
     MessageReceived,
     MethodReceived,
+    ProtocolVersion,
     PublishConfirmed,
     PublishNacked,
     PublishReturned,
@@ -40,13 +41,16 @@ from amqp_sansio.client import (
     ConnectionLostError,
     ConnectionParameters,
     ConnectionTimeoutError,
+    ProtocolFallback,
+    ProtocolVersionRefused,
     Router,
+    connect_failed,
     connection_parameters,
     error_from,
 )
 
 from ._channel import Channel, Consumer
-from ._recovery import Recovering, open_stream
+from ._recovery import Recovering
 from ._waiter import Waiter
 from ._wire import Wire
 
@@ -132,6 +136,12 @@ class Connection(Recovering):
         return self._router.error
 
     @property
+    def protocol(self) -> str:
+        """The AMQP version spoken: ``"0-9-1"``, ``"0-9"`` or ``"0-8"`` (what ``"auto"``
+        settled on)."""
+        return self._core.protocol.version.value
+
+    @property
     def heartbeat(self) -> int:
         """The negotiated heartbeat interval in seconds (0: off)."""
         return self._core.heartbeat
@@ -180,10 +190,11 @@ class Connection(Recovering):
         cancellation and bounded by ``connection_timeout``. Pending calls raise
         :class:`~amqp_sansio.client.ConnectionClosedError`."""
         with trio.CancelScope(shield=True):
-            if self._recovered is not None and self._recovery_scope is not None:
+            if self._recovered is not None:
                 # Recovering: stop, and end what waits for the connection to come back.
                 self._closing = True
-                self._recovery_scope.cancel()
+                if self._recovery_scope is not None:
+                    self._recovery_scope.cancel()
                 self._give_up(ConnectionClosedError("closed by the client", reply_code=200))
                 await self._wire.close_transport()
                 return
@@ -401,7 +412,9 @@ class Connection(Recovering):
         assert isinstance(event, ConnectionClosed)
         if event.by_peer:
             error = error_from(event, connection=True)
-            logger.warning("the broker closed the connection: %s", error)
+            # During the handshake connect() raises it: a warning would say it twice.
+            log = logger.debug if self._handshaking else logger.warning
+            log("the broker closed the connection: %s", error)
         if self._router.suspended is not None:
             self._on_suspended()
             return True
@@ -447,6 +460,7 @@ async def connect(
     *,
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
+    protocol: str | ProtocolVersion | None = None,
     recovery: RecoveryPolicy | None = None,
 ) -> AsyncIterator[Connection]:
     """Connect to a broker for the duration of an ``async with`` block.
@@ -455,7 +469,9 @@ async def connect(
     :meth:`~amqp_sansio.client.ConnectionParameters.from_url`) or
     :class:`~amqp_sansio.client.ConnectionParameters`. TLS is used for ``amqps`` or when
     *ssl_context* is given (default context: :meth:`ConnectionParameters.ssl_context`).
-    *connection_name* shows in the broker's management UI.
+    *connection_name* shows in the broker's management UI. *protocol* (``"0-9-1"``,
+    ``"0-9"``, ``"0-8"`` or ``"auto"``) wins over the URL's ``protocol`` parameter; ``"auto"``
+    tries 0-9-1 and reconnects with what the server answers (:doc:`/versions`).
 
     Leaving the block closes the connection (200) and waits for the broker's close-ok.
 
@@ -464,27 +480,46 @@ async def connect(
     a lost connection stays closed.
 
     :raises ConnectionTimeoutError: TCP, TLS and AMQP handshake took longer than
-        ``connection_timeout``.
+        ``connection_timeout`` (per attempt).
     :raises ConnectionClosedError: the broker refused the login (403) or the virtual host
         (:class:`~amqp_sansio.client.NotAllowed`).
+    :raises ProtocolVersionRefused: the broker does not speak the version asked for (with
+        ``"auto"``: none of those it offered).
     :raises OSError: the TCP connection failed.
     """
-    params = connection_parameters(url_or_params, connection_name)
-    deadline = trio.current_time() + params.connection_timeout
-    if recovery is not None:
+    fallback = ProtocolFallback(connection_parameters(url_or_params, connection_name, protocol))
 
-        async def reopen(again: ConnectionParameters) -> trio.abc.Stream:
-            return await open_stream(again, ssl_context)
+    async def reopen(again: ConnectionParameters) -> trio.abc.Stream:
+        # A recovery attempt: the same way in, with its own deadline.
+        return await _open_stream(
+            again, ssl_context, trio.current_time() + again.connection_timeout
+        )
 
-        with trio.fail_at(deadline):
-            first = await open_stream(params, ssl_context)
-        async with _session(first, params, deadline, recovery, reopen) as conn:
-            yield conn
-        return
+    while True:
+        params = fallback.params
+        deadline = trio.current_time() + params.connection_timeout
+        stream = await _open_stream(params, ssl_context, deadline)
+        entered = False
+        try:
+            async with _session(stream, params, deadline, recovery, reopen) as conn:
+                entered = True
+                yield conn
+            return
+        except ProtocolVersionRefused as exc:
+            if entered or not fallback.retry(exc):
+                raise
+
+
+async def _open_stream(
+    params: ConnectionParameters, ssl_context: ssl.SSLContext | None, deadline: float
+) -> trio.abc.Stream:
     stream: trio.abc.Stream
     try:
         with trio.fail_at(deadline):
-            tcp = await trio.open_tcp_stream(params.host, params.port)
+            try:
+                tcp = await trio.open_tcp_stream(params.host, params.port)
+            except OSError as exc:
+                raise connect_failed(params.address, exc) from exc
             stream = tcp
             if params.tls or ssl_context is not None:
                 context = ssl_context if ssl_context is not None else params.ssl_context()
@@ -500,8 +535,7 @@ async def connect(
         raise ConnectionTimeoutError(
             f"could not connect to {params.address} within {params.connection_timeout} s"
         ) from None
-    async with _session(stream, params, deadline) as conn:
-        yield conn
+    return stream
 
 
 @asynccontextmanager
@@ -510,11 +544,15 @@ async def connect_stream(
     url_or_params: str | ConnectionParameters = DEFAULT_URL,
     *,
     connection_name: str | None = None,
+    protocol: str | ProtocolVersion | None = None,
 ) -> AsyncIterator[Connection]:
     """Like :func:`connect`, over a stream you opened yourself (a Unix socket, an SSH
     tunnel, a ``trio.testing`` memory stream). Host, port and TLS settings of
-    *url_or_params* are not used; the stream is closed on the way out."""
-    params = connection_parameters(url_or_params, connection_name)
+    *url_or_params* are not used; the stream is closed on the way out. There is no second
+    stream to reconnect on: ``"auto"`` tries 0-9-1 only."""
+    params = ProtocolFallback(
+        connection_parameters(url_or_params, connection_name, protocol)
+    ).params
     deadline = trio.current_time() + params.connection_timeout
     async with _session(stream, params, deadline) as conn:
         yield conn

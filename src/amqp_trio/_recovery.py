@@ -36,34 +36,15 @@ from amqp_sansio.client import (
 from ._wire import Wire
 
 if TYPE_CHECKING:
-    import ssl
     from collections.abc import Awaitable, Callable
 
     from amqp_sansio import Event, Topology
 
     from ._channel import Channel
 
-__all__ = ["Recovering", "RecoveryEvents", "open_stream"]
+__all__ = ["Recovering", "RecoveryEvents"]
 
 logger: Final = logging.getLogger("amqp_trio")
-
-
-async def open_stream(
-    params: ConnectionParameters, ssl_context: ssl.SSLContext | None
-) -> trio.abc.Stream:
-    """A TCP stream to *params*' broker, TLS-wrapped for ``amqps`` or an *ssl_context*."""
-    tcp = await trio.open_tcp_stream(params.host, params.port)
-    if not params.tls and ssl_context is None:
-        return tcp
-    context = ssl_context if ssl_context is not None else params.ssl_context()
-    assert context is not None
-    tls = trio.SSLStream(tcp, context, server_hostname=params.tls_server_hostname)
-    try:
-        await tls.do_handshake()
-    except BaseException:
-        await trio.aclose_forcefully(tcp)
-        raise
-    return tls
 
 
 @final
@@ -396,7 +377,7 @@ class Recovering:
             try:
                 with trio.fail_after(params.connection_timeout):
                     stream = await self._reopen(params)
-            except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
+            except (OSError, AMQPError, trio.TooSlowError, trio.BrokenResourceError) as exc:
                 error = exc
             else:
                 self._core = amqp_sansio.Connection(Role.CLIENT, params.to_config())

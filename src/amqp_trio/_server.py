@@ -42,7 +42,14 @@ if TYPE_CHECKING:
 
     from amqp_sansio import ConnectionConfig, Event, Sentinel
 
-__all__ = ["ConnectionHandler", "ServerConnection", "serve", "serve_stream"]
+__all__ = [
+    "ConnectionHandler",
+    "ServerConnection",
+    "read_protocol_header",
+    "serve",
+    "serve_stream",
+    "serve_streams",
+]
 
 logger: Final = logging.getLogger("amqp_trio")
 
@@ -102,6 +109,8 @@ class ServerConnection:
 
     :param handshake_timeout: seconds from now until ``connection.open-ok`` must have been
         sent; a client that is slower is disconnected without a word. None: no limit.
+    :param initial: octets already read from *stream* (the protocol header a dispatcher read to
+        choose this server), given to the core first.
     """
 
     def __init__(
@@ -110,9 +119,12 @@ class ServerConnection:
         config: ConnectionConfig | None = None,
         *,
         handshake_timeout: float | None = None,
+        initial: bytes = b"",
     ) -> None:
         #: The sans-IO core in the server role.
         self.core: Final = amqp_sansio.Connection(Role.SERVER, config)
+        if initial:
+            self.core.receive_data(initial)
         #: The client's address as ``host:port`` (``"stream"`` for a non-socket stream).
         self.peer: Final = _peer_name(stream)
         #: Called by the writer just before it takes the core's output (the application adds
@@ -453,15 +465,17 @@ async def serve_stream(
     *,
     config: ConnectionConfig | None = None,
     handshake_timeout: float | None = None,
+    initial: bytes = b"",
 ) -> None:
     """Run *handler* on one connection over *stream* (a socket, a TLS stream, or a
     ``trio.testing`` memory stream for tests), with its writer task; close it when the
-    handler returns.
+    handler returns. *initial* holds octets already read from *stream* (see
+    :func:`read_protocol_header`).
 
     An exception from the handler is logged and ends only this connection; cancellation
     propagates.
     """
-    conn = ServerConnection(stream, config, handshake_timeout=handshake_timeout)
+    conn = ServerConnection(stream, config, handshake_timeout=handshake_timeout, initial=initial)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(conn.run_writer)
         try:
@@ -496,21 +510,68 @@ async def serve(
     *max_connections* (a number, or a ``trio.CapacityLimiter`` that several listeners share)
     bounds the open connections: at the limit, the listener stops accepting until one
     closes, as RabbitMQ's ``connection_max`` does.
+
+    The core serves the versions of ``config.protocols`` and refuses other headers itself; a
+    server that runs another core for some headers (0-10) reads the header first with
+    :func:`read_protocol_header` under :func:`serve_streams`.
     """
+    run = functools.partial(
+        serve_stream, handler, config=config, handshake_timeout=handshake_timeout
+    )
+    await serve_streams(
+        run,
+        host,
+        port,
+        ssl_context=ssl_context,
+        max_connections=max_connections,
+        task_status=task_status,
+    )
+
+
+async def serve_streams(
+    run: Callable[[trio.abc.Stream], Awaitable[None]],
+    host: str | None = "127.0.0.1",
+    port: int = 5672,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    max_connections: int | trio.CapacityLimiter | None = None,
+    task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
+) -> NoReturn:
+    """The listener under :func:`serve`: each accepted stream (TLS-wrapped with
+    *ssl_context*) runs ``await run(stream)`` in its own task, at most *max_connections* at
+    once. *run* owns the stream and closes it."""
     limiter = (
         trio.CapacityLimiter(max_connections)
         if isinstance(max_connections, int)
         else max_connections
     )
     listeners = await trio.open_tcp_listeners(port, host=host)
-    run = functools.partial(
-        serve_stream, handler, config=config, handshake_timeout=handshake_timeout
-    )
     async with trio.open_nursery() as nursery:
         for listener in listeners:
             nursery.start_soon(_accept_loop, listener, nursery, run, ssl_context, limiter)
         task_status.started(listeners)
     raise AssertionError("the listeners stopped")
+
+
+async def read_protocol_header(stream: trio.abc.Stream, timeout: float | None) -> bytes:
+    """Read a client's first 8 octets (its protocol header) from *stream*, within *timeout*
+    seconds (None: no limit): what a server serving several cores on one port decides by
+    (:func:`amqp_sansio.choose_version`). Returns everything read, which may be more than 8
+    octets (a client may send its next frames at once); fewer than 8 when the stream ended,
+    failed or the time ran out.
+    """
+    data = bytearray()
+    with trio.move_on_after(math.inf if timeout is None else timeout):
+        while len(data) < 8:
+            try:
+                chunk = await stream.receive_some(RECEIVE_SIZE)
+            except _TRANSPORT_ERRORS as exc:
+                logger.debug("read failed: %r", exc)
+                break
+            if not chunk:
+                break
+            data += chunk
+    return bytes(data)
 
 
 async def _accept_loop(

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Final
 
 import pytest
 
-from amqp_broker import Broker, BrokerOptions, Session, User, parse_credentials
+from amqp_broker import Broker, BrokerOptions, Session, User
 from amqp_sansio import (
     NEED_DATA,
     AccessRequest,
@@ -966,25 +966,6 @@ def test_nack_multiple_and_ack_multiple_zero(net: Net) -> None:
     client.core.close_channel(ch)
     net.pump()
     assert client.drain(client.channel(), "q") == []
-
-
-@pytest.mark.parametrize(
-    ("mechanism", "response", "expected"),
-    [
-        ("PLAIN", b"\0guest\0guest", ("guest", "guest")),
-        ("PLAIN", b"authz\0alice\0pw", ("alice", "pw")),
-        ("PLAIN", b"guest\0guest", None),
-        ("PLAIN", b"\0\xff\0x", None),
-        ("AMQPLAIN", b"\x05LOGINS\x00\x00\x00\x01a\x08PASSWORDS\x00\x00\x00\x01b", ("a", "b")),
-        ("AMQPLAIN", b"\x05LOGINS\x00\x00\x00\x01a", None),
-        ("AMQPLAIN", b"\x05LOGINS\xff", None),
-        ("EXTERNAL", b"", None),
-    ],
-)
-def test_parse_credentials(
-    mechanism: str, response: bytes, expected: tuple[str, str] | None
-) -> None:
-    assert parse_credentials(mechanism, response) == expected
 
 
 def test_update_secret_and_access_request_are_answered(net: Net) -> None:

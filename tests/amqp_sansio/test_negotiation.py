@@ -10,6 +10,7 @@ from amqp_sansio import (
     AMQP_0_9,
     AMQP_0_9_1,
     AUTO_ORDER,
+    NEED_DATA,
     AuthenticationRequested,
     ConnectionConfig,
     ConnectionOpened,
@@ -164,6 +165,17 @@ def test_client_reads_a_refusal_as_the_version_the_server_speaks(offered: bytes)
     assert error.offered == ProtocolHeader(offered)
     assert "refused our protocol header (0-9-1)" in error.reply_text
     assert pair.client.data_to_send() == b""  # nothing to answer a header with
+
+
+def test_client_asked_for_events_before_any_data_still_reads_a_refusal() -> None:
+    # amqp_blocking asks the core for an event before the first read: framing must not start
+    # on an empty input, or the server's header would be read as a frame (a 501).
+    pair = ConnectionPair()
+    pair.client.data_to_send()
+    assert pair.client.next_event() is NEED_DATA
+    with pytest.raises(ProtocolHeaderRefused) as info:
+        feed(pair.client, PROTOCOL_HEADER_0_8)
+    assert info.value.offered.version is V.AMQP_0_8
 
 
 def test_client_checks_the_version_connection_start_says() -> None:

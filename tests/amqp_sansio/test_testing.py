@@ -18,6 +18,8 @@ from amqp_sansio import (
     ConnectionLost,
     ConnectionState,
     MessageReceived,
+    MethodReceived,
+    QueueDeclare,
     Role,
 )
 from amqp_sansio.framing import ContentBodyFrame, ContentHeaderFrame, MethodFrame
@@ -96,6 +98,28 @@ def test_feed_in_pieces_of_nothing_is_the_end_of_the_stream() -> None:
     pair.handshake()
     [lost] = feed_in_pieces(pair.client, b"", [1])
     assert isinstance(lost, ConnectionLost)
+
+
+def test_transfer_with_nothing_queued_moves_nothing() -> None:
+    pair = ConnectionPair()
+    pair.handshake()
+    assert pair.transfer(pair.server) == []  # not the end of the stream
+    assert pair.transfer(pair.client) == []
+    assert pair.open_channel() == 1  # the link still works both ways
+    assert pair.client.state is pair.server.state is ConnectionState.OPEN
+
+
+def test_end_of_stream_is_explicit() -> None:
+    pair = ConnectionPair()
+    pair.handshake()
+    channel = pair.open_channel()
+    pair.client.send_method(channel, QueueDeclare(queue="q"))
+    declared, lost = pair.end_of_stream(pair.client)  # what was queued moves first
+    assert isinstance(declared, MethodReceived)
+    assert isinstance(lost, ConnectionLost)
+    pair.client.send_method(channel, QueueDeclare(queue="r"))
+    with pytest.raises(RuntimeError, match="after the end of the stream"):
+        pair.transfer(pair.client)
 
 
 def test_parse_frames_reads_what_a_core_wrote() -> None:

@@ -625,3 +625,36 @@ def test_the_handshake_and_the_closes_in_each_version(spec: ProtocolSpec) -> Non
     ]
     assert dict(seen)["connection.close"] == close
     assert dict(seen)["connection.close-ok"] == (close[0], close[1] + 1)
+
+
+# --- adapt: code written against 0-9-1's classes speaking another version ------------------
+
+
+def test_adapt_builds_the_version_s_class_of_the_same_meaning() -> None:
+    consume = spec_0_9_1.BasicConsume(queue="q", consumer_tag="c", no_ack=True)
+    assert AMQP_0_9_1.adapt(consume) is consume  # its own class: itself, no copy
+    shared = spec_0_9_1.QueueDeclare(queue="q")
+    assert AMQP_0_8.adapt(shared) is shared
+    as_0_8 = AMQP_0_8.adapt(consume)
+    assert type(as_0_8) is spec_0_8.BasicConsume
+    assert (as_0_8.queue, as_0_8.consumer_tag, as_0_8.no_ack) == ("q", "c", True)
+    # 0-9 calls the arguments table filter; back in 0-9-1 it is arguments again
+    with_args = spec_0_9_1.BasicConsume(queue="q", arguments={"x-priority": 5})
+    as_0_9 = AMQP_0_9.adapt(with_args)
+    assert type(as_0_9) is spec_0_9.BasicConsume
+    assert as_0_9.filter == {"x-priority": 5}
+    assert AMQP_0_9_1.adapt(as_0_9) == with_args
+    ack = AMQP_0_8.adapt(spec_0_9_1.BasicAck(delivery_tag=3, multiple=True))
+    assert (type(ack), ack.delivery_tag, ack.multiple) == (spec_0_8.BasicAck, 3, True)  # type: ignore[attr-defined]
+
+
+def test_adapt_refuses_what_the_version_can_not_say() -> None:
+    with pytest.raises(LocalProtocolError, match=r"AMQP 0-8 has no method confirm\.select") as info:
+        AMQP_0_8.adapt(spec_0_9_1.ConfirmSelect())
+    assert (info.value.reply_code, info.value.class_id, info.value.method_id) == (540, 85, 10)
+    consume = spec_0_9_1.BasicConsume(queue="q", arguments={"x-priority": 5})
+    with pytest.raises(
+        LocalProtocolError,
+        match=r"basic.consume arguments=\{'x-priority': 5\}: AMQP 0-8's basic.consume has no",
+    ):
+        AMQP_0_8.adapt(consume)

@@ -24,6 +24,7 @@ from ._confirms import (
     PublishTicketState,
 )
 from ._errors import CloseReason, error_for_close, error_from
+from ._guards import ConsumeBlock, connect_failed
 from ._message import AsyncMessage, AsyncSettler, Message
 from ._params import DEFAULT_URL, AuthMechanism
 from ._recovery import (
@@ -66,9 +67,11 @@ from ._router import (
     Router,
     Waiter,
 )
+from ._versions import ADAPTER_VERSIONS, ClientProtocol, ProtocolFallback, client_protocol
 from .exports import *  # noqa: F403  (the exceptions and ConnectionParameters)
 
 __all__ = [
+    "ADAPTER_VERSIONS",
     "DEFAULT_CONSUMER_BUFFER",
     "DEFAULT_URL",
     "REQUESTS",
@@ -76,13 +79,16 @@ __all__ = [
     "AsyncSettler",
     "AuthMechanism",
     "ChannelBook",
+    "ClientProtocol",
     "CloseReason",
     "ConfirmSink",
     "ConfirmTracker",
+    "ConsumeBlock",
     "ConsumerSink",
     "Epoch",
     "Message",
     "Param",
+    "ProtocolFallback",
     "PublishOutcome",
     "PublishTicketState",
     "PublisherCounts",
@@ -105,6 +111,8 @@ __all__ = [
     "Waiter",
     "check_settle",
     "check_window",
+    "client_protocol",
+    "connect_failed",
     "connection_parameters",
     "consumer_buffer_size",
     "consumer_tag",

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final, Protocol
 
+from .. import ProtocolHeader, ProtocolHeaderRefused, ProtocolVersion
+
 if TYPE_CHECKING:
     from ._message import Message
 
@@ -36,6 +38,7 @@ __all__ = [
     "NotAllowed",
     "NotFound",
     "PreconditionFailed",
+    "ProtocolVersionRefused",
     "PublishNackedError",
     "PublishOutcomeUnknownError",
     "ResourceError",
@@ -166,6 +169,35 @@ class NotAllowed(ConnectionClosedError):
 
 class AMQPNotImplemented(ConnectionClosedError):
     """540 NOT_IMPLEMENTED: e.g. ``basic.reject`` on a RabbitMQ stream queue."""
+
+
+class ProtocolVersionRefused(AMQPNotImplemented):
+    """The server does not speak the version we asked for: it answered our protocol header with
+    its own (``offered``) and closed, as the spec's negotiation says. ``protocol="auto"``
+    reconnects with what it offers; otherwise connect with ``protocol=offered.version.value``.
+
+    :ivar requested: the version we asked for.
+    :ivar offered: the header the server wrote; ``offered.version`` is what it speaks.
+    """
+
+    requested: ProtocolVersion
+    offered: ProtocolHeader
+
+    def __init__(
+        self, reply_text: str, *, requested: ProtocolVersion, offered: ProtocolHeader
+    ) -> None:
+        super().__init__(reply_text, reply_code=540)
+        self.requested = requested
+        self.offered = offered
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_refused, (self.reply_text, self.requested, self.offered.octets))
+
+
+def _rebuild_refused(
+    reply_text: str, requested: ProtocolVersion, offered: bytes
+) -> ProtocolVersionRefused:
+    return ProtocolVersionRefused(reply_text, requested=requested, offered=ProtocolHeader(offered))
 
 
 class InternalError(ConnectionClosedError):
@@ -326,7 +358,12 @@ class CloseReason(Protocol):
 def error_from(
     reason: CloseReason, *, connection: bool
 ) -> ChannelClosedError | ConnectionClosedError:
-    """:func:`error_for_close` with the fields of a close event or a protocol error."""
+    """:func:`error_for_close` with the fields of a close event or a protocol error; the
+    server's refusal of our protocol header is a :class:`ProtocolVersionRefused`."""
+    if isinstance(reason, ProtocolHeaderRefused):
+        return ProtocolVersionRefused(
+            reason.reply_text, requested=reason.requested, offered=reason.offered
+        )
     return error_for_close(
         reason.reply_code,
         reason.reply_text,

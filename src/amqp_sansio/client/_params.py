@@ -15,7 +15,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import attrs
 
-from .. import ConnectionConfig
+from .. import ConnectionConfig, ProtocolVersion
+from ._versions import ADAPTER_VERSIONS, ClientProtocol, client_protocol
 
 if TYPE_CHECKING:
     from .. import FieldTable
@@ -42,6 +43,7 @@ _QUERY_KEYS: Final = frozenset(
         "verify",
         "server_name_indication",
         "name",
+        "protocol",
     }
 )
 _TLS_KEYS: Final = ("cacertfile", "certfile", "keyfile", "verify", "server_name_indication")
@@ -65,6 +67,10 @@ def _check_mechanism(
         raise ValueError(f"auth_mechanism must be one of {', '.join(_MECHANISMS)}, not {value!r}")
 
 
+def _protocol(value: str | ProtocolVersion) -> ClientProtocol:
+    return client_protocol(value)
+
+
 def _check_timeout(
     instance: ConnectionParameters, attribute: attrs.Attribute[float], value: float
 ) -> None:
@@ -81,8 +87,9 @@ class ConnectionParameters:
     accept the broker's limits. ``connection_timeout`` (seconds) bounds the TCP connect, the
     TLS handshake and the AMQP handshake together. ``tls`` selects ``amqps``; the default
     port follows it (5671, else 5672). ``server_hostname`` is the name checked against the
-    broker's certificate and sent as SNI (default: ``host``). The password never appears in
-    a ``repr``.
+    broker's certificate and sent as SNI (default: ``host``). ``protocol`` is the AMQP version
+    spoken: ``"0-9-1"`` (default), ``"0-9"``, ``"0-8"``, or ``"auto"`` (0-9-1 first, then what
+    the server answers, see :doc:`/versions`). The password never appears in a ``repr``.
     """
 
     host: str = "127.0.0.1"
@@ -106,6 +113,7 @@ class ConnectionParameters:
     keyfile: str | None = None
     verify: bool = True
     server_hostname: str | None = None
+    protocol: ClientProtocol = attrs.field(default="0-9-1", converter=_protocol)
 
     def __attrs_post_init__(self) -> None:
         self.to_config()  # the core validates heartbeat, frame_max and channel_max
@@ -119,7 +127,8 @@ class ConnectionParameters:
         host is written in brackets (``amqp://[::1]``). Query parameters: ``heartbeat``,
         ``frame_max``, ``channel_max`` (integers), ``connection_timeout`` (milliseconds, as in
         RabbitMQ's URI query spec), ``auth_mechanism`` (plain, amqplain, external), ``name``
-        (the connection name) and, for ``amqps`` only, ``cacertfile``, ``certfile``,
+        (the connection name), ``protocol`` (``0-9-1``, ``0-9``, ``0-8`` or ``auto``) and, for
+        ``amqps`` only, ``cacertfile``, ``certfile``,
         ``keyfile``, ``verify`` (verify_peer or verify_none), ``server_name_indication``.
 
         :raises ValueError: a malformed URL, an unknown or repeated query parameter, or a
@@ -200,11 +209,15 @@ class ConnectionParameters:
             keyfile=optional_text("keyfile"),
             verify=kwargs.get("verify", True) is True,
             server_hostname=optional_text("server_name_indication"),
+            protocol=text("protocol", "0-9-1"),
         )
 
     def to_config(self) -> ConnectionConfig:
-        """The core's :class:`~amqp_sansio.ConnectionConfig` for these parameters."""
+        """The core's :class:`~amqp_sansio.ConnectionConfig` for these parameters (``"auto"``
+        is its first attempt, 0-9-1: ``connect()`` runs the rest of the loop)."""
+        protocol = ADAPTER_VERSIONS[0] if self.protocol == "auto" else self.protocol
         return ConnectionConfig(
+            protocol=protocol,
             username=self.username,
             password=self.password,
             sasl_mechanism=self.auth_mechanism,
@@ -303,6 +316,8 @@ def _query(query: str, *, tls: bool) -> dict[str, str | int | float | bool | Non
                     f"auth_mechanism: expected plain, amqplain or external, got {value!r}"
                 )
             out[key] = mechanism
+        elif key == "protocol":
+            out[key] = client_protocol(value)
         elif key == "verify":
             if value not in ("verify_peer", "verify_none"):
                 raise ValueError(f"verify: expected verify_peer or verify_none, got {value!r}")

@@ -38,6 +38,7 @@ from .. import (
     ExchangeDeclare,
     ExchangeDelete,
     ExchangeUnbind,
+    ProtocolVersion,
     QueueBind,
     QueueDeclare,
     QueueDeclareOk,
@@ -51,6 +52,7 @@ from .. import (
     TxSelect,
 )
 from ._params import ConnectionParameters
+from ._versions import client_protocol
 
 if TYPE_CHECKING:
     import logging
@@ -81,12 +83,16 @@ _M = TypeVar("_M")
 
 
 def connection_parameters(
-    url_or_params: str | ConnectionParameters, connection_name: str | None
+    url_or_params: str | ConnectionParameters,
+    connection_name: str | None,
+    protocol: str | ProtocolVersion | None = None,
 ) -> ConnectionParameters:
-    """What ``connect(url_or_params, connection_name=...)`` connects with.
+    """What ``connect(url_or_params, connection_name=..., protocol=...)`` connects with: a
+    *connection_name* or *protocol* given wins over the URL's or the parameters'.
 
     :raises TypeError: *url_or_params* is neither a URL nor :class:`ConnectionParameters`.
-    :raises ValueError: the URL is malformed (see :meth:`ConnectionParameters.from_url`).
+    :raises ValueError: the URL is malformed (see :meth:`ConnectionParameters.from_url`), or
+        *protocol* is not a version the adapters speak.
     """
     if isinstance(url_or_params, ConnectionParameters):
         params = url_or_params
@@ -99,6 +105,8 @@ def connection_parameters(
         )
     if connection_name is not None:
         params = attrs.evolve(params, connection_name=connection_name)
+    if protocol is not None:
+        params = attrs.evolve(params, protocol=client_protocol(protocol))
     return params
 
 

@@ -16,6 +16,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Final, Protocol, TypeAlias, final
 
 from .. import (
+    AMQP_0_9_1,
     BasicCancel,
     BasicCancelOk,
     BasicConsume,
@@ -171,6 +172,7 @@ class ChannelBook:
         """*request*, which expects a reply, was sent on this channel; *consumer* is the sink
         of a ``basic.consume``, registered when the broker confirms it."""
         self.rpcs.append((waiter, consumer, request))
+        request = AMQP_0_9_1.adapt(request)  # the meaning of a 0-8/0-9 connection's class
         cls = type(request)
         if cls is BasicCancel:
             assert isinstance(request, BasicCancel)
@@ -183,8 +185,11 @@ class ChannelBook:
     def consumer_tags(self) -> set[str]:
         """The tags of the channel's consumers, confirmed or still waiting for consume-ok."""
         tags = set(self.consumers)
-        for _, sink, request in self.rpcs:
-            if sink is not None and type(request) is BasicConsume:
+        for _, sink, sent in self.rpcs:
+            if sink is None or sent is None:
+                continue
+            request = AMQP_0_9_1.adapt(sent)
+            if type(request) is BasicConsume:
                 assert isinstance(request, BasicConsume)
                 tags.add(request.consumer_tag)
         return tags
@@ -423,6 +428,7 @@ class Router:
             ChannelState.OPEN
         ):
             return False
+        request = core.protocol.adapt(request)
         core.send_method(channel, request)
         self.channels[channel].expect(request, _UNAWAITED)
         return True
@@ -458,7 +464,8 @@ class Router:
             logger.debug("unsolicited %s on channel %d", event.method.NAME, event.channel)
             return
         waiter, consumer, request = book.take(event.request)
-        method = event.method
+        # A 0-8/0-9 connection's own classes are handed out as 0-9-1's of the same meaning.
+        method = AMQP_0_9_1.adapt(event.method)
         cls = type(method)
         if consumer is not None and cls is BasicConsumeOk:
             assert isinstance(method, BasicConsumeOk)
@@ -472,6 +479,8 @@ class Router:
             if cancelled is not None:
                 cancelled.finish(None, True)
         elif cls is BasicQosOk:
+            assert request is not None
+            request = AMQP_0_9_1.adapt(request)
             assert isinstance(request, BasicQos)
             book.prefetch_count = request.prefetch_count
         if not waiter.done():

@@ -1,5 +1,6 @@
 """The one list of what every client adapter re-exports from the client layer: the exceptions it
-raises, :class:`~amqp_sansio.client.ConnectionParameters` and the recovery policy and events.
+raises, :class:`~amqp_sansio.client.ConnectionParameters`, the recovery policy and events, and
+the core's :class:`~amqp_sansio.BasicProperties` (a message's properties, to publish with).
 
 ``amqp_trio``, ``amqp_asyncio`` and ``amqp_blocking`` star-import this module, and add its
 ``__all__`` to their own, so the three always offer the same names (mypy and the API docs see
@@ -14,6 +15,7 @@ them through the star import)::
 
 from __future__ import annotations
 
+from .. import BasicProperties
 from ._errors import (
     AccessRefused,
     AMQPError,
@@ -37,6 +39,7 @@ from ._errors import (
     NotAllowed,
     NotFound,
     PreconditionFailed,
+    ProtocolVersionRefused,
     PublishNackedError,
     PublishOutcomeUnknownError,
     ResourceError,
@@ -61,6 +64,7 @@ __all__ = [
     "AMQPNotImplemented",
     "AMQPSyntaxError",
     "AccessRefused",
+    "BasicProperties",
     "ChannelClosedError",
     "ChannelError",
     "CommandInvalid",
@@ -80,6 +84,7 @@ __all__ = [
     "NotAllowed",
     "NotFound",
     "PreconditionFailed",
+    "ProtocolVersionRefused",
     "PublishNackedError",
     "PublishOutcomeUnknownError",
     "Recovered",

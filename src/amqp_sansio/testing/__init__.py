@@ -204,8 +204,26 @@ class ConnectionPair:
         return self.server if conn is self.client else self.client
 
     def transfer(self, sender: Connection) -> list[Event]:
-        """Move everything *sender* queued to its peer; return the peer's events."""
-        return feed(self.peer(sender), sender.data_to_send(), byte_at_a_time=self.byte_at_a_time)
+        """Move everything *sender* queued to its peer; return the peer's events.
+
+        With nothing queued this moves nothing and returns ``[]`` (the peer is not told the
+        link closed: that is :meth:`end_of_stream`), so calling it "just in case" is safe.
+        """
+        data = sender.data_to_send()
+        if not data:
+            return []
+        return feed(self.peer(sender), data, byte_at_a_time=self.byte_at_a_time)
+
+    def end_of_stream(self, sender: Connection) -> list[Event]:
+        """Close *sender*'s side of the link: its peer receives the end of the stream (``b""``,
+        as when a socket read returns nothing); return the peer's events.
+
+        Whatever *sender* still had queued is moved first. A peer that did not expect the end
+        reports :class:`~amqp_sansio.ConnectionLost`; after this, moving more data to it is a
+        ``RuntimeError``, as for a closed socket.
+        """
+        events = self.transfer(sender)
+        return events + feed(self.peer(sender), b"")
 
     def open_channel(self) -> int:
         """Open a channel from the client and move the open and the open-ok; return its id.

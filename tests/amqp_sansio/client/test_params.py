@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import pickle
+import re
 import ssl
 
 import pytest
 
-from amqp_sansio import ConnectionConfig
-from amqp_sansio.client import DEFAULT_URL, ConnectionParameters
+from amqp_sansio import ConnectionConfig, ProtocolHeader, ProtocolVersion, header_for
+from amqp_sansio.client import (
+    DEFAULT_URL,
+    ConnectionParameters,
+    ProtocolFallback,
+    ProtocolVersionRefused,
+    connection_parameters,
+)
 
 parse = ConnectionParameters.from_url
 
@@ -237,3 +245,96 @@ def test_ssl_context_reports_a_missing_ca_file() -> None:
 def test_default_url() -> None:
     params = parse(DEFAULT_URL)
     assert (params.host, params.port, params.virtual_host) == ("127.0.0.1", 5672, "/")
+
+
+# --- the protocol version ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["0-9-1", "0-9", "0-8", "auto"])
+def test_protocol_query_parameter(name: str) -> None:
+    params = parse(f"amqp://h/?protocol={name}&heartbeat=5")
+    assert (params.protocol, params.heartbeat) == (name, 5)
+    # "auto" is resolved by connect(); the core's config is its first attempt, 0-9-1
+    assert params.to_config().protocol.version.value == ("0-9-1" if name == "auto" else name)
+
+
+def test_protocol_defaults_to_0_9_1_and_takes_a_version() -> None:
+    assert parse("amqp://h/").protocol == "0-9-1"
+    assert ConnectionParameters(protocol=ProtocolVersion.AMQP_0_8).protocol == "0-8"
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("amqp://h/?protocol=0-10", "protocol: the adapters do not speak AMQP 0-10 yet"),
+        ("amqp://h/?protocol=1.0", "protocol: expected '0-9-1', '0-9', '0-8' or 'auto', got '1.0'"),
+        ("amqp://h/?protocol=0-9-2", "got '0-9-2'"),
+        ("amqp://h/?protocol=AUTO", "got 'AUTO'"),
+        ("amqp://h/?protocol=", "got ''"),
+        ("amqp://h/?protocol=0-8&protocol=0-9", "protocol: query parameter given more than once"),
+    ],
+)
+def test_bad_protocols_are_named(url: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse(url)
+
+
+def test_protocol_argument_wins_over_the_url() -> None:
+    params = connection_parameters("amqp://h/?protocol=0-8", None, "auto")
+    assert params.protocol == "auto"
+    assert connection_parameters(params, "n", None).protocol == "auto"
+    with pytest.raises(ValueError, match="0-10 yet"):
+        connection_parameters("amqp://h/", None, "0-10")
+    with pytest.raises(ValueError, match="got 'x'"):
+        ConnectionParameters(protocol="x")
+
+
+def _refused(requested: str, offered: str) -> ProtocolVersionRefused:
+    return ProtocolVersionRefused(
+        "refused",
+        requested=ProtocolVersion(requested),
+        offered=ProtocolHeader(header_for(offered)),
+    )
+
+
+def test_fallback_of_one_version_never_retries() -> None:
+    fallback = ProtocolFallback(parse("amqp://h/?protocol=0-9"))
+    assert fallback.params.protocol == "0-9"
+    assert not fallback.retry(_refused("0-9", "0-8"))
+
+
+def test_fallback_of_auto_follows_the_server() -> None:
+    fallback = ProtocolFallback(parse("amqp://h/?protocol=auto&name=app"))
+    assert fallback.params.protocol == "0-9-1"
+    assert fallback.params.connection_name == "app"
+    assert fallback.retry(_refused("0-9-1", "0-8"))  # the server speaks 0-8: that next
+    assert str(fallback.params.protocol) == "0-8"
+    assert not fallback.retry(_refused("0-8", "0-8"))  # refused what it offered: give up
+    assert fallback.tried == [ProtocolVersion.AMQP_0_9_1, ProtocolVersion.AMQP_0_8]
+
+
+def test_fallback_of_auto_without_a_useful_answer_tries_each_version() -> None:
+    fallback = ProtocolFallback(parse("amqp://h/?protocol=auto"))
+    seen = [fallback.params.protocol]
+    while fallback.retry(_refused(seen[-1], "1.0")):
+        seen.append(fallback.params.protocol)
+    assert seen == ["0-9-1", "0-9", "0-8"]
+
+
+def test_fallback_to_0_10_is_the_adapters_clear_error() -> None:
+    fallback = ProtocolFallback(parse("amqp://h/?protocol=auto"))
+    refused = _refused("0-9-1", "0-10")
+    with pytest.raises(ValueError, match="the server's answer: the adapters do not speak") as info:
+        fallback.retry(refused)
+    assert info.value.__cause__ is refused
+
+
+def test_refusal_pickles() -> None:
+    refused = _refused("0-9-1", "0-8")
+    again = pickle.loads(pickle.dumps(refused))
+    assert type(again) is ProtocolVersionRefused
+    assert (again.requested, again.offered, again.reply_code) == (
+        refused.requested,
+        refused.offered,
+        540,
+    )

@@ -1,0 +1,148 @@
+"""The broker serves 0-8, 0-9 and 0-9-1 on one port, choosing by the client's protocol header
+(the spec's protocol header section); any other header gets the preferred version's header and
+a close. Over real sockets: what the broker writes back tells which version it serves.
+
+The sessions themselves (declare, publish, consume, ...) in 0-8 and 0-9 run through the core in
+``tests/amqp_sansio/test_versions_rabbitmq.py`` and through each adapter in
+``tests/project/test_adapter_versions.py``, against RabbitMQ and this broker alike.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import TYPE_CHECKING
+
+import pytest
+
+import amqp_broker
+from amqp_broker import BrokerOptions
+from amqp_sansio import (
+    AMQP_0_8,
+    AMQP_0_9,
+    AMQP_0_9_1,
+    ConnectionStart,
+    ProtocolSpec,
+    ProtocolVersion,
+    header_for,
+)
+from amqp_sansio.client import ConnectionParameters
+from amqp_sansio.testing import parse_frames
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+HEADER_1109 = b"AMQP\x01\x01\x00\x09"  # 0-9's header; aioamqp and qpid-python both send it
+HEADER_1191 = b"AMQP\x01\x01\x09\x01"  # the June 2006 0-8 PDF's (py-amqplib)
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    with amqp_broker.run_in_thread() as broker_url:
+        yield broker_url
+
+
+def _answer(url: str, header: bytes, *, eof: bool = False) -> bytes:
+    """Everything the broker writes after *header* (and our EOF), until its EOF or a whole
+    first frame."""
+    params = ConnectionParameters.from_url(url)
+    with socket.create_connection((params.host, params.port), timeout=10) as sock:
+        sock.sendall(header)
+        if eof:
+            sock.shutdown(socket.SHUT_WR)
+        data = b""
+        while chunk := sock.recv(4096):
+            data += chunk
+            if len(data) >= 7 and len(data) >= 8 + struct.unpack(">I", data[3:7])[0]:
+                break  # a whole frame: connection.start
+    return data
+
+
+def _start(data: bytes, spec: ProtocolSpec) -> ConnectionStart:
+    (frame,) = parse_frames(data, protocol=spec)
+    method = frame.method  # type: ignore[union-attr]
+    assert isinstance(method, ConnectionStart)
+    return method
+
+
+@pytest.mark.parametrize(
+    ("header", "spec"),
+    [
+        (header_for("0-9-1"), AMQP_0_9_1),
+        (HEADER_1109, AMQP_0_9_1),  # RabbitMQ's reading, by default
+        (header_for("0-8"), AMQP_0_8),
+        (HEADER_1191, AMQP_0_8),
+    ],
+    ids=["0-9-1", "1109-as-0-9-1", "0-8", "1191-as-0-8"],
+)
+def test_each_header_is_served_as_its_version(url: str, header: bytes, spec: ProtocolSpec) -> None:
+    start = _start(_answer(url, header), spec)
+    assert (start.version_major, start.version_minor) == spec.start_version
+    capabilities = start.server_properties["capabilities"]
+    # 0-9-1 announces RabbitMQ's capabilities; 0-8 and 0-9 leave the table empty
+    assert bool(capabilities) is (spec is AMQP_0_9_1)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [header_for("0-10"), header_for("1.0"), b"HTTP/1.1", b"AMQP\x01\x01\x00\x0a", b"\0" * 8],
+    ids=["0-10", "1.0", "http", "amqp-1-1-0-10", "zeros"],
+)
+def test_other_headers_get_the_preferred_header_and_a_close(url: str, header: bytes) -> None:
+    assert _answer(url, header) == header_for("0-9-1")  # then EOF
+
+
+def test_a_short_header_then_eof_gets_nothing(url: str) -> None:
+    assert _answer(url, b"AMQP", eof=True) == b""
+
+
+def test_the_0_9_reading_serves_1109_as_0_9() -> None:
+    options = BrokerOptions(header_0_9="0-9")
+    with amqp_broker.run_in_thread(options=options) as url:
+        start = _start(_answer(url, HEADER_1109), AMQP_0_9)
+        assert (start.version_major, start.version_minor) == (0, 9)
+        assert start.server_properties["capabilities"] == {}
+        # 0-9-1 clients keep their own header
+        assert _start(_answer(url, header_for("0-9-1")), AMQP_0_9_1).server_properties[
+            "capabilities"
+        ]
+
+
+def test_the_accepted_set_is_configured() -> None:
+    options = BrokerOptions(protocols=("0-8", "0-9"))
+    with amqp_broker.run_in_thread(options=options) as url:
+        # not served: the preferred one's header (0-8's) and a close
+        assert _answer(url, header_for("0-9-1")) == header_for("0-8")
+        # a server of 0-9 alone serves 1109 as 0-9, whatever header_0_9 says
+        assert _start(_answer(url, HEADER_1109), AMQP_0_9).server_properties["capabilities"] == {}
+        assert _start(_answer(url, header_for("0-8")), AMQP_0_8).version_major == 8
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"protocols": ("0-10",)}, "the broker serves '0-9-1', '0-9', '0-8', not '0-10'"),
+        ({"protocols": ("1.0", "0-9-1")}, "not '1.0'"),
+        ({"protocols": ()}, "at least one version"),
+        ({"protocols": ("0-8", "0-8")}, "twice"),
+        ({"protocols": ("0-7",)}, "unknown protocol version '0-7'"),
+        ({"header_0_9": "0-8"}, "header_0_9 is '0-9-1' or '0-9', not '0-8'"),
+    ],
+)
+def test_version_options_are_checked(options: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        BrokerOptions(**options)  # type: ignore[arg-type]
+
+
+def test_version_options_on_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from amqp_broker.__main__ import _options, parse_args
+
+    options = _options(parse_args(["--protocols", "0-9,0-8", "--header-0-9", "0-9"]))
+    assert options.protocols == (ProtocolVersion.AMQP_0_9, ProtocolVersion.AMQP_0_8)
+    assert options.header_0_9 is ProtocolVersion.AMQP_0_9
+    assert _options(parse_args([])).protocols == BrokerOptions().protocols
+    with pytest.raises(SystemExit):
+        parse_args(["--protocols", "0-9-1,0-10"])
+    assert "the broker serves '0-9-1', '0-9', '0-8', not '0-10'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["--header-0-9", "0-8"])
