@@ -311,7 +311,7 @@ class Publisher(PublisherCounts):
             self._raise_failures()
         channel = self._channel
         if channel._conn._recovered is not None:
-            await channel._conn._wait_recovered()
+            await channel._conn._wait_recovered(len(body))
         while self._in_flight >= self.window or not channel._may_publish():
             if self._in_flight >= self.window:
                 await self._room.park()
@@ -570,7 +570,7 @@ class Channel(ChannelMethods):
         """
         conn = self._conn
         if conn._recovered is not None:
-            await conn._wait_recovered()
+            await conn._wait_recovered(len(body))
         book = self._book
         if conn._blocked is not None or not book.flow_active:
             await self._wait_publishable()

@@ -228,6 +228,7 @@ class Recovering:
         self._recovery_scope: trio.CancelScope | None = None
         self._restoring: _Attempt | None = None
         self._subscribers: set[RecoveryEvents] = set()
+        self._waiting_bytes = 0
         self._lost: tuple[AMQPError, Topology, dict[int, Channel], dict[int, ChannelBook]] | None
         self._lost = None
         if policy is not None:
@@ -302,23 +303,27 @@ class Recovering:
         logger.warning("lost the connection to %s (%s): recovering", self.params.address, cause)
         self._emit(RecoveryLost(cause=cause))
 
-    async def _wait_recovered(self) -> None:
+    async def _wait_recovered(self, octets: int = 0) -> None:
         """While recovering: wait for the connection to come back, up to the policy's
-        ``publish_wait`` (0: fail at once)."""
+        ``publish_wait`` (0: fail at once), with at most ``publish_buffer`` octets waiting."""
         recovered = self._recovered
         if recovered is None:
             return
         policy = self._policy
         assert policy is not None
         error = self._router.error
-        if not policy.publish_wait:
+        if not policy.publish_wait or self._waiting_bytes + octets > policy.publish_buffer:
+            why = "publish_wait is 0" if not policy.publish_wait else "publish_buffer is full"
             raise ConnectionLostError(
-                f"the connection to {self.params.address} is recovering (publish_wait is 0): "
-                f"{error}"
+                f"the connection to {self.params.address} is recovering ({why}): {error}"
             )
-        with trio.move_on_after(policy.publish_wait):
-            await recovered.wait()
-            return
+        self._waiting_bytes += octets
+        try:
+            with trio.move_on_after(policy.publish_wait):
+                await recovered.wait()
+                return
+        finally:
+            self._waiting_bytes -= octets
         raise ConnectionLostError(
             f"the connection to {self.params.address} did not recover within "
             f"{policy.publish_wait} s: {error}"

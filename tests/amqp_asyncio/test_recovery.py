@@ -6,6 +6,7 @@ a delivery of the lost connection cannot be settled on the new one."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import TYPE_CHECKING
 
 import pytest
@@ -152,3 +153,38 @@ async def _a_publish_during_recovery_fails_fast_or_waits() -> None:
             await publish
             ok = await ch.queue_declare("waits", passive=True)
             assert ok.message_count == 1
+
+
+def test_endpoints_are_tried_in_turn_and_what_waits_is_bounded() -> None:
+    _run(_endpoints_are_tried_in_turn_and_what_waits_is_bounded)
+
+
+async def _endpoints_are_tried_in_turn_and_what_waits_is_bounded() -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = f"amqp://guest:guest@127.0.0.1:{sock.getsockname()[1]}/"
+    with restartable_broker() as broker:
+        policy = RecoveryPolicy(
+            initial_delay=0.05,
+            multiplier=1,
+            jitter=0,
+            endpoints=[dead, broker.url],
+            publish_buffer=10,
+            max_attempts=50,
+        )
+        async with amqp_asyncio.connect(broker.url, recovery=policy) as conn:
+            events = conn.recovery_events()
+            ch = await conn.open_channel()
+            await _in_thread(broker.kill)
+            assert isinstance(await anext(events), RecoveryLost)
+            with pytest.raises(ConnectionLostError, match="publish_buffer is full"):
+                await ch.basic_publish(b"eleven byte", routing_key="q")
+            await _in_thread(broker.start)
+            event = await anext(events)
+            while isinstance(event, RecoveryAttempt):
+                if event.attempt % 2:
+                    assert dead.endswith(f"{event.url}/")  # odd attempts: the first endpoint
+                event = await anext(events)
+            assert isinstance(event, Recovered)
+            assert event.attempt % 2 == 0  # the second endpoint, the live one
+            await ch.basic_publish(b"eleven byte", routing_key="q")

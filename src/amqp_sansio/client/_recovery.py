@@ -230,18 +230,10 @@ class RecoveryPolicy:
         ``TopologyRecoveryFilter``.
     :ivar on_topology_error: a step the broker refuses: ``"retry"`` fails the attempt (the
         next one starts over), ``"skip"`` goes on without it, ``"give_up"`` stops recovering.
-    :ivar reopen_on_channel_error: reopen a channel the broker closed with a channel error
-        (Lyra does, the Java client does not).
-    :ivar reconsume_on_cancel: consume again when the broker cancels a consumer
-        (``basic.cancel``, e.g. its queue was deleted: the queue is declared again first when
-        it is in the recorded topology).
     :ivar publish_wait: seconds a publish made during recovery waits for the connection to
         come back; 0 fails fast with the loss's error.
     :ivar publish_buffer: octets of message bodies that may wait during recovery; a publish
         beyond that fails fast.
-    :ivar republish_unknown: publish again, after recovery, the publishes pending at the loss
-        (their outcome is unknown: consumers may see duplicates); otherwise they resolve as
-        :class:`~amqp_sansio.client.PublishOutcomeUnknownError`.
     :ivar stale_settle: a settle of a delivery from before the loss ``"raise"``\\ s
         :class:`StaleDeliveryError` or is ``"ignore"``\\ d; it is never sent.
     """
@@ -258,11 +250,8 @@ class RecoveryPolicy:
     restore_auto_delete: bool = True
     topology_filter: Callable[[RecoveryStep], bool] | None = None
     on_topology_error: Literal["retry", "skip", "give_up"] = "retry"
-    reopen_on_channel_error: bool = False
-    reconsume_on_cancel: bool = False
     publish_wait: float = attrs.field(default=10.0, validator=_non_negative("publish_wait"))
     publish_buffer: int = 1 << 20
-    republish_unknown: bool = False
     stale_settle: Literal["raise", "ignore"] = "raise"
 
     def __attrs_post_init__(self) -> None:
