@@ -209,6 +209,7 @@ class Connection:
         self._book = Router(self._core)
         if recovery is not None:
             self._book.recover_on = self._recover_on
+            self._book.reconsume_on_cancel = recovery.reconsume_on_cancel
         self._transport: asyncio.Transport | None = None
         self._opened: asyncio.Future[ConnectionOpened] = loop.create_future()
         self._finished: asyncio.Future[None] = loop.create_future()
@@ -704,6 +705,7 @@ class Connection:
         self._core = CoreConnection(Role.CLIENT, params.to_config())
         router = self._book = Router(self._core)
         router.recover_on = self._recover_on
+        router.reconsume_on_cancel = policy.reconsume_on_cancel
         self._transport = None
         self._opened = loop.create_future()
         self._transport_gone = loop.create_future()
@@ -979,6 +981,7 @@ class _Restoring:
             book = ChannelBook(event.channel)
             if lost is not None:
                 book.consumers = dict(lost.consumers)
+                book.consumes = dict(lost.consumes)
                 book.confirm_mode = lost.confirm_mode
                 book.prefetch_count = lost.prefetch_count
                 book.return_sink = lost.return_sink

@@ -302,6 +302,7 @@ class Connection:
         self._book = Router(core)
         if recovery is not None:
             self._book.recover_on = self._recover_on
+            self._book.reconsume_on_cancel = recovery.reconsume_on_cancel
         self._out = bytearray()
         self._wake_pending = False
         self._close_waiter: Waiter | None = None
@@ -867,6 +868,7 @@ class Connection:
         restorer = TopologyRestorer(core, plan, policy)
         router = Router(core)
         router.recover_on = self._recover_on
+        router.reconsume_on_cancel = policy.reconsume_on_cancel
         try:
             with self._lock:
                 self._sock, self._core, self._book = sock, core, router
@@ -934,6 +936,7 @@ class Connection:
                     book = ChannelBook(event.channel)
                     if lost is not None:
                         book.consumers = dict(lost.consumers)
+                        book.consumes = dict(lost.consumes)
                         book.confirm_mode = lost.confirm_mode
                         book.prefetch_count = lost.prefetch_count
                         book.return_sink = lost.return_sink

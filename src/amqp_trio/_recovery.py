@@ -128,6 +128,7 @@ class _Attempt:
             book = ChannelBook(event.channel)
             if lost is not None:
                 book.consumers = dict(lost.consumers)
+                book.consumes = dict(lost.consumes)
                 book.confirm_mode = lost.confirm_mode
                 book.prefetch_count = lost.prefetch_count
             self.conn._router.channels[event.channel] = book
@@ -233,6 +234,7 @@ class Recovering:
         self._lost = None
         if policy is not None:
             self._router.recover_on = self._recover_on
+            self._router.reconsume_on_cancel = policy.reconsume_on_cancel
 
     # --- public -------------------------------------------------------------------------------
 
@@ -389,6 +391,7 @@ class Recovering:
                 self._wire = Wire(self._core, stream)
                 self._router = Router(self._core)
                 self._router.recover_on = self._recover_on
+                self._router.reconsume_on_cancel = policy.reconsume_on_cancel
                 self._opened = trio.Event()
                 self._handshaking = True
                 self._heartbeat_timed_out = False

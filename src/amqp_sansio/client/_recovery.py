@@ -230,6 +230,10 @@ class RecoveryPolicy:
         ``TopologyRecoveryFilter``.
     :ivar on_topology_error: a step the broker refuses: ``"retry"`` fails the attempt (the
         next one starts over), ``"skip"`` goes on without it, ``"give_up"`` stops recovering.
+    :ivar reconsume_on_cancel: consume again, with the same tag into the same iterator, when
+        the broker cancels a consumer (``basic.cancel``: its queue was deleted, its node went
+        down); a client-named queue in the recorded topology is declared again first, with its
+        bindings.
     :ivar publish_wait: seconds a publish made during recovery waits for the connection to
         come back; 0 fails fast with the loss's error.
     :ivar publish_buffer: octets of message bodies that may wait during recovery; a publish
@@ -250,6 +254,7 @@ class RecoveryPolicy:
     restore_auto_delete: bool = True
     topology_filter: Callable[[RecoveryStep], bool] | None = None
     on_topology_error: Literal["retry", "skip", "give_up"] = "retry"
+    reconsume_on_cancel: bool = False
     publish_wait: float = attrs.field(default=10.0, validator=_non_negative("publish_wait"))
     publish_buffer: int = 1 << 20
     stale_settle: Literal["raise", "ignore"] = "raise"

@@ -134,6 +134,7 @@ class ChannelBook:
         "confirm_mode",
         "confirms",
         "consumers",
+        "consumes",
         "error",
         "flow_active",
         "number",
@@ -152,6 +153,8 @@ class ChannelBook:
         self.rpcs: deque[_Entry] = deque()
         #: The consumers the broker confirmed, by tag.
         self.consumers: dict[str, ConsumerSink] = {}
+        #: Their ``basic.consume`` requests, by tag (to consume again after a server cancel).
+        self.consumes: dict[str, BasicConsume] = {}
         #: The sink of each unconfirmed publish, by publish number.
         self.confirms: dict[int, ConfirmSink] = {}
         self.tracker = ConfirmTracker()
@@ -228,6 +231,26 @@ class _Unawaited:
 _UNAWAITED: Final = _Unawaited()
 
 
+@final
+class _Keep:
+    """The waiter of a consume the router made again itself: the sink stays registered (an
+    abandoned waiter would cancel it)."""
+
+    __slots__ = ()
+
+    def done(self) -> bool:
+        return False
+
+    def set_result(self, result: Reply, /) -> None:
+        pass
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        pass
+
+
+_KEEP: Final = _Keep()
+
+
 def _settle_all(book: ChannelBook, error: AMQPError, *, by_us: bool) -> None:
     book.error = error
     rpcs, book.rpcs = book.rpcs, deque()
@@ -257,7 +280,16 @@ class Router:
     open). The adapter flushes the core as usual.
     """
 
-    __slots__ = ("_core", "blocked", "channels", "error", "recover_on", "suspended", "unknown")
+    __slots__ = (
+        "_core",
+        "blocked",
+        "channels",
+        "error",
+        "reconsume_on_cancel",
+        "recover_on",
+        "suspended",
+        "unknown",
+    )
 
     def __init__(self, core: Connection) -> None:
         self._core = core
@@ -276,6 +308,8 @@ class Router:
         self.suspended: dict[int, ChannelBook] | None = None
         #: Publishes pending when the connection was suspended: their outcome is unknown.
         self.unknown = 0
+        #: Consume again when the broker cancels a consumer (``RecoveryPolicy``).
+        self.reconsume_on_cancel = False
 
     # --- registration (call right after the matching core call) --------------------------------
 
@@ -358,8 +392,43 @@ class Router:
         assert isinstance(event, ConsumerCancelled)
         book = self.channels.get(event.channel)
         consumer = None if book is None else book.consumers.pop(event.consumer_tag, None)
-        if consumer is not None:
-            consumer.finish(ConsumerCancelledError(event.consumer_tag), False)
+        if consumer is None:
+            return
+        assert book is not None
+        request = book.consumes.pop(event.consumer_tag, None)
+        if (
+            self.reconsume_on_cancel
+            and request is not None
+            and self._reconsume(event.channel, request, consumer)
+        ):
+            return
+        consumer.finish(ConsumerCancelledError(event.consumer_tag), False)
+
+    def _reconsume(self, channel: int, request: BasicConsume, consumer: ConsumerSink) -> bool:
+        """The broker cancelled a consumer (its queue was deleted, a node went down): declare
+        the queue again when the topology recorded it (with its bindings), then consume again
+        with the same tag into the same sink. A refusal closes the channel, which ends the
+        sink with the broker's error. False when nothing could be sent."""
+        core = self._core
+        if core.state is not ConnectionState.OPEN or core.channel_state(channel) is not (
+            ChannelState.OPEN
+        ):
+            return False
+        topology = core.topology
+        declare = topology.queues.get(request.queue)
+        if declare is not None and declare.queue:  # a server-named one would get a new name
+            self._send_unawaited(channel, declare)
+            for bind in topology.queue_bindings:
+                if bind.queue == request.queue:
+                    self._send_unawaited(channel, bind)
+        core.send_method(channel, request)
+        self.channels[channel].expect(request, _KEEP, consumer)
+        logger.info(
+            "consuming again from %r after the broker cancelled %s",
+            request.queue,
+            request.consumer_tag,
+        )
+        return True
 
     def _on_flow_changed(self, event: Event) -> None:
         assert isinstance(event, ChannelFlowChanged)
@@ -470,12 +539,15 @@ class Router:
         if consumer is not None and cls is BasicConsumeOk:
             assert isinstance(method, BasicConsumeOk)
             book.consumers[method.consumer_tag] = consumer
+            if isinstance(request, BasicConsume):
+                book.consumes[method.consumer_tag] = request
             if waiter.done():  # basic_consume() gave up: nobody iterates this consumer
                 # It stays registered until cancel-ok: what comes before goes to its sink.
                 self._send_unawaited(event.channel, BasicCancel(consumer_tag=method.consumer_tag))
         elif cls is BasicCancelOk:
             assert isinstance(method, BasicCancelOk)
             cancelled = book.consumers.pop(method.consumer_tag, None)
+            book.consumes.pop(method.consumer_tag, None)
             if cancelled is not None:
                 cancelled.finish(None, True)
         elif cls is BasicQosOk:
