@@ -188,3 +188,26 @@ async def _endpoints_are_tried_in_turn_and_what_waits_is_bounded() -> None:
             assert isinstance(event, Recovered)
             assert event.attempt % 2 == 0  # the second endpoint, the live one
             await ch.basic_publish(b"eleven byte", routing_key="q")
+
+
+def test_a_heartbeat_timeout_starts_recovery() -> None:
+    _run(_a_heartbeat_timeout_starts_recovery)
+
+
+async def _a_heartbeat_timeout_starts_recovery() -> None:
+    with restartable_broker() as broker:
+        async with amqp_asyncio.connect(f"{broker.url}&heartbeat=1", recovery=POLICY) as conn:
+            events = conn.recovery_events()
+            ch = await conn.open_channel()
+            await ch.queue_declare("beats")
+            await _in_thread(broker.pause)
+            lost = await anext(events)
+            assert isinstance(lost, RecoveryLost)
+            assert isinstance(lost.cause, ConnectionLostError)  # no bytes for two intervals
+            await _in_thread(broker.resume)
+            event = await anext(events)
+            while isinstance(event, RecoveryAttempt):
+                event = await anext(events)
+            assert isinstance(event, Recovered)
+            ok = await ch.queue_declare("beats", passive=True)
+            assert ok.queue == "beats"

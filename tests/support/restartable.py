@@ -5,6 +5,7 @@ refused for a while, then accepted by a broker that has forgotten everything."""
 from __future__ import annotations
 
 import contextlib
+import signal
 import socket
 import subprocess
 import sys
@@ -54,10 +55,21 @@ class RestartableBroker:
             if time.monotonic() >= deadline:
                 raise AssertionError(f"the broker did not start on port {self.port}")
 
+    def pause(self) -> None:
+        """SIGSTOP it: a peer that says nothing (heartbeats time out)."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT it."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGCONT)
+
     def kill(self) -> None:
         """SIGKILL it: sockets die without a close handshake."""
         process, self._process = self._process, None
         if process is not None:
+            process.send_signal(signal.SIGCONT)  # a paused one dies too
             process.kill()
             process.wait()
 
