@@ -205,6 +205,8 @@ class Connection:
         self._recovery_task: asyncio.Task[None] | None = None
         self._restoring: _Restoring | None = None
         self._waiting_bytes = 0
+        # The lost connection's books (their consumers), for as long as recovery runs.
+        self._lost_books: dict[int, ChannelBook] = {}
         self._core = CoreConnection(Role.CLIENT, params.to_config())
         self._book = Router(self._core)
         if recovery is not None:
@@ -590,6 +592,7 @@ class Connection:
                     sink._forget_unhanded()
         if self._transport is not None:
             self._transport.close()
+        self._lost_books = suspended
         self._epoch.current += 1
         self._state = RecoveryState.RECOVERING
         self._recovered = self._loop.create_future()
@@ -677,6 +680,7 @@ class Connection:
                     return
                 continue
             self._state = RecoveryState.OPEN
+            self._lost_books = {}
             recovered = attrs.evolve(recovered, unknown_publishes=unknown)
             logger.info(
                 "recovered the connection to %s (attempt %d, epoch %d)",
@@ -787,7 +791,8 @@ class Connection:
 
     def _give_up(self, cause: AMQPError, books: dict[int, ChannelBook] | None) -> None:
         """Recovery ends for good: the consumers end with *cause*, the connection is closed."""
-        suspended = books if books is not None else (self._book.suspended or {})
+        suspended = books if books is not None else self._lost_books
+        self._lost_books = {}
         for book in suspended.values():
             consumers, book.consumers = book.consumers, {}
             for sink in consumers.values():

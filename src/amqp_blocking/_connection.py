@@ -288,6 +288,8 @@ class Connection:
         self._suspend_pending = False
         self._stop_recovery = threading.Event()
         self._waiting_bytes = 0
+        # The lost connection's books (their consumers), for as long as recovery runs.
+        self._lost_books: dict[int, ChannelBook] = {}
         self._listeners: list[Callable[[RecoveryEvent], None]] = []
         self._channel_objs: dict[int, Channel] = {}
         self._sock = sock
@@ -700,6 +702,7 @@ class Connection:
             # Calls wait from now on (the router already holds the loss's error).
             self._suspend_pending = True
             self._recovering = True
+            self._lost_books = self._book.suspended
             with contextlib.suppress(OSError):
                 self._sock.close()
             return
@@ -778,6 +781,7 @@ class Connection:
                         sink._forget_unhanded()
             self._out.clear()
             self._send_error = None
+            self._lost_books = suspended
             self._epoch.current += 1
             self._state = RecoveryState.RECOVERING
             self._recovering = True
@@ -835,6 +839,7 @@ class Connection:
                         self._sock.close()
                     return False
                 self._recovering = False
+                self._lost_books = {}
                 self._state = RecoveryState.OPEN
                 self._writable.notify_all()
                 logger.info(
@@ -948,7 +953,8 @@ class Connection:
         self, cause: AMQPError, books: dict[int, ChannelBook] | None = None
     ) -> None:
         """Recovery ends for good: consumers end with *cause*, the connection is closed."""
-        suspended = books if books is not None else (self._book.suspended or {})
+        suspended = books if books is not None else self._lost_books
+        self._lost_books = {}
         for book in suspended.values():
             consumers, book.consumers = book.consumers, {}
             for sink in consumers.values():

@@ -180,6 +180,7 @@ class _Attempt:
             skipped=tuple(self.plan.skipped),
         )
         conn._recovering = False
+        conn._lost_books = {}
         conn._state = RecoveryState.OPEN
         recovered, conn._recovered = conn._recovered, None
         if recovered is not None:
@@ -230,6 +231,8 @@ class Recovering:
         self._restoring: _Attempt | None = None
         self._subscribers: set[RecoveryEvents] = set()
         self._waiting_bytes = 0
+        # The lost connection's books (their consumers), for as long as recovery runs.
+        self._lost_books: dict[int, ChannelBook] = {}
         self._lost: tuple[AMQPError, Topology, dict[int, Channel], dict[int, ChannelBook]] | None
         self._lost = None
         if policy is not None:
@@ -302,6 +305,7 @@ class Recovering:
         self._recovering = True
         self._recovered = trio.Event()
         self._lost = (cause, self._core.topology, channels, suspended)
+        self._lost_books = suspended
         logger.warning("lost the connection to %s (%s): recovering", self.params.address, cause)
         self._emit(RecoveryLost(cause=cause))
 
@@ -432,10 +436,9 @@ class Recovering:
 
     def _give_up(self, cause: AMQPError, books: dict[int, ChannelBook] | None = None) -> None:
         """Recovery ends for good: consumers end with *cause*, the connection is closed."""
-        suspended = books if books is not None else (self._router.suspended or {})
-        if self._lost is not None:
-            suspended = {**suspended, **self._lost[3]}
-            self._lost = None
+        suspended = books if books is not None else self._lost_books
+        self._lost = None
+        self._lost_books = {}
         for book in suspended.values():
             consumers, book.consumers = book.consumers, {}
             for sink in consumers.values():

@@ -211,3 +211,22 @@ async def _a_heartbeat_timeout_starts_recovery() -> None:
             assert isinstance(event, Recovered)
             ok = await ch.queue_declare("beats", passive=True)
             assert ok.queue == "beats"
+
+
+def test_close_during_recovery_gives_up() -> None:
+    _run(_close_during_recovery_gives_up)
+
+
+async def _close_during_recovery_gives_up() -> None:
+    with restartable_broker() as broker:
+        async with amqp_asyncio.connect(broker.url, recovery=POLICY) as conn:
+            events = conn.recovery_events()
+            ch = await conn.open_channel()
+            queue = (await ch.queue_declare("", exclusive=True)).queue
+            async with ch.basic_consume(queue) as consumer:
+                await _in_thread(broker.kill)
+                assert isinstance(await anext(events), RecoveryLost)
+                await conn.aclose()
+                assert _state(conn) is RecoveryState.CLOSED
+                with pytest.raises(amqp_asyncio.ConnectionClosedError):
+                    await consumer.get(30)
