@@ -88,8 +88,9 @@ $(DEMO_STAMP): pyproject.toml hatch_build.py src/amqp_sansio/_speedups.c
 	$(DEMO_VENV)/bin/python -m pip install --quiet -e '.[trio]'
 	touch $(DEMO_STAMP)
 
+# PROTOCOL=0-10 runs it over AMQP 0-10 (the embedded broker serves it; RabbitMQ does not).
 demo: $(DEMO_STAMP)
-	$(DEMO_VENV)/bin/python examples/demo.py
+	$(DEMO_VENV)/bin/python examples/demo.py$(if $(PROTOCOL), --protocol $(PROTOCOL))
 
 # async_amqp (a peer in bench/e2e.py) needs pamqp < 4, so it gets a virtualenv of its own. If
 # that cannot be built, say why and benchmark the others.

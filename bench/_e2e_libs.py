@@ -30,6 +30,9 @@ from urllib.parse import unquote, urlsplit
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
+    from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+
 __all__ = ["RUNNERS", "Case", "Stopwatch", "Timing"]
 
 #: (wall-clock seconds, CPU seconds of this process) of one timed operation
@@ -97,6 +100,30 @@ def run_raw(case: Case) -> Timing:
         elapsed = watch.stop()
         if case.op == "consume":
             client.cancel()
+        return elapsed
+    finally:
+        client.close()
+
+
+def run_core(case: Case) -> Timing:
+    """``core``: a bare blocking socket loop over ``amqp_sansio.Connection`` (no adapter)."""
+    from _core_client import CoreClient
+
+    client = CoreClient(case.url)
+    try:
+        if case.op == "publish":
+            watch = Stopwatch()
+            client.publish(case.queue, case.count, case.body)
+            return watch.stop()
+        if case.op == "confirm":
+            client.confirm_select()
+            watch = Stopwatch()
+            client.publish_confirmed(case.queue, case.count, case.body, case.window)
+            return watch.stop()
+        watch = Stopwatch()
+        received, octets = client.consume(case.queue, case.count, case.prefetch, case.ack_every)
+        elapsed = watch.stop()
+        case.check_consumed(received, octets)
         return elapsed
     finally:
         client.close()
@@ -465,8 +492,204 @@ def run_async_amqp(case: Case) -> Timing:
     return trio.run(main)
 
 
+def _sdk_providers() -> tuple[SdkTracerProvider, SdkMeterProvider]:
+    """OpenTelemetry's SDK with the in-memory span exporter (each span exported as it ends)
+    and the in-memory metric reader: everything recorded, nothing sent anywhere."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    return tracer_provider, MeterProvider(metric_readers=[InMemoryMetricReader()])
+
+
+def run_amqp_trio_otel_noop(case: Case) -> Timing:
+    """amqp_trio traced through OpenTelemetry's no-op providers: the cost of the hooks and of
+    the API calls themselves."""
+    from opentelemetry.metrics import NoOpMeterProvider
+    from opentelemetry.trace import NoOpTracerProvider
+
+    from amqp_sansio.client import instrument
+
+    instrument(tracer_provider=NoOpTracerProvider(), meter_provider=NoOpMeterProvider())
+    return run_amqp_trio(case)
+
+
+def run_amqp_trio_otel_sdk(case: Case) -> Timing:
+    """amqp_trio traced into the SDK's in-memory exporter and metric reader."""
+    from amqp_sansio.client import instrument
+
+    tracer_provider, meter_provider = _sdk_providers()
+    instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
+    return run_amqp_trio(case)
+
+
+def run_aio_pika_otel_sdk(case: Case) -> Timing:
+    """aio-pika with opentelemetry-instrumentation-aio-pika, into the same SDK setup."""
+    from opentelemetry.instrumentation.aio_pika import AioPikaInstrumentor
+
+    tracer_provider, _ = _sdk_providers()
+    AioPikaInstrumentor().instrument(tracer_provider=tracer_provider)
+    return run_aio_pika(case)
+
+
+# -- AMQP 0-10 (against the embedded broker, which serves 0-10 and 0-9-1 on one port) -------
+# publish: unsynced transfers, then one execution.sync; confirm: an execution.sync every
+# `window` transfers (0-10's publisher confirms); consume: a subscription with `prefetch`
+# messages of credit, each message accepted.
+
+
+def run_amqp_trio_0_10(case: Case) -> Timing:
+    import trio
+
+    import amqp_trio
+
+    async def main() -> Timing:
+        async with (
+            amqp_trio.connect(case.url, protocol="0-10") as conn,
+            conn.session() as session,
+        ):
+            body = case.body
+            queue = case.queue
+            if case.op in ("publish", "confirm"):
+                every = case.window if case.op == "confirm" else case.count
+                watch = Stopwatch()
+                for n in range(1, case.count + 1):
+                    await session.transfer("", body, routing_key=queue, sync=False)
+                    if n % every == 0 or n == case.count:
+                        await session.sync()
+                return watch.stop()
+            received = octets = 0
+            watch = Stopwatch()
+            subscription = await session.subscribe(queue, prefetch=case.prefetch)
+            async for message in subscription:
+                received += 1
+                octets += len(message.body)
+                message.accept()
+                if received == case.count:
+                    break
+            await session.sync()
+            elapsed = watch.stop()
+            case.check_consumed(received, octets)
+            return elapsed
+
+    return trio.run(main)
+
+
+def run_amqp_asyncio_0_10(case: Case) -> Timing:
+    import asyncio
+
+    import amqp_asyncio
+
+    async def main() -> Timing:
+        async with (
+            amqp_asyncio.connect(case.url, protocol="0-10") as conn,
+            conn.session() as session,
+        ):
+            body = case.body
+            queue = case.queue
+            if case.op in ("publish", "confirm"):
+                every = case.window if case.op == "confirm" else case.count
+                watch = Stopwatch()
+                for n in range(1, case.count + 1):
+                    await session.transfer("", body, routing_key=queue, sync=False)
+                    if n % every == 0 or n == case.count:
+                        await session.sync()
+                return watch.stop()
+            received = octets = 0
+            watch = Stopwatch()
+            subscription = await session.subscribe(queue, prefetch=case.prefetch)
+            async for message in subscription:
+                received += 1
+                octets += len(message.body)
+                message.accept()
+                if received == case.count:
+                    break
+            await session.sync()
+            elapsed = watch.stop()
+            case.check_consumed(received, octets)
+            return elapsed
+
+    return asyncio.run(main())
+
+
+def run_amqp_blocking_0_10(case: Case) -> Timing:
+    import amqp_blocking
+
+    with amqp_blocking.connect(case.url, protocol="0-10") as conn, conn.session() as session:
+        body = case.body
+        queue = case.queue
+        if case.op in ("publish", "confirm"):
+            every = case.window if case.op == "confirm" else case.count
+            watch = Stopwatch()
+            for n in range(1, case.count + 1):
+                session.transfer("", body, routing_key=queue, sync=False)
+                if n % every == 0 or n == case.count:
+                    session.sync()
+            return watch.stop()
+        received = octets = 0
+        watch = Stopwatch()
+        subscription = session.subscribe(queue, prefetch=case.prefetch)
+        for message in subscription:
+            received += 1
+            octets += len(message.body)
+            message.accept()
+            if received == case.count:
+                break
+        session.sync()
+        elapsed = watch.stop()
+        case.check_consumed(received, octets)
+        return elapsed
+
+
+def run_qpid_python_0_10(case: Case) -> Timing:
+    """qpid-python 1.36's 0-10 client under Python 2.7 (``qpid_e2e_0_10.py2``), installed as
+    the tests install it (``.cache/qpid27``); it times itself."""
+    import json
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    qpid = root / ".cache" / "qpid27"
+    python = Path.home() / ".pyenv" / "versions" / "2.7.18" / "bin" / "python"
+    if not python.exists() or not (qpid / "qpid" / "ops.py").exists():
+        raise ImportError(
+            "qpid-python needs pyenv's Python 2.7.18 and .cache/qpid27 (the 0-10 tests "
+            "install it: pytest tests/amqp_broker/test_broker_0_10.py)"
+        )
+    spec = json.dumps(
+        {
+            "url": case.url,
+            "op": case.op,
+            "queue": case.queue,
+            "count": case.count,
+            "body_size": case.body_size,
+            "window": case.window,
+            "prefetch": case.prefetch,
+        }
+    )
+    done = subprocess.run(
+        [str(python), str(Path(__file__).with_name("qpid_e2e_0_10.py2")), spec],
+        env={"PYTHONPATH": str(qpid), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"qpid-python worker failed: {done.stderr.strip()[-500:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if result["received"] != (case.count if case.op == "consume" else 0):
+        raise RuntimeError(f"qpid-python consumed {result['received']} of {case.count}")
+    return float(result["seconds"]), float(result["cpu_seconds"])
+
+
 RUNNERS: dict[str, Callable[[Case], Timing]] = {
     "raw": run_raw,
+    "core": run_core,
     "amqp_trio": run_amqp_trio,
     "amqp_asyncio": run_amqp_asyncio,
     "amqp_blocking": run_amqp_blocking,
@@ -475,4 +698,11 @@ RUNNERS: dict[str, Callable[[Case], Timing]] = {
     "pika": run_pika,
     "py-amqp": run_py_amqp,
     "async_amqp": run_async_amqp,
+    "amqp_trio+otel-noop": run_amqp_trio_otel_noop,
+    "amqp_trio+otel-sdk": run_amqp_trio_otel_sdk,
+    "aio-pika+otel-sdk": run_aio_pika_otel_sdk,
+    "amqp_trio-0-10": run_amqp_trio_0_10,
+    "amqp_asyncio-0-10": run_amqp_asyncio_0_10,
+    "amqp_blocking-0-10": run_amqp_blocking_0_10,
+    "qpid-python-0-10": run_qpid_python_0_10,
 }

@@ -7,7 +7,10 @@ libraries: amqp_trio (ours; this project's amqp_asyncio and amqp_blocking run to
 their own peers), aio-pika, aiormq, pika (BlockingConnection), py-amqp and
 async_amqp (its Trio flavour, run from its own virtualenv ``bench/.venv-async-amqp`` because it
 needs pamqp < 4), plus a raw client that writes pre-encoded frames from plain sockets: the
-broker's ceiling on this machine.
+broker's ceiling on this machine, and ``core``, a bare blocking socket loop over
+``amqp_sansio.Connection`` (``bench/_core_client.py``): the floor the adapters are held against
+(each adapter's client CPU per message over core's, issue 20). ``--broker embedded`` runs it all
+against the embedded broker (``python -m amqp_broker`` on a free port) instead.
 
 Every case runs in its own worker process against a fresh, uniquely named queue that the harness
 declares (and, for consume, fills) beforehand and deletes afterwards; publishes are checked to
@@ -16,7 +19,10 @@ have all arrived. The clock covers only the operation (see ``bench/_e2e_libs.py`
     .venv/bin/python bench/e2e.py                    # full run: 3 runs, medians
     .venv/bin/python bench/e2e.py --quick            # smoke run: small N, 1 run
     .venv/bin/python bench/e2e.py --libs raw,amqp_trio --sizes 1KiB --runs 5
+    .venv/bin/python bench/e2e.py --libs raw,core,amqp_trio,amqp_asyncio,amqp_blocking --runs 5
+    .venv/bin/python bench/e2e.py --broker embedded --libs raw,core,amqp_trio --runs 5
     .venv/bin/python bench/e2e.py --json out.json --chart docs/img/e2e.png
+    .venv/bin/python bench/e2e.py --libs tracing --sizes 1KiB   # the cost of OpenTelemetry
 
 This file is also the worker (``--worker``); its top-level imports are the standard library
 only, so it runs under the async_amqp virtualenv too.
@@ -46,10 +52,22 @@ ASYNC_AMQP_PYTHON = HERE / ".venv-async-amqp" / "bin" / "python"
 
 OURS = "amqp_trio"
 RAW = "raw"
+#: a bare blocking socket loop over amqp_sansio.Connection: what the adapters add is measured
+#: against it (issue 20)
+CORE = "core"
 # this project's other adapters, measured against their own peers (issue 5), never as peers
 OUR_OTHERS = ["amqp_asyncio", "amqp_blocking"]
-LIBS = [RAW, OURS, *OUR_OTHERS, "aio-pika", "aiormq", "pika", "py-amqp", "async_amqp"]
-PEERS = [lib for lib in LIBS if lib not in (RAW, OURS, *OUR_OTHERS)]
+# the cost of tracing (--libs tracing picks them with amqp_trio and aio-pika): amqp_trio traced
+# through OpenTelemetry's no-op providers and into the SDK's in-memory exporter, next to
+# aio-pika with opentelemetry-instrumentation-aio-pika into the same SDK setup
+TRACED = ["amqp_trio+otel-noop", "amqp_trio+otel-sdk", "aio-pika+otel-sdk"]
+TRACING_SET = [OURS, *TRACED[:2], "aio-pika", TRACED[2]]
+# AMQP 0-10 (issue 19): our three clients and qpid-python's under Python 2.7; only the embedded
+# broker speaks it (--broker embedded), on the port its 0-9-1 clients use
+LIBS_0_10 = ["amqp_trio-0-10", "amqp_asyncio-0-10", "amqp_blocking-0-10", "qpid-python-0-10"]
+DEFAULT_LIBS = [RAW, CORE, OURS, *OUR_OTHERS, "aio-pika", "aiormq", "pika", "py-amqp", "async_amqp"]
+LIBS = [*DEFAULT_LIBS, *TRACED, *LIBS_0_10]
+PEERS = [lib for lib in DEFAULT_LIBS if lib not in (RAW, CORE, OURS, *OUR_OTHERS)]
 DISTRIBUTIONS = {
     OURS: "amqp-sansio",
     "amqp_asyncio": "amqp-sansio",
@@ -59,6 +77,12 @@ DISTRIBUTIONS = {
     "pika": "pika",
     "py-amqp": "amqp",
     "async_amqp": "async-amqp",
+    "amqp_trio+otel-noop": "amqp-sansio",
+    "amqp_trio+otel-sdk": "amqp-sansio",
+    "aio-pika+otel-sdk": "aio-pika",
+    "amqp_trio-0-10": "amqp-sansio",
+    "amqp_asyncio-0-10": "amqp-sansio",
+    "amqp_blocking-0-10": "amqp-sansio",
 }
 OPS = ["publish", "confirm", "consume"]
 OP_TITLES = {
@@ -78,6 +102,11 @@ OTHER_GOALS = [
     ("amqp_blocking", 1.5, ("pika", "py-amqp"), 0.6),
 ]
 GOAL_SIZE = "1KiB"
+# issue 20, at every size: each adapter's client CPU per message at most this times core's,
+# and amqp_trio's msgs/s at least this times raw's
+ADAPTERS = [OURS, *OUR_OTHERS]
+MAX_CPU_OVER_CORE = 1.3
+MIN_TRIO_OVER_RAW = 0.9
 MAX_ATTEMPTS = 3
 
 
@@ -301,6 +330,47 @@ def cpu_table(
     return lines
 
 
+def adapter_lines(
+    medians: dict[tuple[str, str, str], float],
+    cpu_medians: dict[tuple[str, str, str], float],
+    libs: list[str],
+    ops: list[str],
+    sizes: list[str],
+) -> list[str]:
+    """Issue 20: each adapter's client CPU per message over core's; amqp_trio's msgs/s over
+    raw's."""
+    adapters = [lib for lib in ADAPTERS if lib in libs]
+    lines = [
+        (
+            f"Adapter overhead: client CPU per message / core's (goal <= {MAX_CPU_OVER_CORE}x); "
+            f"{OURS} msgs/s / raw's (goal >= {MIN_TRIO_OVER_RAW}x)"
+        ),
+        "",
+        "| case | " + " | ".join(f"{lib} CPU/core" for lib in adapters) + f" | {OURS}/raw |",
+        "|---|" + "--:|" * (len(adapters) + 1),
+    ]
+    missed: list[str] = []
+    for op in ops:
+        for size in sizes:
+            cells = [f"{op} {size}"]
+            core = cpu_medians.get((op, size, CORE))
+            for lib in adapters:
+                cpu = cpu_medians.get((op, size, lib))
+                ratio = cpu / core if cpu is not None and core else None
+                cells.append(fmt_ratio(ratio))
+                if ratio is not None and ratio > MAX_CPU_OVER_CORE:
+                    missed.append(f"{lib} CPU {op} {size} {ratio:.2f}x")
+            ours, raw = medians.get((op, size, OURS)), medians.get((op, size, RAW))
+            over_raw = ours / raw if ours is not None and raw else None
+            cells.append(fmt_ratio(over_raw))
+            if over_raw is not None and over_raw < MIN_TRIO_OVER_RAW:
+                missed.append(f"{OURS}/raw {op} {size} {over_raw:.2f}x")
+            lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("  missed: " + ", ".join(missed) if missed else "  every measured goal met")
+    return lines
+
+
 def goal_lines(medians: dict[tuple[str, str, str], float], libs: list[str]) -> list[str]:
     lines = [f"Goals for {OURS} at {GOAL_SIZE}:"]
     for op, min_raw, min_peer in GOALS:
@@ -433,8 +503,18 @@ def parse_list(text: str, allowed: list[str], what: str) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", default=os.environ.get("AMQP_URL", DEFAULT_URL))
+    parser.add_argument(
+        "--broker",
+        choices=["rabbitmq", "embedded"],
+        default="rabbitmq",
+        help="embedded: start `python -m amqp_broker` on a free port and run against it (it "
+        "serves AMQP 0-10 too: the default libraries then include the 0-10 clients)",
+    )
     parser.add_argument("--quick", action="store_true", help="small N and 1 run (smoke test)")
-    parser.add_argument("--libs", default=",".join(LIBS), help=f"from {','.join(LIBS)}")
+    parser.add_argument(
+        "--libs",
+        help=f"from {','.join(LIBS)}, or 'tracing' for {','.join(TRACING_SET)}",
+    )
     parser.add_argument("--sizes", default=",".join(SIZES), help=f"from {','.join(SIZES)}")
     parser.add_argument("--ops", default=",".join(OPS), help=f"from {','.join(OPS)}")
     parser.add_argument("--runs", type=int, help="runs per case, median reported (default 3)")
@@ -455,7 +535,11 @@ def main() -> int:
     if args.replot is not None:
         return replot(args.replot, args.chart)
 
-    libs = parse_list(args.libs, LIBS, "library")
+    if args.libs == "tracing":
+        libs = TRACING_SET
+    else:
+        default = [*DEFAULT_LIBS, *(LIBS_0_10 if args.broker == "embedded" else [])]
+        libs = parse_list(args.libs or ",".join(default), LIBS, "library")
     sizes = parse_list(args.sizes, list(SIZES), "size")
     ops = parse_list(args.ops, OPS, "operation")
     runs = args.runs or (1 if args.quick else 3)
@@ -465,6 +549,26 @@ def main() -> int:
 
     # a terminated run still deletes its queue and stops its worker (finally blocks run)
     signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
+    if args.broker == "embedded":
+        from broker import EmbeddedBroker
+
+        embedded = EmbeddedBroker(None)
+        args.url = embedded.url
+        try:
+            return measure(args, libs, sizes, ops, runs, counts)
+        finally:
+            embedded.stop()
+    return measure(args, libs, sizes, ops, runs, counts)
+
+
+def measure(
+    args: argparse.Namespace,
+    libs: list[str],
+    sizes: list[str],
+    ops: list[str],
+    runs: int,
+    counts: dict[str, int],
+) -> int:
     try:
         admin = RawClient(args.url)
     except (OSError, RawProtocolError) as exc:
@@ -532,6 +636,11 @@ def main() -> int:
     print()
     print("\n".join(cpu_table(cpu_medians, libs, ops, sizes, runs)))
     print()
+    adapter_goals: list[str] = []
+    if CORE in libs:
+        adapter_goals = adapter_lines(medians, cpu_medians, libs, ops, sizes)
+        print("\n".join(adapter_goals))
+        print()
     goals = goal_lines(medians, libs)
     if GOAL_SIZE in sizes and OURS in libs and RAW in libs:
         print("\n".join(goals))
@@ -579,6 +688,9 @@ def main() -> int:
                 for (op, size, lib), values in cpu_samples.items()
             ],
             "goals": goals,
+            "adapter_goals": adapter_goals,
+            "broker": args.broker,
+            "load_average": os.getloadavg(),
             "problems": [
                 {"op": op, "size": size, "lib": lib, "text": text}
                 for (op, size, lib), text in problems.items()

@@ -25,11 +25,14 @@ from typing import TYPE_CHECKING, Final
 import hypothesis
 import pytest
 
-import amqp_broker
 from amqp_sansio.client import ConnectionParameters
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from amqp_broker import BrokerThread
+
+# The project's own pytest plugin (also registered by its pytest11 entry point once installed):
+# the embedded broker the integration tests run against is its session broker.
+pytest_plugins = ["pytest_amqp_sansio", "pytester"]
 
 #: Brokers ``amqp_url`` runs the integration tests against, by fixture name prefix.
 BROKERS: Final[list[str]] = ["rabbitmq", "embedded"]
@@ -64,10 +67,10 @@ def rabbitmq_url() -> str:
 
 
 @pytest.fixture(scope="session")
-def embedded_url() -> Iterator[str]:
-    """The embedded broker (``amqp_broker``) in a thread of its own, for the whole session."""
-    with amqp_broker.run_in_thread() as url:
-        yield url
+def embedded_url(amqp_broker_session: BrokerThread) -> str:
+    """The embedded broker (``amqp_broker``) in a thread of its own, for the whole session:
+    the plugin's ``amqp_broker_session``."""
+    return amqp_broker_session.url
 
 
 @pytest.fixture(params=BROKERS)
@@ -81,8 +84,12 @@ def amqp_url(request: pytest.FixtureRequest) -> str:
 #: Test modules that import PySpark; left out of the portable run (see the module docstring).
 _SPARK_MODULES: Final = ("amqp_spark/*", "project/test_bench_spark.py")
 
+#: Test modules the portable runs leave to the main run: qpid-python's conformance suites
+#: (Python 2.7 drives them; about 100 s, run once in ``make test``).
+_MAIN_RUN_ONLY: Final = ("amqp_broker/test_qpid_suites.py",)
+
 if os.environ.get("AMQP_SANSIO_TESTS") == "portable":
-    collect_ignore_glob = list(_SPARK_MODULES)
+    collect_ignore_glob = [*_SPARK_MODULES, *_MAIN_RUN_ONLY]
     # The other interpreters run every test, not the search: a few examples each (a test's own
     # @settings still wins where it sets max_examples).
     hypothesis.settings.register_profile("portable", max_examples=10)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import importlib.util
 import os
 import subprocess
@@ -26,8 +27,9 @@ PACKAGES = [
     "amqp_blocking",
     "amqp_broker",
     "amqp_tools",
+    "pytest_amqp_sansio",
 ]
-SCRIPTS = ["amqp-decode", "amqp-publish", "amqp-consume"]
+SCRIPTS = ["amqp-decode", "amqp-publish", "amqp-consume", "amqp-broker"]
 
 
 def check(condition: bool, message: str) -> None:
@@ -96,6 +98,12 @@ def main() -> None:
             [str(scripts / script), "--help"], capture_output=True, text=True, check=False
         )
         check(result.returncode == 0 and "usage:" in result.stdout, f"{script} --help failed")
+
+    plugins = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="pytest11")}
+    check(
+        plugins.get("pytest_amqp_sansio") == "pytest_amqp_sansio",
+        f"no pytest11 entry point for the plugin: {plugins}",
+    )
 
     flag = os.environ.get("AMQP_SANSIO_NO_EXTENSIONS", "")
     print(

@@ -24,16 +24,21 @@ from amqp_sansio.client.exports import *  # noqa: F403  (the exceptions, Connect
 
 from ._channel import Channel, Consumer, Message, Publisher, PublishTicket
 from ._connection import Connection, RecoveryEvents, connect
+from ._v0_10 import Connection010, Session010, Subscription010, connect_0_10
 
 __all__ = [
     "Channel",
     "Connection",
+    "Connection010",
     "Consumer",
     "Message",
     "PublishTicket",
     "Publisher",
     "RecoveryEvents",
+    "Session010",
+    "Subscription010",
     "connect",
+    "connect_0_10",
 ]
 __all__ += _exports.__all__
 

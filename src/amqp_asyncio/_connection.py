@@ -19,7 +19,7 @@ import socket
 import ssl as ssl_module
 from collections import deque
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, Final, Literal, final, overload
 
 import attrs
 
@@ -50,6 +50,7 @@ from amqp_sansio.client import (
     ConnectionParameters,
     ConnectionTimeoutError,
     Epoch,
+    HeartbeatTimeoutError,
     ProtocolFallback,
     ProtocolVersionRefused,
     Recovered,
@@ -65,17 +66,26 @@ from amqp_sansio.client import (
     TopologyRestorer,
     connect_failed,
     connection_parameters,
+    connection_telemetry,
     error_from,
+    wants_0_10,
 )
 
 from ._channel import Channel, Consumer
+from ._v0_10 import connect_0_10
 
 if TYPE_CHECKING:
     import ssl
     from collections.abc import AsyncIterator
+    from contextlib import AbstractAsyncContextManager
+
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
 
     from amqp_sansio import Event, FieldTable, ProtocolVersion, Topology
-    from amqp_sansio.client import Reply
+    from amqp_sansio.client import Reply, Telemetry
+
+    from ._v0_10 import Connection010
 
 __all__ = ["Connection", "RecoveryEvents", "connect"]
 
@@ -118,7 +128,8 @@ class _Protocol(asyncio.Protocol):
         conn = self._conn
         if self._generation != conn._generation:
             return
-        conn._core.receive_data(data)
+        # The read's time: a silent peer is dead two intervals after its last octet.
+        conn._core.receive_data(data, conn._loop.time())
         conn._process_events()
 
     def eof_received(self) -> bool:
@@ -190,10 +201,13 @@ class Connection:
         self,
         params: ConnectionParameters,
         loop: asyncio.AbstractEventLoop,
+        telemetry: Telemetry | None = None,
         recovery: RecoveryPolicy | None = None,
     ) -> None:
         #: The parameters the connection was made with.
         self.params: Final = params
+        # OpenTelemetry hooks (amqp_sansio.client.instrument); None: tracing off.
+        self._telemetry: Final = telemetry
         self._loop = loop
         self._generation = 0
         self._policy = recovery
@@ -225,7 +239,6 @@ class Connection:
         self._reading = ReadingPause()
         self._flush_scheduled = False
         self._timer: asyncio.TimerHandle | None = None
-        self._heartbeat_timed_out = False
         self._channels: dict[int, Channel] = {}
         #: The broker's ``server-properties`` (product, version, capabilities, ...).
         self.server_properties: FieldTable = {}
@@ -481,12 +494,9 @@ class Connection:
         elif cls is ConnectionLost:
             self._finish()
         elif cls is HeartbeatTimeout:
-            logger.warning(
-                "no bytes from %s for two heartbeat intervals (%d s): dropping the connection",
-                self.params.address,
-                self._core.heartbeat,
-            )
-            self._heartbeat_timed_out = True
+            error = HeartbeatTimeoutError(self.params.address, self._core.heartbeat)
+            logger.warning("%s", error)
+            self._book.fail(error)  # first, so what the core reports as lost gets it too
             if self._transport is not None:
                 self._transport.abort()  # connection_lost reports what is lost
         elif cls is SecureRequested:
@@ -507,13 +517,12 @@ class Connection:
             with contextlib.suppress(RemoteProtocolError):
                 while (event := self._core.next_event()) is not NEED_DATA:
                     self._book.handle(event)
-            if self._book.error is None or self._heartbeat_timed_out:
-                text = (
-                    f"no bytes from {self.params.address} for two heartbeat intervals"
-                    if self._heartbeat_timed_out
-                    else f"the transport to {self.params.address} closed without a close handshake"
+            if self._book.error is None:
+                self._book.fail(
+                    ConnectionLostError(
+                        f"the transport to {self.params.address} closed without a close handshake"
+                    )
                 )
-                self._book.fail(ConnectionLostError(text))
             logger.warning("lost the connection to %s", self.params.address)
         self._finish()
 
@@ -707,14 +716,13 @@ class Connection:
         loop = self._loop
         self._generation += 1
         self._core = CoreConnection(Role.CLIENT, params.to_config())
-        router = self._book = Router(self._core)
+        router = self._book = Router(self._core)  # telemetry off on a recovered core
         router.recover_on = self._recover_on
         router.reconsume_on_cancel = policy.reconsume_on_cancel
         self._transport = None
         self._opened = loop.create_future()
         self._transport_gone = loop.create_future()
         self._write_paused = False
-        self._heartbeat_timed_out = False
         context = params.ssl_context() if params.tls else None
         async with asyncio.timeout(params.connection_timeout):
             await loop.create_connection(
@@ -823,16 +831,48 @@ class Connection:
         self._arm_timer()
 
 
-@asynccontextmanager
-async def connect(
+# A protocol typed as a plain str gets the second signature even when it holds "0-10".
+@overload
+def connect(  # type: ignore[overload-overlap]
+    url_or_params: str | ConnectionParameters = ...,
+    *,
+    ssl_context: ssl.SSLContext | None = ...,
+    connection_name: str | None = ...,
+    protocol: Literal["0-10", ProtocolVersion.AMQP_0_10],
+    tracer_provider: TracerProvider | None = ...,
+    meter_provider: MeterProvider | None = ...,
+    recovery: None = ...,
+) -> AbstractAsyncContextManager[Connection010]: ...
+
+
+@overload
+def connect(
+    url_or_params: str | ConnectionParameters = ...,
+    *,
+    ssl_context: ssl.SSLContext | None = ...,
+    connection_name: str | None = ...,
+    protocol: str | ProtocolVersion | None = ...,
+    tracer_provider: TracerProvider | None = ...,
+    meter_provider: MeterProvider | None = ...,
+    recovery: RecoveryPolicy | None = ...,
+) -> AbstractAsyncContextManager[Connection]: ...
+
+
+def connect(
     url_or_params: str | ConnectionParameters = DEFAULT_URL,
     *,
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
     protocol: str | ProtocolVersion | None = None,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
     recovery: RecoveryPolicy | None = None,
-) -> AsyncIterator[Connection]:
+) -> AbstractAsyncContextManager[Connection] | AbstractAsyncContextManager[Connection010]:
     """Connect to a broker for the duration of an ``async with`` block.
+
+    ``protocol="0-10"`` opens an AMQP 0-10 connection instead: a :class:`Connection010`
+    (sessions, not channels) from :func:`connect_0_10`. A URL asking for 0-10 needs it
+    (``connect(url, protocol="0-10")``), so that the connection's type is known.
 
     *url_or_params* is an ``amqp://``/``amqps://`` URL (see
     :meth:`~amqp_sansio.client.ConnectionParameters.from_url`) or
@@ -841,6 +881,8 @@ async def connect(
     *connection_name* shows in the broker's management UI. *protocol* (``"0-9-1"``,
     ``"0-9"``, ``"0-8"`` or ``"auto"``) wins over the URL's ``protocol`` parameter; ``"auto"``
     tries 0-9-1 and reconnects with what the server answers (:doc:`/versions`).
+    *tracer_provider* or *meter_provider* turn OpenTelemetry on for this connection (see
+    :func:`amqp_sansio.client.instrument`).
 
     Leaving the block closes the connection (200) and waits for the broker's close-ok.
 
@@ -851,15 +893,47 @@ async def connect(
     :raises ConnectionTimeoutError: TCP, TLS and AMQP handshake took longer than
         ``connection_timeout`` (per attempt).
     :raises ConnectionClosedError: the broker refused the login (403) or the virtual host
-        (:class:`~amqp_sansio.client.NotAllowed`).
+        (:class:`~amqp_sansio.client.NotAllowed`), or closed the connection right after
+        opening it.
     :raises ProtocolVersionRefused: the broker does not speak the version asked for (with
         ``"auto"``: none of those it offered).
     :raises OSError: the TCP connection failed.
     """
+    if wants_0_10(protocol):
+        if tracer_provider is not None or meter_provider is not None:
+            raise ValueError("OpenTelemetry instruments AMQP 0-9-1, 0-9 and 0-8 connections only")
+        if recovery is not None:
+            raise ValueError("recovery is for AMQP 0-9-1, 0-9 and 0-8 connections")
+        return connect_0_10(url_or_params, ssl_context=ssl_context, connection_name=connection_name)
+    return _connect(
+        url_or_params,
+        ssl_context,
+        connection_name,
+        protocol,
+        tracer_provider,
+        meter_provider,
+        recovery,
+    )
+
+
+@asynccontextmanager
+async def _connect(
+    url_or_params: str | ConnectionParameters,
+    ssl_context: ssl.SSLContext | None,
+    connection_name: str | None,
+    protocol: str | ProtocolVersion | None,
+    tracer_provider: TracerProvider | None,
+    meter_provider: MeterProvider | None,
+    recovery: RecoveryPolicy | None = None,
+) -> AsyncIterator[Connection]:
     fallback = ProtocolFallback(connection_parameters(url_or_params, connection_name, protocol))
     while True:
         try:
-            conn = await _open(fallback.params, ssl_context, recovery)
+            params = fallback.params
+            telemetry = connection_telemetry(
+                params.host, params.port, tracer_provider, meter_provider
+            )
+            conn = await _open(params, ssl_context, telemetry, recovery)
             break
         except ProtocolVersionRefused as exc:
             if not fallback.retry(exc):
@@ -873,10 +947,11 @@ async def connect(
 async def _open(
     params: ConnectionParameters,
     ssl_context: ssl.SSLContext | None,
+    telemetry: Telemetry | None,
     recovery: RecoveryPolicy | None = None,
 ) -> Connection:
     loop = asyncio.get_running_loop()
-    conn = Connection(params, loop, recovery)
+    conn = Connection(params, loop, telemetry, recovery)
     context = ssl_context
     if context is None and params.tls:
         context = params.ssl_context()
@@ -895,6 +970,8 @@ async def _open(
                     raise  # the timeout below; TLS's own errors say enough
                 raise connect_failed(params.address, exc) from exc
             await asyncio.shield(conn._opened)
+        if conn._book.error is not None:  # closed in the read that brought open-ok
+            raise conn._book.error
     except TimeoutError:
         conn._finish()
         raise ConnectionTimeoutError(

@@ -6,11 +6,19 @@ import logging
 import threading
 import time
 from collections import deque
+from functools import partial
 from typing import TYPE_CHECKING, Final, final
 
 import attrs
 
-from amqp_sansio import BasicConsume, BasicProperties, BasicPublish, MessageReceived, client
+from amqp_sansio import (
+    BasicConsume,
+    BasicGet,
+    BasicProperties,
+    BasicPublish,
+    MessageReceived,
+    client,
+)
 from amqp_sansio.client import (
     AMQPError,
     ChannelClosedError,
@@ -197,9 +205,25 @@ class Channel(ChannelMethods):
         return waiter.wait(timeout, conn._lock)
 
     def _call(self, method: Method, timeout: float | None) -> Reply:
-        return self._request(method, timeout)
+        telemetry = self._connection._telemetry
+        if telemetry is None or type(method) is not BasicGet:
+            return self._request(method, timeout)
+        assert isinstance(method, BasicGet)
+        with telemetry.receive(self._number, method) as receiving:
+            reply = self._request(method, timeout)
+            receiving.got(reply)
+        return reply
 
     def _send_no_reply(self, method: Method) -> None:
+        telemetry = self._connection._telemetry
+        settling = None if telemetry is None else telemetry.settle(self._number, method)
+        if settling is None:
+            self._send_no_reply_now(method)
+        else:
+            with settling:
+                self._send_no_reply_now(method)
+
+    def _send_no_reply_now(self, method: Method) -> None:
         conn = self._connection
         with conn._lock:
             self._check_locked()
@@ -248,13 +272,23 @@ class Channel(ChannelMethods):
         conn = self._connection
         method = BasicPublish(exchange=exchange, routing_key=routing_key, mandatory=mandatory)
         waiter: Waiter | None = None
+        telemetry = conn._telemetry
         with conn._lock:
             if conn._recovering:
                 conn._wait_recovered_locked(len(body))
             self._wait_publishable_locked(timeout)
-            number = conn._core.publish(
-                self._number, method, _NO_PROPERTIES if properties is None else properties, body
-            )
+            if telemetry is None:
+                number = conn._core.publish(
+                    self._number, method, _NO_PROPERTIES if properties is None else properties, body
+                )
+            else:
+                number = telemetry.publish(
+                    exchange,
+                    routing_key,
+                    properties,
+                    memoryview(body).nbytes,
+                    partial(conn._core.publish, self._number, method, body=body),
+                )
             if number is not None:
                 waiter = Waiter()
                 self._book.confirms[number] = waiter
@@ -313,7 +347,7 @@ class Channel(ChannelMethods):
         inactivity_timeout: float | None,
     ) -> Consumer:
         tag = client.consumer_tag(consumer_tag, "amqp-blocking", ())
-        consumer = Consumer(self, tag, no_ack, inactivity_timeout)
+        consumer = Consumer(self, tag, no_ack, inactivity_timeout, queue)
         method = BasicConsume(
             queue=queue,
             consumer_tag=tag,
@@ -341,9 +375,19 @@ class Consumer:
     """
 
     def __init__(
-        self, channel: Channel, tag: str, no_ack: bool, inactivity_timeout: float | None
+        self,
+        channel: Channel,
+        tag: str,
+        no_ack: bool,
+        inactivity_timeout: float | None,
+        queue: str = "",
     ) -> None:
         self._channel = channel
+        #: The queue consumed from.
+        self.queue: Final = queue
+        # OpenTelemetry: the connection's hooks, and the message being processed.
+        self._telemetry = channel._connection._telemetry
+        self._processing: client.Processing | None = None
         self._no_ack = no_ack
         #: Deliveries dropped undelivered by :meth:`close` (unacknowledged, never rejected).
         self.dropped = 0
@@ -421,11 +465,14 @@ class Consumer:
         :raises ConnectionClosedError: the connection was closed (also at once).
         :raises ConnectionLostError: the connection was lost (also at once).
         """
+        if self._processing is not None:
+            self._end_processing()
         buffer = self._buffer
         if self._fatal and self._error is not None:
             raise self._error
         if buffer:
-            return buffer.popleft()
+            message = buffer.popleft()
+            return message if self._telemetry is None else self._process(message)
         with self._cond:
             self._waiting = True
             try:
@@ -441,7 +488,19 @@ class Consumer:
                     self._cond.wait(remaining)
             finally:
                 self._waiting = False
-        return buffer.popleft()
+        message = buffer.popleft()
+        return message if self._telemetry is None else self._process(message)
+
+    def _process(self, message: Message) -> Message:
+        """OpenTelemetry: the "process" span of *message*, current until the next one."""
+        assert self._telemetry is not None
+        self._processing = self._telemetry.process(self.queue, message, no_ack=self._no_ack)
+        return message
+
+    def _end_processing(self) -> None:
+        processing, self._processing = self._processing, None
+        if processing is not None:
+            processing.end()
 
     def __iter__(self) -> Iterator[Message]:
         return self
@@ -468,6 +527,7 @@ class Consumer:
         """Cancel the consumer and drop its buffer without rejecting anything: the dropped
         deliveries stay unacknowledged and return to their queue when the channel closes (a
         stream queue keeps every message anyway)."""
+        self._end_processing()
         self.cancel()
         left = len(self._buffer)
         self._buffer.clear()
@@ -584,9 +644,22 @@ class Publisher(PublisherCounts):
             if conn._recovering:
                 conn._wait_recovered_locked(len(body))
             channel._wait_publishable_locked(_remaining(deadline))
-            number = conn._core.publish(
-                channel._number, method, _NO_PROPERTIES if properties is None else properties, body
-            )
+            telemetry = conn._telemetry
+            if telemetry is None:
+                number = conn._core.publish(
+                    channel._number,
+                    method,
+                    _NO_PROPERTIES if properties is None else properties,
+                    body,
+                )
+            else:
+                number = telemetry.publish(
+                    exchange,
+                    routing_key,
+                    properties,
+                    memoryview(body).nbytes,
+                    partial(conn._core.publish, channel._number, method, body=body),
+                )
             if number is None:
                 raise RuntimeError("the channel is not in confirm mode: call confirm_select()")
             ticket = PublishTicket(number, self, conn._lock)

@@ -24,7 +24,7 @@ import ssl
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Final, NamedTuple, final
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple, final, overload
 
 import attrs
 
@@ -56,6 +56,7 @@ from amqp_sansio.client import (
     ConnectionParameters,
     ConnectionTimeoutError,
     Epoch,
+    HeartbeatTimeoutError,
     ProtocolFallback,
     ProtocolVersionRefused,
     Recovered,
@@ -71,18 +72,25 @@ from amqp_sansio.client import (
     TopologyRestorer,
     connect_failed,
     connection_parameters,
+    connection_telemetry,
     error_from,
+    wants_0_10,
 )
 
 from ._channel import Channel, Consumer
+from ._v0_10 import Connection010, connect_0_10
 from ._waiter import Waiter
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from types import TracebackType
 
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
+
     from amqp_sansio import Event, FieldTable, ProtocolVersion, Topology
     from amqp_sansio.client import ConnectionParameters as Params
+    from amqp_sansio.client import Telemetry
 
 __all__ = ["Connection", "OpenedCore", "RecoveryEvents", "connect", "connect_core"]
 
@@ -101,38 +109,89 @@ _WOULD_BLOCK: Final = (
 )
 
 
+# A protocol typed as a plain str gets the second signature even when it holds "0-10".
+@overload
+def connect(  # type: ignore[overload-overlap]
+    url_or_params: str | ConnectionParameters = ...,
+    *,
+    ssl_context: ssl.SSLContext | None = ...,
+    connection_name: str | None = ...,
+    protocol: Literal["0-10", ProtocolVersion.AMQP_0_10],
+    tracer_provider: TracerProvider | None = ...,
+    meter_provider: MeterProvider | None = ...,
+    recovery: None = ...,
+) -> Connection010: ...
+
+
+@overload
+def connect(
+    url_or_params: str | ConnectionParameters = ...,
+    *,
+    ssl_context: ssl.SSLContext | None = ...,
+    connection_name: str | None = ...,
+    protocol: str | ProtocolVersion | None = ...,
+    tracer_provider: TracerProvider | None = ...,
+    meter_provider: MeterProvider | None = ...,
+    recovery: RecoveryPolicy | None = ...,
+) -> Connection: ...
+
+
 def connect(
     url_or_params: str | ConnectionParameters = DEFAULT_URL,
     *,
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
     protocol: str | ProtocolVersion | None = None,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
     recovery: RecoveryPolicy | None = None,
-) -> Connection:
+) -> Connection | Connection010:
     """Open a connection and start its I/O thread; use it as a context manager.
+
+    ``protocol="0-10"`` opens an AMQP 0-10 connection instead: a :class:`Connection010`
+    (sessions, not channels) from :func:`connect_0_10`. A URL asking for 0-10 needs it
+    (``connect(url, protocol="0-10")``), so that the connection's type is known.
 
     ``url_or_params`` is an ``amqp://``/``amqps://`` URL or :class:`ConnectionParameters`;
     ``ssl_context`` replaces the context the parameters would build (``amqps`` only);
     ``connection_name`` is shown in RabbitMQ's management UI. ``protocol`` (``"0-9-1"``,
     ``"0-9"``, ``"0-8"`` or ``"auto"``) wins over the URL's ``protocol`` parameter; ``"auto"``
-    tries 0-9-1 and reconnects with what the server answers (:doc:`/versions`). With
-    ``recovery``, a connection lost after it opened is recovered (see :doc:`/recovery`);
-    without it, it stays closed.
+    tries 0-9-1 and reconnects with what the server answers (:doc:`/versions`).
+    ``tracer_provider`` or ``meter_provider`` turn OpenTelemetry on for this connection (see
+    :func:`amqp_sansio.client.instrument`).
+    With ``recovery``, a connection lost after it opened is recovered (see
+    :doc:`/recovery`); without it, it stays closed.
 
     :raises ConnectionTimeoutError: the TCP connect, TLS handshake and AMQP handshake did not
         finish within ``connection_timeout`` (per attempt).
-    :raises ConnectionClosedError: the broker refused the login (403) or the virtual host (530).
+    :raises ConnectionClosedError: the broker refused the login (403) or the virtual host (530),
+        or closed the connection right after opening it.
     :raises ProtocolVersionRefused: the broker does not speak the version asked for (with
         ``"auto"``: none of those it offered).
     :raises OSError: the broker could not be reached.
     """
+    if wants_0_10(protocol):
+        if tracer_provider is not None or meter_provider is not None:
+            raise ValueError("OpenTelemetry instruments AMQP 0-9-1, 0-9 and 0-8 connections only")
+        if recovery is not None:
+            raise ValueError("recovery is for AMQP 0-9-1, 0-9 and 0-8 connections")
+        return connect_0_10(url_or_params, ssl_context=ssl_context, connection_name=connection_name)
     opened = connect_core(
         url_or_params,
         ssl_context=ssl_context,
         connection_name=connection_name,
         protocol=protocol,
     )
-    return Connection(opened.sock, opened.core, opened.opened, opened.params, recovery, ssl_context)
+    params = opened.params
+    telemetry = connection_telemetry(params.host, params.port, tracer_provider, meter_provider)
+    conn = Connection(
+        opened.sock, opened.core, opened.opened, params, telemetry, recovery, ssl_context
+    )
+    error = conn.close_error
+    if error is not None:  # closed in the read that brought open-ok, as the other adapters say
+        conn.close()
+        raise error
+    return conn
 
 
 @final
@@ -160,6 +219,10 @@ def connect_core(
     the core: no I/O thread, no locks; the caller drives ``receive_data``/``next_event``/
     ``data_to_send`` itself (and ``next_deadline``/``handle_timer`` when heartbeats are on),
     and closes the socket. :func:`connect` is this plus the I/O thread.
+
+    The core may already hold events after ``connection.open-ok``: the broker's frames that
+    arrived in the same read (a ``connection.blocked``, a ``connection.close``). Drain
+    ``next_event()`` before waiting for the socket.
 
     :raises ConnectionTimeoutError: the TCP connect, TLS handshake and AMQP handshake did not
         finish within ``connection_timeout``.
@@ -276,9 +339,12 @@ class Connection:
         core: CoreConnection,
         opened: ConnectionOpened,
         params: ConnectionParameters,
+        telemetry: Telemetry | None = None,
         recovery: RecoveryPolicy | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        # OpenTelemetry hooks (amqp_sansio.client.instrument); None: tracing off.
+        self._telemetry: Final = telemetry
         self._policy = recovery
         self._ssl_context = ssl_context
         self._epoch = Epoch("raise" if recovery is None else recovery.stale_settle)
@@ -314,6 +380,12 @@ class Connection:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         sock.setblocking(False)
+        # Frames that came in the read that brought open-ok (a connection.blocked, a close)
+        # are in the core already: the I/O thread would not look before the socket stirs.
+        with self._lock:
+            self._process_events_locked()
+            if not self._finished:
+                self._flush_locked()
         self._thread = threading.Thread(
             target=self._run, name=f"amqp_blocking I/O {params.address}", daemon=True
         )
@@ -528,17 +600,24 @@ class Connection:
             self._wake_r.close()
             self._wake_w.close()
 
+    def _stopping(self) -> bool:
+        """Whether the connection finished or waits to be recovered (another thread may have
+        made it so since the last look)."""
+        return self._finished or self._suspend_pending
+
     def _serve(self) -> None:
         """Serve the current socket until the connection finishes or is suspended."""
         selector = selectors.DefaultSelector()
         sock = self._sock
-        selector.register(sock, selectors.EVENT_READ)
-        selector.register(self._wake_r, selectors.EVENT_READ)
         writing = False
         try:
+            if self._finished:  # closed by the frames that came with open-ok (see __init__)
+                return
+            selector.register(sock, selectors.EVENT_READ)
+            selector.register(self._wake_r, selectors.EVENT_READ)
             while True:
                 with self._lock:
-                    if self._finished or self._suspend_pending:
+                    if self._stopping():
                         break
                     want_write = bool(self._out)
                     deadline = self._core.next_deadline()
@@ -596,7 +675,8 @@ class Connection:
             except OSError as exc:
                 self._lost_locked(exc)
                 return
-            self._core.receive_data(data)
+            # The read's time: a silent peer is dead two intervals after its last octet.
+            self._core.receive_data(data, time.monotonic())
             if not data:
                 return
             # One read per step, even when it filled the buffer: the selector reports the socket
@@ -660,16 +740,17 @@ class Connection:
             logger.warning("lost the connection to %s", self._params.address)
             self._finish_locked()
         elif cls is HeartbeatTimeout:
-            logger.warning(
-                "no heartbeat from %s for two intervals: closing the connection",
-                self._params.address,
-            )
-            self._lost_locked(None)
+            error = HeartbeatTimeoutError(self._params.address, self._core.heartbeat)
+            logger.warning("%s", error)
+            self._lost_locked(None, error)
 
-    def _lost_locked(self, exc: OSError | None) -> None:
-        """The transport is gone: the core reports what is lost, the waiters get the error."""
+    def _lost_locked(self, exc: OSError | None, error: AMQPError | None = None) -> None:
+        """The transport is gone: the core reports what is lost, the waiters get the error
+        (*error* when given: it is the first the router keeps)."""
         if exc is not None:
             logger.debug("transport error on %s: %r", self._params.address, exc)
+        if error is not None:
+            self._book.fail(error)
         # RuntimeError: already at EOF; RemoteProtocolError: the core failed earlier.
         with contextlib.suppress(RuntimeError, RemoteProtocolError):
             self._core.receive_data(b"")

@@ -1,9 +1,12 @@
 """amqp_broker: a small in-memory AMQP 0-9-1 broker on ``amqp_sansio``'s server role.
 
-Built for tests and demos that must run without RabbitMQ: ``python -m amqp_broker`` serves it
-on a port; :func:`running` (Trio) and :func:`run_in_thread` (synchronous code) start one on a
-free port and yield its URL. :class:`Broker` is the sans-IO model and :class:`Session` turns one
-server-role core's events into model calls, so both are testable without sockets.
+Built for tests and demos that must run without RabbitMQ: ``amqp-broker`` (:func:`main`, also
+``python -m amqp_broker``) serves it on a port; :func:`running` (Trio) and
+:func:`run_in_thread` (synchronous code) start one on a free port and yield its URL;
+:class:`BrokerThread` runs one in a thread of its own and :meth:`~BrokerThread.snapshot` (or
+:func:`inspect`) says what it holds (:class:`BrokerSnapshot`). :class:`Broker` is the sans-IO
+model and :class:`Session` turns one server-role core's events into model calls, so both are
+testable without sockets.
 :class:`BrokerOptions` holds the limits, timeouts and flow control (RabbitMQ's defaults), and
 :class:`User`/:class:`Permission` the users and what they may do. :func:`memory_server` is a
 server factory for ``amqp_sansio.testing`` (``MemoryConnection``, ``fault_sweep``).
@@ -13,21 +16,44 @@ from __future__ import annotations
 
 from ._broker import Broker
 from ._channel import DeliverySink, GetResult, ModelChannel, ModelConnection, PublishOutcome
+from ._cli import load_config, main
 from ._errors import BrokerError
 from ._inmemory import MemoryServer, MemoryServerSide, memory_server
+from ._inspect import (
+    BindingSnapshot,
+    BrokerSnapshot,
+    ConnectionSnapshot,
+    ExchangeSnapshot,
+    QueueSnapshot,
+)
 from ._message import Message
 from ._options import BrokerOptions
 from ._permissions import Permission, User
 from ._queues import QueueInfo
 from ._routing import topic_matches
-from ._server import make_broker, run_in_thread, running, serve, shutdown
+from ._server import (
+    BrokerThread,
+    inspect,
+    make_broker,
+    run_in_thread,
+    running,
+    serve,
+    serving_broker,
+    shutdown,
+)
+from ._server_0_10 import handle_0_10, serve_0_10
 from ._session import Session, SessionTransport
 
 __all__ = [
+    "BindingSnapshot",
     "Broker",
     "BrokerError",
     "BrokerOptions",
+    "BrokerSnapshot",
+    "BrokerThread",
+    "ConnectionSnapshot",
     "DeliverySink",
+    "ExchangeSnapshot",
     "GetResult",
     "MemoryServer",
     "MemoryServerSide",
@@ -37,14 +63,21 @@ __all__ = [
     "Permission",
     "PublishOutcome",
     "QueueInfo",
+    "QueueSnapshot",
     "Session",
     "SessionTransport",
     "User",
+    "handle_0_10",
+    "inspect",
+    "load_config",
+    "main",
     "make_broker",
     "memory_server",
     "run_in_thread",
     "running",
     "serve",
+    "serve_0_10",
+    "serving_broker",
     "shutdown",
     "topic_matches",
 ]

@@ -99,11 +99,20 @@ class BrokerOptions:
     #: Seconds between two looks at the output buffers' size for the watermark (queued
     #: messages are counted as they come and go).
     memory_check_interval: float = 0.25
+    #: The heartbeat interval proposed in ``connection.tune``, in seconds (RabbitMQ's
+    #: ``heartbeat``, 60); 0 proposes none (qpid-python's 0-8 client can't read heartbeat
+    #: frames).
+    heartbeat: int = 60
     #: The protocol versions served on the broker's ports, most preferred first: a client's
     #: header picks one; any other header is answered with the first one's header and the
     #: connection closed (see :doc:`/versions`). Names or :class:`~amqp_sansio.ProtocolVersion`.
     protocols: tuple[ProtocolVersion, ...] = attrs.field(
-        default=(ProtocolVersion.AMQP_0_9_1, ProtocolVersion.AMQP_0_9, ProtocolVersion.AMQP_0_8),
+        default=(
+            ProtocolVersion.AMQP_0_9_1,
+            ProtocolVersion.AMQP_0_9,
+            ProtocolVersion.AMQP_0_8,
+            ProtocolVersion.AMQP_0_10,
+        ),
         converter=_versions,
     )
     #: How ``AMQP 1 1 0 9`` is read when both 0-9-1 and 0-9 are served: as 0-9-1 (RabbitMQ's
@@ -115,8 +124,10 @@ class BrokerOptions:
     def __attrs_post_init__(self) -> None:
         for field in attrs.fields(BrokerOptions):
             value = getattr(self, field.name)
-            if isinstance(value, int | float) and value <= 0:
+            if field.name != "heartbeat" and isinstance(value, int | float) and value <= 0:
                 raise ValueError(f"{field.name} must be positive, not {value!r}")
+        if type(self.heartbeat) is not int or not 0 <= self.heartbeat <= 0xFFFF:
+            raise ValueError(f"heartbeat must be 0..65535, not {self.heartbeat!r}")
         if not 1 <= self.channel_max <= 0xFFFF:
             raise ValueError(f"channel_max must be 1..65535, not {self.channel_max!r}")
 

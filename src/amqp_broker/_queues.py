@@ -246,9 +246,9 @@ class QueueOwner(Protocol):
         """Its exclusive queues by name."""
 
 
-@final
 class Consumer:
-    """One ``basic.consume`` on a queue."""
+    """One ``basic.consume`` on a queue (a 0-10 subscription subclasses it: its room is the
+    client's credit)."""
 
     __slots__ = (
         "arguments",

@@ -11,7 +11,7 @@ import threading
 import time
 import weakref
 from contextlib import asynccontextmanager, contextmanager, suppress
-from typing import TYPE_CHECKING, Final, NoReturn, TypeAlias, final
+from typing import TYPE_CHECKING, Final, NoReturn, Self, TypeAlias, TypeVar, final
 from urllib.parse import quote
 
 import attrs
@@ -27,6 +27,8 @@ from amqp_sansio import (
 )
 
 from ._broker import Broker
+from ._inspect import BrokerSnapshot, take_snapshot
+from ._server_0_10 import handle_0_10
 from ._session import Session
 from ._versions import SERVED_VERSIONS
 
@@ -37,7 +39,19 @@ if TYPE_CHECKING:
     from ._options import BrokerOptions
     from ._permissions import User
 
-__all__ = ["SERVED_VERSIONS", "make_broker", "run_in_thread", "running", "serve", "shutdown"]
+__all__ = [
+    "SERVED_VERSIONS",
+    "BrokerThread",
+    "inspect",
+    "make_broker",
+    "run_in_thread",
+    "running",
+    "serve",
+    "serving_broker",
+    "shutdown",
+]
+
+T = TypeVar("T")
 
 logger: Final = logging.getLogger("amqp_broker")
 
@@ -161,13 +175,30 @@ async def _run_0_9_family(
     )
 
 
+async def _run_0_10(
+    stream: trio.abc.Stream,
+    first: bytes,
+    version: ProtocolVersion,
+    handshake_timeout: float | None,
+    listening: _Listening,
+) -> None:
+    """0-10: its own core and session (``_server_0_10``) over the same model."""
+    await handle_0_10(
+        stream,
+        listening.broker,
+        header_consumed=True,
+        initial=first[8:],
+        handshake_timeout=handshake_timeout,
+    )
+
+
 #: Which server runs a connection, by the version its protocol header asks for: one entry per
-#: version of SERVED_VERSIONS (0-10 plugs in its own runner); BrokerOptions.protocols chooses
-#: among them.
+#: version of SERVED_VERSIONS; BrokerOptions.protocols chooses among them.
 _RUNNERS: Final[dict[ProtocolVersion, _Runner]] = {
     ProtocolVersion.AMQP_0_9_1: _run_0_9_family,
     ProtocolVersion.AMQP_0_9: _run_0_9_family,
     ProtocolVersion.AMQP_0_8: _run_0_9_family,
+    ProtocolVersion.AMQP_0_10: _run_0_10,
 }
 if set(_RUNNERS) != set(SERVED_VERSIONS):  # pragma: no cover - a broken edit of the two
     raise ImportError("amqp_broker: a served version has no runner, or a runner no version")
@@ -248,7 +279,11 @@ async def serve(
             broker.users.add(name, user)
     options = broker.options
     base = ConnectionConfig() if config is None else config
-    config = attrs.evolve(base, channel_max=base.channel_max or options.channel_max)
+    config = attrs.evolve(
+        base,
+        channel_max=base.channel_max or options.channel_max,
+        heartbeat=options.heartbeat if base.heartbeat is None else base.heartbeat,
+    )
     serving = _SERVING[broker] = _Serving()
     limiter = (
         None if options.max_connections is None else trio.CapacityLimiter(options.max_connections)
@@ -325,6 +360,23 @@ async def running(
     ``amqp://user:password@host:port/`` URL (the first user's credentials), or with
     *ssl_context* an ``amqps://`` URL of a TLS listener. Leaving the block closes every
     connection with 320 CONNECTION_FORCED (see :func:`shutdown`)."""
+    async with serving_broker(
+        users=users, vhosts=vhosts, host=host, options=options, ssl_context=ssl_context
+    ) as (_, url):
+        yield url
+
+
+@asynccontextmanager
+async def serving_broker(
+    *,
+    users: Mapping[str, str | User] | None = None,
+    vhosts: Iterable[str] = ("/",),
+    host: str = "127.0.0.1",
+    options: BrokerOptions | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+) -> AsyncIterator[tuple[Broker, str]]:
+    """:func:`running`, yielding the :class:`Broker` with the URL (to inspect it with
+    :func:`inspect`, or change it while it serves)."""
     accounts = _accounts(users)
     broker = make_broker(vhosts, options=options, users=accounts)
     async with trio.open_nursery() as nursery:
@@ -343,11 +395,19 @@ async def running(
         password = first[1] if isinstance(first[1], str) else first[1].password
         scheme = "amqp" if ssl_context is None else "amqps"
         try:
-            yield _url(scheme, host, port, [(first[0], password)])
+            yield broker, _url(scheme, host, port, [(first[0], password)])
         finally:
             with trio.CancelScope(shield=True):
                 await shutdown(broker)
             nursery.cancel_scope.cancel()
+
+
+def inspect(broker: Broker) -> BrokerSnapshot:
+    """What *broker* holds now: its queues, exchanges and bindings, and the connections
+    :func:`serve` has open. Call it where the broker runs (its Trio run; from another thread
+    use :meth:`BrokerThread.snapshot`)."""
+    serving = _SERVING.get(broker)
+    return take_snapshot(broker, [] if serving is None else list(serving.connections))
 
 
 @contextmanager
@@ -360,36 +420,131 @@ def run_in_thread(
     ssl_context: ssl.SSLContext | None = None,
 ) -> Iterator[str]:
     """Like :func:`running`, for synchronous code: the broker runs in its own thread (with
-    its own Trio loop) until the block ends; yields the URL."""
-    ready: list[tuple[str, trio.lowlevel.TrioToken, trio.Event]] = []
-    failure: list[BaseException] = []
-    started = threading.Event()
+    its own Trio loop) until the block ends; yields the URL. :class:`BrokerThread` gives the
+    broker too."""
+    with BrokerThread(
+        users=users, vhosts=vhosts, host=host, options=options, ssl_context=ssl_context
+    ) as thread:
+        yield thread.url
 
-    async def main() -> None:
-        async with running(
-            users=users, vhosts=vhosts, host=host, options=options, ssl_context=ssl_context
-        ) as url:
-            stop = trio.Event()
-            ready.append((url, trio.lowlevel.current_trio_token(), stop))
-            started.set()
-            await stop.wait()
 
-    def thread_main() -> None:
-        try:
-            trio.run(main)
-        except BaseException as exc:  # handed to the caller's thread
-            failure.append(exc)
-        finally:
-            started.set()
+@final
+class BrokerThread:
+    """A broker serving on a free port in a thread of its own (with its own Trio run), for
+    synchronous code and for tests whatever their event loop: ``with BrokerThread() as b:``
+    starts it (or :meth:`start`), leaving the block stops it as :func:`running` does.
 
-    thread = threading.Thread(target=thread_main, name="amqp_broker", daemon=True)
-    thread.start()
-    started.wait()
-    if not ready:
-        raise RuntimeError("the broker failed to start") from (failure[0] if failure else None)
-    url, trio_token, stop = ready[0]
-    try:
-        yield url
-    finally:
-        trio.from_thread.run_sync(stop.set, trio_token=trio_token)
+    The model belongs to the broker's thread: read it with :meth:`snapshot`, change it with
+    :meth:`call`.
+    """
+
+    def __init__(
+        self,
+        *,
+        users: Mapping[str, str | User] | None = None,
+        vhosts: Iterable[str] = ("/",),
+        host: str = "127.0.0.1",
+        options: BrokerOptions | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self._settings = (users, tuple(vhosts), host, options, ssl_context)
+        self._ready: list[tuple[Broker, str, trio.lowlevel.TrioToken, trio.Event]] = []
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """``amqp://user:password@127.0.0.1:PORT/`` (the first user's credentials)."""
+        return self._started()[1]
+
+    @property
+    def broker(self) -> Broker:
+        """The model; touch it only through :meth:`call`."""
+        return self._started()[0]
+
+    def _started(self) -> tuple[Broker, str, trio.lowlevel.TrioToken, trio.Event]:
+        if not self._ready:
+            raise RuntimeError("the broker thread is not running: call start() first")
+        return self._ready[0]
+
+    def start(self) -> str:
+        """Start serving; returns the URL.
+
+        :raises RuntimeError: already started, or the broker failed to start (the cause
+            chained).
+        """
+        if self._thread is not None:
+            raise RuntimeError("the broker thread was started already")
+        users, vhosts, host, options, ssl_context = self._settings
+        failure: list[BaseException] = []
+        started = threading.Event()
+
+        async def main() -> None:
+            async with serving_broker(
+                users=users, vhosts=vhosts, host=host, options=options, ssl_context=ssl_context
+            ) as (broker, url):
+                stop = trio.Event()
+                self._ready.append((broker, url, trio.lowlevel.current_trio_token(), stop))
+                started.set()
+                await stop.wait()
+
+        def thread_main() -> None:
+            try:
+                trio.run(main)
+            except BaseException as exc:  # handed to the caller's thread
+                failure.append(exc)
+            finally:
+                started.set()
+
+        self._thread = threading.Thread(target=thread_main, name="amqp_broker", daemon=True)
+        self._thread.start()
+        started.wait()
+        if not self._ready:
+            self._thread.join()
+            raise RuntimeError("the broker failed to start") from (failure[0] if failure else None)
+        return self._ready[0][1]
+
+    def stop(self) -> None:
+        """Close every connection (320 CONNECTION_FORCED) and end the thread; idempotent."""
+        thread, self._thread = self._thread, None
+        if thread is None or not self._ready:
+            return
+        _, _, token, stop = self._ready.pop()
+        trio.from_thread.run_sync(stop.set, trio_token=token)
         thread.join()
+
+    def call(self, function: Callable[[Broker], T]) -> T:
+        """``function(broker)`` run on the broker's thread; its result or exception. Blocks the
+        calling thread until then, whatever runs there (a Trio or asyncio test too)."""
+        broker, _, token, _ = self._started()
+        if threading.current_thread() is self._thread:
+            return function(broker)
+        done = threading.Event()
+        outcome: list[tuple[bool, object]] = []
+
+        def run() -> None:
+            try:
+                outcome.append((True, function(broker)))
+            except BaseException as exc:  # handed to the calling thread
+                outcome.append((False, exc))
+            finally:
+                done.set()
+
+        # Not trio.from_thread.run_sync: it refuses callers inside a Trio run of their own.
+        token.run_sync_soon(run)
+        done.wait()
+        ok, value = outcome[0]
+        if not ok:
+            assert isinstance(value, BaseException)
+            raise value
+        return value  # type: ignore[return-value]  # function's own result
+
+    def snapshot(self) -> BrokerSnapshot:
+        """The broker's queues, exchanges, bindings and connections now (:func:`inspect`)."""
+        return self.call(inspect)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

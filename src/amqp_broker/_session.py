@@ -431,6 +431,7 @@ class Session:
                 ),
                 properties,
                 message.body,
+                relay=True,  # other clients' headers go on as they came, as RabbitMQ's
             )
         except LocalProtocolError as exc:
             # The core failed under us (its transport is going away); the unacked record
@@ -662,6 +663,7 @@ class Session:
             ),
             message.properties,
             message.body,
+            relay=True,
         )
 
     def _return(
@@ -679,6 +681,7 @@ class Session:
             ),
             properties,
             body,
+            relay=True,
         )
 
     def _on_publish(self, event: MessageReceived) -> None:

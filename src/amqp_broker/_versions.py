@@ -9,9 +9,10 @@ from amqp_sansio import ProtocolVersion
 
 __all__ = ["SERVED_VERSIONS"]
 
-#: Most preferred first. 0-10 joins here once its server runs under the broker.
+#: Most preferred first. 0-10 has a server of its own (``_server_0_10``) over the same model.
 SERVED_VERSIONS: Final = (
     ProtocolVersion.AMQP_0_9_1,
     ProtocolVersion.AMQP_0_9,
     ProtocolVersion.AMQP_0_8,
+    ProtocolVersion.AMQP_0_10,
 )

@@ -40,6 +40,7 @@ from ._events import (
     ConnectionRedirected,
     Event,
     HeartbeatTimeout,
+    MessageReceived,
     PublishReturned,
     SecureRequested,
     Sentinel,
@@ -101,6 +102,7 @@ _C = ConnectionState
 _H = ChannelState
 _C_OPEN: Final = ConnectionState.OPEN
 _H_OPEN: Final = ChannelState.OPEN
+_new: Final = object.__new__
 
 _EMPTY_TOPOLOGY: Final = TopologyRecorder().snapshot()
 
@@ -175,6 +177,7 @@ class Connection:
         "_close_sent",
         "_closing_chan",
         "_closing_conn",
+        "_content_limit",
         "_decision",
         "_eof",
         "_error",
@@ -272,6 +275,11 @@ class Connection:
         self._fast_sends = tables.fast_sends
         self._fast_publish = tables.fast_publish
         self._fast_receipts = tables.fast_receipts
+        # The largest body a delivery's content may have to arrive whole in one step: within
+        # max_message_size and not chunked.
+        threshold = self.config.chunk_threshold
+        limit = self.config.max_message_size
+        self._content_limit = limit if threshold is None else min(limit, threshold)
 
     def __repr__(self) -> str:
         return (
@@ -328,8 +336,13 @@ class Connection:
 
     # --- Input --------------------------------------------------------------------------------
 
-    def receive_data(self, data: Buffer) -> None:
+    def receive_data(self, data: Buffer, now: float | None = None) -> None:
         """Buffer octets from the peer; ``b""`` means the transport was closed.
+
+        *now* is the adapter's clock (the one :meth:`handle_timer` gets) when the octets were
+        read. With it, a silent peer is declared dead exactly two heartbeat intervals after
+        its last octet; without it, at the first timer tick that finds nothing new, which can
+        be up to half an interval later.
 
         :raises RuntimeError: data after the end of the stream.
         :raises ProtocolError: the connection already failed (sticky).
@@ -341,7 +354,7 @@ class Connection:
         if not data:
             self._eof = True
             return
-        self._heartbeat.received()
+        self._heartbeat.received(now)
         if self._inbox is not None:
             self._inbox += data
         else:
@@ -945,6 +958,17 @@ class Connection:
             # the checks the channel machine makes, taken without them.
             ch = self._channels.get(channel)
             if ch is not None and ch.state is _H_OPEN and ch.content is None:
+                # The delivery in one step when its header and its one body frame are already
+                # here (the usual case): no assembly, no per-frame dispatch. Anything unusual
+                # goes frame by frame through the channel machine and its checks.
+                content = self._reader.next_content(channel, cls.CLASS_ID, self._content_limit)
+                if content is not None:
+                    delivery = _new(MessageReceived)
+                    delivery.channel = channel
+                    delivery.method = method
+                    delivery.properties, delivery.body = content
+                    delivery.request = None
+                    return delivery
                 ch.content = new_assembly(method)
                 return None
         if self._state is not _C.OPEN:
@@ -1016,14 +1040,31 @@ class Connection:
         return ch.number_publish(method)
 
     def send_content(
-        self, channel: int, method: Method, properties: ContentProperties, body: Buffer
+        self,
+        channel: int,
+        method: Method,
+        properties: ContentProperties,
+        body: Buffer,
+        *,
+        relay: bool = False,
     ) -> None:
         """Server role: send ``basic.deliver``, ``basic.get-ok`` or ``basic.return`` with
-        content (get-ok must answer the oldest ``basic.get`` received on the channel)."""
-        self._send_content(channel, method, properties, body)
+        content (get-ok must answer the oldest ``basic.get`` received on the channel).
+
+        *relay*: the properties are another client's, passed on as they arrived (a broker's
+        delivery): in 0-8 and 0-9 their tables are sent as they are rather than narrowed to the
+        version's field types, as RabbitMQ relays them. The method's own tables still are.
+        """
+        self._send_content(channel, method, properties, body, relay=relay)
 
     def _send_content(
-        self, channel: int, method: Method, properties: ContentProperties, body: Buffer
+        self,
+        channel: int,
+        method: Method,
+        properties: ContentProperties,
+        body: Buffer,
+        *,
+        relay: bool = False,
     ) -> ChannelMachine:
         if isinstance(body, str):  # memoryview's own error names neither the cause nor the fix
             raise TypeError(
@@ -1040,7 +1081,7 @@ class Connection:
                 cls,
             )
         ch, row = self._check_channel_send(channel, method)
-        self._outbox.content(channel, method, properties, body)
+        self._outbox.content(channel, method, properties, body, relay=relay)
         self._committed(channel, ch, method, row)
         return ch
 
@@ -1091,7 +1132,8 @@ class Connection:
         Every half interval with nothing written since the previous check (``data_to_send`` or
         ``buffers_to_send`` handed out only heartbeats or nothing), queues a heartbeat frame:
         flush ``data_to_send()`` after this call. When no octet arrived for two intervals,
-        counted from the tick that last saw incoming data, the next :meth:`next_event` returns
+        counted from the last octet's arrival (the *now* given to :meth:`receive_data`; without
+        one, from the tick that first saw the octet), the next :meth:`next_event` returns
         :class:`HeartbeatTimeout`, after which the connection refuses every send.
 
         Pass ``reading=False`` while the adapter deliberately leaves the transport unread

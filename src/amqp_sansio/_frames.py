@@ -484,6 +484,70 @@ class FrameReader:
             return header
         return self._next_frame_slowly()
 
+    def next_content(
+        self, channel: int, class_id: int, limit: int
+    ) -> tuple[ContentProperties, bytes] | None:
+        """A delivery's content in one step: the content header and the single body frame that
+        follow its method frame, parsed together when both are whole in the buffer, on
+        *channel*, of *class_id*, with weight 0 and a body of 1 to *limit* octets in one frame
+        of the announced size. Anything else returns None and consumes nothing:
+        :meth:`next_frame` then reads the frames one by one, with every check and error.
+        """
+        buf = self._buf
+        pos = self._pos
+        try:
+            frame_type, got_channel, size, index = _unpack_frame_start(buf, pos)
+        except struct.error:
+            return None
+        start = pos + 7
+        end = start + size
+        if (
+            frame_type != FRAME_HEADER
+            or got_channel != channel
+            or index != class_id << 16  # the class id, then weight 0
+            or size < 12
+            or size > self._max_payload
+            or len(buf) <= end
+            or buf[end] != FRAME_END
+        ):
+            return None
+        (body_size,) = _unpack_u64(buf, start + 4)
+        if not 0 < body_size <= limit:
+            return None
+        try:
+            body_type, body_channel, body_frame_size = _unpack_frame_header(buf, end + 1)
+        except struct.error:
+            return None
+        body_start = end + 8
+        body_end = body_start + body_frame_size
+        if (
+            body_type != FRAME_BODY
+            or body_channel != channel
+            or body_frame_size != body_size
+            or body_frame_size > self._max_payload
+            or len(buf) <= body_end
+            or buf[body_end] != FRAME_END
+        ):
+            return None
+        decode_properties = self._property_decoders.get(class_id)
+        if decode_properties is None:
+            return None
+        try:
+            props, offset = decode_properties(buf, start + 12)
+        except _DECODE_ERRORS:
+            return None
+        if offset != end:
+            return None
+        # The one copy of the body, as in next_frame.
+        if type(buf) is bytes:
+            payload = buf[body_start:body_end]
+        elif body_frame_size < _SMALL_BODY:
+            payload = bytes(buf[body_start:body_end])
+        else:
+            payload = memoryview(buf)[body_start:body_end].tobytes()
+        self._pos = body_end + 1
+        return props, payload
+
     def _next_frame_slowly(self) -> Frame | None:
         """next_frame() for every frame, with every check and every error."""
         buf = self._buf
@@ -515,7 +579,7 @@ class FrameReader:
             if cls is None:
                 self._unknown_method(channel, size, index)
             try:
-                method, offset = cls.decode(buf, start + 4)
+                method, offset = self._decoders[index](buf, start + 4)
             except _DECODE_ERRORS:
                 self._bad_method(channel, size, cls, index)
             if offset != end:
@@ -614,7 +678,7 @@ class FrameReader:
     def _bad_method(self, channel: int, size: int, cls: type[Method], index: int) -> NoReturn:
         # Decode again from a copy bounded by the payload: what the first attempt read past its
         # end belongs to later frames, and must not change the error.
-        detail, cause = _decode_problem(cls.decode, self._payload(size), 4)
+        detail, cause = _decode_problem(self._decoders[index], self._payload(size), 4)
         # The ids as received: a version may number a shared class differently (0-8's close).
         class_id, method_id = index >> 16, index & 0xFFFF
         raise RemoteProtocolError(
@@ -654,8 +718,14 @@ _MethodDecoder: TypeAlias = "Callable[[Buffer, int], tuple[Method, int]]"
 _PropertiesDecoder: TypeAlias = "Callable[[Buffer, int], tuple[ContentProperties, int]]"
 
 
+#: Decoders that read more than their class's own fields: another implementation's dialect of a
+#: version, tolerated where it costs nothing (``_protocol`` registers 0-8's basic.consume, which
+#: qpid-python's 0-8 sends with 0-9-1's ``arguments`` table after ``nowait``).
+LENIENT_DECODERS: Final[dict[type[Method], _MethodDecoder]] = {}
+
+
 def _decoders_of(methods: Mapping[int, type[Method]]) -> dict[int, _MethodDecoder]:
-    return {index: cls.decode for index, cls in methods.items()}
+    return {index: LENIENT_DECODERS.get(cls, cls.decode) for index, cls in methods.items()}
 
 
 _DEFAULT_DECODERS: Final = _decoders_of(METHODS)

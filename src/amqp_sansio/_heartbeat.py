@@ -49,9 +49,16 @@ class Heartbeat:
         self._send_check = 0.0
         self._last_seen = 0.0
 
-    def received(self) -> None:
-        """Octets arrived from the peer."""
-        self._received = True
+    def received(self, now: float | None = None) -> None:
+        """Octets arrived from the peer, at *now* on the adapter's clock when it says so.
+
+        With *now*, two silent intervals count from the arrival itself; without it, from the
+        next tick, which notices the octets up to half an interval after they came.
+        """
+        if now is None:
+            self._received = True
+        elif self._started and now > self._last_seen:
+            self._last_seen = now
 
     def handed_out(self, octets: int) -> None:
         """The connection handed *octets* to the adapter to write."""
@@ -70,8 +77,9 @@ class Heartbeat:
 
     def tick(self, now: float, *, reading: bool) -> Tick:
         """Let time pass to *now*. Every half interval with nothing written since the previous
-        check, a heartbeat is due; two intervals without an octet (counted from the tick that
-        last saw one, or while the adapter is not *reading*) mean the peer is dead."""
+        check, a heartbeat is due; two intervals without an octet (counted from its arrival
+        time when :meth:`received` was told it, else from the tick that saw it; or from the
+        last tick while the adapter is not *reading*) mean the peer is dead."""
         interval = self.interval
         if not self._started:
             self._started = True

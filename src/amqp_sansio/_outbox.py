@@ -54,13 +54,21 @@ class Outbox:
             self._renumber(start, method)
 
     def content(
-        self, channel: int, method: Method, properties: ContentProperties, body: Buffer
+        self,
+        channel: int,
+        method: Method,
+        properties: ContentProperties,
+        body: Buffer,
+        *,
+        relay: bool = False,
     ) -> None:
         """Append a method with its content header and body frames (large bodies by
-        reference); on an error nothing is appended."""
+        reference); on an error nothing is appended. *relay*: the properties are passed on
+        as received, not narrowed."""
         if self.adjusted:
             method = self.spec.narrow(method)
-            properties = self.spec.narrow(properties)
+            if not relay:
+                properties = self.spec.narrow(properties)
         if memoryview(body).nbytes >= PASSTHROUGH:
             buffers = content_buffers(channel, method, properties, body, self.frame_max)
             ids = self.wire_ids.get(type(method)) if self.wire_ids else None

@@ -21,6 +21,7 @@ import attrs
 
 from ._errors import LocalProtocolError
 from ._frames import (
+    LENIENT_DECODERS,
     PROTOCOL_HEADER_0_8,
     PROTOCOL_HEADER_0_9,
     PROTOCOL_HEADER_0_9_1,
@@ -28,12 +29,12 @@ from ._frames import (
 )
 from ._generated import spec_0_8, spec_0_9, spec_0_9_1
 from ._negotiation import version_of
-from ._table import TYPES_0_8, TYPES_0_9, narrow_table
+from ._table import TYPES_0_8, TYPES_0_9, decode_table, narrow_table
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from ._method import ContentProperties, Method
+    from ._method import Buffer, ContentProperties, Method
     from ._table import FieldTable
 
 __all__ = ["AMQP_0_8", "AMQP_0_9", "AMQP_0_9_1", "SPECS", "ProtocolSpec", "spec_for"]
@@ -248,6 +249,24 @@ def _convert(spec: ProtocolSpec, method: Method) -> Method:
             )
     return cast("_Make", target)(**fields)
 
+
+def _decode_consume_0_8(buf: Buffer, offset: int) -> tuple[Method, int]:
+    """0-8's basic.consume, and qpid-python's 0-8 dialect of it (amqp-0-8-qpid), which adds
+    0-9-1's ``arguments`` table after ``nowait``: an empty one is read and dropped (RabbitMQ
+    refuses the frame). Where the 0-8 fields end, a frame-end octet means there is no table
+    (a table's length never starts with 0xCE within any frame_max)."""
+    method, end = spec_0_8.BasicConsume.decode(buf, offset)
+    if end < len(buf) and buf[end] != spec_0_8.FRAME_END:
+        arguments, end = decode_table(buf, end)
+        if arguments:
+            raise ValueError(
+                f"basic.consume arguments {sorted(arguments)}: AMQP 0-8's basic.consume has no "
+                "arguments"
+            )
+    return method, end
+
+
+LENIENT_DECODERS[spec_0_8.BasicConsume] = _decode_consume_0_8
 
 #: AMQP 0-9-1 with RabbitMQ's extensions.
 AMQP_0_9_1: Final = ProtocolSpec(

@@ -38,6 +38,7 @@ from amqp_sansio.client import (
     AMQPError,
     ConnectionLostError,
     ConsumerCancelledError,
+    HeartbeatTimeoutError,
     Message,
     error_from,
 )
@@ -72,6 +73,7 @@ class RangeConsumer:
         opened = amqp_blocking.connect_core(attrs.evolve(params, heartbeat=0), connection_name=name)
         self._sock = opened.sock
         self._core = opened.core
+        self._address = params.address
         self._timeout = params.connection_timeout
         self._channel = 0
         self._closed = False
@@ -186,8 +188,8 @@ class RangeConsumer:
             raise error_from(event, connection=whole)
         if cls is ConnectionLost:
             raise ConnectionLostError("the broker closed the socket")
-        if cls is HeartbeatTimeout:
-            raise ConnectionLostError("no heartbeat from the broker")
+        if cls is HeartbeatTimeout:  # the adapters' error (this pump turns heartbeats off)
+            raise HeartbeatTimeoutError(self._address, self._core.heartbeat)
         if cls is ConsumerCancelled:
             raise ConsumerCancelledError(_CONSUMER_TAG)
         # consume-ok, qos-ok, connection.blocked and the like need nothing here

@@ -38,7 +38,9 @@ def failure(prog: str, exc: BaseException, params: ConnectionParameters, doing: 
     elif isinstance(exc, ssl.SSLError):
         message, status = f"TLS with {where} failed: {exc.reason or exc}", EXIT_UNREACHABLE
     elif isinstance(exc, OSError):
-        reason = exc.strerror or str(exc) or type(exc).__name__
+        # the adapters' message names the address and a hint; the tool says both its own way
+        cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
+        reason = cause.strerror or str(cause) or type(cause).__name__
         if doing == "connecting":
             message = f"cannot connect to {where}: {reason}"
         else:

@@ -19,6 +19,7 @@ from amqp_sansio.framing import parse_protocol_header
 
 from ._decoders import (
     DECODERS,
+    ECHOED_HEADER,
     Report,
     ReportKind,
     StreamDecoder,
@@ -136,8 +137,14 @@ class _ConnectionView:
             if not data:
                 return
         elif side is not self.client_side and offset == 0 and data.startswith(b"AMQP"):
-            yield from self._refused(data)
-            return
+            if not self._echoed(data):
+                yield from self._refused(data)
+                return
+            # 0-10: the server answers with the same header, then speaks.
+            yield Report(ReportKind.FRAME, f"protocol header {self.version}", 0), side
+            data, offset = data[_HEADER_SIZE:], _HEADER_SIZE
+            if not data:
+                return
         if side in self._ignored:
             return
         assert self.decoder is not None
@@ -145,6 +152,19 @@ class _ConnectionView:
             if report.kind is ReportKind.ERROR:
                 self.errors += 1
             yield report, side
+
+    def _echoed(self, data: bytes) -> bool:
+        """Whether *data*, the server's first octets, repeat the client's header in a version
+        whose server does that (0-10)."""
+        try:
+            header = parse_protocol_header(data)
+        except RemoteProtocolError:
+            return False
+        return (
+            header is not None
+            and header.version in ECHOED_HEADER
+            and describe_version(header.version, header.version_octets) == self.version
+        )
 
     def _refused(self, data: bytes) -> Iterable[tuple[Report, Side | None]]:
         server = Side.SERVER if self.client_side is Side.CLIENT else Side.CLIENT

@@ -26,8 +26,9 @@ handled) and every frame is printed with the packet that completed it: methods w
 arguments, content headers with their properties, and bodies.
 
 A connection is recognised by the protocol header its client sends first, whatever the ports.
-Decoded today: {versions}. Connections speaking another version (0-8, 0-9, 0-10, 1.0) are
-named and skipped; other TCP traffic gets one line saying it is not AMQP.
+Decoded: {versions} (every version the core speaks). Connections speaking another version
+(1.0, unknown version octets) are named and skipped; other TCP traffic gets one line saying it
+is not AMQP.
 """
 
 _EPILOG = """\

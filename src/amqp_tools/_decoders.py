@@ -6,9 +6,10 @@ line ("not decoded yet") instead of a failure, and a new version plugs in with o
 factory building a :class:`StreamDecoder`, which is given each side's octets in order (after
 the header) and says what they are.
 
-AMQP 0-8, 0-9 and 0-9-1 share one framing, so :class:`FrameDecoder` serves all three once the
-core has their method tables (it takes them as parameters, as ``FrameReader`` does); 0-10 and
-1.0 frame differently and need decoders of their own.
+AMQP 0-8, 0-9 and 0-9-1 share one framing, so :class:`FrameDecoder` serves all three with the
+core's method tables of each version (it takes them as parameters, as ``FrameReader`` does);
+:class:`AssemblyDecoder` reads 0-10 (frames, then whole controls and commands, with the
+``amqp_sansio.v0_10`` frame layer). 1.0 is not decoded.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Final, Protocol, TypeAlias, final
 
 import attrs
 
-from amqp_sansio import ContentProperties, Method, RemoteProtocolError
+from amqp_sansio import AMQP_0_8, AMQP_0_9, ContentProperties, Method, RemoteProtocolError
 from amqp_sansio.framing import (
     ContentBodyFrame,
     ContentHeaderFrame,
@@ -28,8 +29,15 @@ from amqp_sansio.framing import (
     MethodFrame,
     ProtocolVersion,
 )
+from amqp_sansio.v0_10 import framing as framing_0_10
 
-from ._format import FormatOptions, format_body, format_method, format_properties
+from ._format import (
+    FormatOptions,
+    format_body,
+    format_compound,
+    format_method,
+    format_properties,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
@@ -38,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DECODERS",
+    "AssemblyDecoder",
     "DecoderFactory",
     "FrameDecoder",
     "Report",
@@ -201,19 +210,115 @@ class FrameDecoder:
             yield Report(ReportKind.FRAME, "heartbeat", at)
 
 
+@final
+class AssemblyDecoder:
+    """AMQP 0-10: frames (12-octet headers), joined into controls and commands with their
+    header structs and body. After a malformed frame or segment a side is not decoded
+    further."""
+
+    def __init__(self, options: FormatOptions) -> None:
+        self._options = options
+        self._readers: dict[Side, tuple[framing_0_10.FrameReader, framing_0_10.AssemblyReader]] = {}
+        self._start: dict[Side, int] = {}
+        self._fed: dict[Side, int] = {}
+        self._frames: dict[Side, int] = {}
+        self._broken: set[Side] = set()
+
+    def frames(self, side: Side) -> int:
+        return self._frames.get(side, 0)
+
+    def feed(self, side: Side, data: bytes, offset: int) -> Iterator[Report]:
+        if side in self._broken:
+            return
+        readers = self._readers.get(side)
+        if readers is None:
+            readers = self._readers[side] = (
+                framing_0_10.FrameReader(),
+                framing_0_10.AssemblyReader(max_message_size=_NO_FRAME_LIMIT),
+            )
+            self._start[side] = offset
+            self._fed[side] = 0
+            self._frames[side] = 0
+        frames, assemblies = readers
+        frames.feed(data)
+        self._fed[side] += len(data)
+        start = self._start[side]
+        while True:
+            frame_at = start + self._fed[side] - frames.buffered
+            try:
+                frame = frames.next_frame()
+                if frame is None:
+                    return
+                self._frames[side] += 1
+                assembly = assemblies.receive(frame)
+            except RemoteProtocolError as exc:
+                self._broken.add(side)
+                yield Report(
+                    ReportKind.ERROR,
+                    f"malformed frame or segment at stream offset {frame_at}: {exc}; the rest "
+                    "of this side is not decoded",
+                    frame_at,
+                )
+                return
+            if assembly is not None:
+                yield from self._describe(assembly, frame_at)
+
+    def end(self, side: Side) -> Iterator[Report]:
+        readers = self._readers.get(side)
+        if readers is None or side in self._broken or not readers[0].buffered:
+            return
+        at = self._start[side] + self._fed[side] - readers[0].buffered
+        yield Report(
+            ReportKind.NOTE,
+            f"the stream ends inside a frame: {readers[0].buffered} octets of an incomplete frame",
+            at,
+        )
+
+    def _describe(self, assembly: framing_0_10.Assembly, at: int) -> Iterator[Report]:
+        options = self._options
+        sync = " sync" if assembly.sync else ""
+        yield Report(
+            ReportKind.FRAME,
+            f"ch{assembly.channel} {format_compound(assembly.op, options)}{sync}",
+            at,
+        )
+        for struct in assembly.headers or ():
+            yield Report(ReportKind.MORE, f"  header {format_compound(struct, options)}", at)
+        if assembly.body is not None:
+            first, *more = format_body(assembly.body, options)
+            yield Report(ReportKind.MORE, f"  body {len(assembly.body)} octets: {first}", at)
+            for line in more:
+                yield Report(ReportKind.MORE, line, at)
+
+
 def _decode_0_9_1(options: FormatOptions) -> StreamDecoder:
     return FrameDecoder(options)  # the core's default tables are 0-9-1's
 
 
-#: The decoder of each protocol version; None where there is none yet. 0-8 and 0-9 need only
-#: the core's method and property tables for them, given to FrameDecoder.
+def _decode_0_9(options: FormatOptions) -> StreamDecoder:
+    return FrameDecoder(options, AMQP_0_9.methods, AMQP_0_9.properties)
+
+
+def _decode_0_8(options: FormatOptions) -> StreamDecoder:
+    return FrameDecoder(options, AMQP_0_8.methods, AMQP_0_8.properties)
+
+
+def _decode_0_10(options: FormatOptions) -> StreamDecoder:
+    return AssemblyDecoder(options)
+
+
+#: The decoder of each protocol version; None where there is none yet.
 DECODERS: Final[dict[ProtocolVersion, DecoderFactory | None]] = {
     ProtocolVersion.AMQP_0_9_1: _decode_0_9_1,
-    ProtocolVersion.AMQP_0_9: None,
-    ProtocolVersion.AMQP_0_8: None,
-    ProtocolVersion.AMQP_0_10: None,
+    ProtocolVersion.AMQP_0_9: _decode_0_9,
+    ProtocolVersion.AMQP_0_8: _decode_0_8,
+    ProtocolVersion.AMQP_0_10: _decode_0_10,
     ProtocolVersion.AMQP_1_0: None,
 }
+
+#: Versions whose server answers the client's protocol header with its own before anything
+#: else (0-10); in the others a server's header means it refuses the client's version.
+ECHOED_HEADER: Final = frozenset({ProtocolVersion.AMQP_0_10})
 
 
 def describe_version(version: ProtocolVersion, octets: tuple[int, int, int, int]) -> str:

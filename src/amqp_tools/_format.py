@@ -6,14 +6,21 @@ from __future__ import annotations
 import datetime
 import decimal
 import string
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, ClassVar, Final, Protocol, final
 
 import attrs
 
 if TYPE_CHECKING:
     from amqp_sansio import ContentProperties, Method
 
-__all__ = ["FormatOptions", "format_body", "format_method", "format_properties", "format_value"]
+__all__ = [
+    "FormatOptions",
+    "format_body",
+    "format_compound",
+    "format_method",
+    "format_properties",
+    "format_value",
+]
 
 #: Strings and octet strings inside arguments are cut after this many characters.
 _MAX_TEXT: Final = 200
@@ -77,6 +84,30 @@ def format_method(method: Method, options: FormatOptions) -> str:
             parts.append(f"{name}={_hidden_response(method, value)}")
         else:
             parts.append(f"{name}={format_value(value)}")
+    return " ".join(parts)
+
+
+class _Compound(Protocol):
+    """A 0-10 control, command or struct (``amqp_sansio.v0_10``): absent fields are None."""
+
+    NAME: ClassVar[str]
+    FIELDS: ClassVar[tuple[tuple[str, str], ...]]
+
+
+def format_compound(compound: _Compound, options: FormatOptions) -> str:
+    """``message.transfer destination='x' accept-mode=...``: the spec name and the fields that
+    are present (0-10 leaves absent ones out with its packing flags)."""
+    parts = [compound.NAME]
+    for name, _wire_type in compound.FIELDS:
+        value = getattr(compound, name, None)
+        if value is None:
+            continue
+        hidden = compound.NAME == "connection.start-ok" and name == "response"
+        if hidden and not options.show_credentials:
+            size = len(value) if isinstance(value, bytes) else 0
+            parts.append(f"{name}=<{size} octets hidden>")
+            continue
+        parts.append(f"{name}={format_value(value)}")
     return " ".join(parts)
 
 

@@ -27,10 +27,13 @@ from ._server import (
     serve_stream,
     serve_streams,
 )
+from ._server_0_10 import ServerConnection010, serve_stream_0_10
+from ._v0_10 import Connection010, Session010, Subscription010, connect_0_10
 
 __all__ = [
     "Channel",
     "Connection",
+    "Connection010",
     "ConnectionHandler",
     "Consumer",
     "Message",
@@ -38,11 +41,16 @@ __all__ = [
     "Publisher",
     "RecoveryEvents",
     "ServerConnection",
+    "ServerConnection010",
+    "Session010",
+    "Subscription010",
     "connect",
+    "connect_0_10",
     "connect_stream",
     "read_protocol_header",
     "serve",
     "serve_stream",
+    "serve_stream_0_10",
     "serve_streams",
 ]
 __all__ += _exports.__all__

@@ -4,8 +4,9 @@ the client layer's :class:`~amqp_sansio.client.Router` and keeps the Trio side i
 from __future__ import annotations
 
 import logging
+import ssl
 from contextlib import asynccontextmanager, suppress
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, Final, Literal, final, overload
 
 import trio
 
@@ -41,25 +42,35 @@ from amqp_sansio.client import (
     ConnectionLostError,
     ConnectionParameters,
     ConnectionTimeoutError,
+    HeartbeatTimeoutError,
     ProtocolFallback,
     ProtocolVersionRefused,
     Router,
+    Telemetry,
     connect_failed,
     connection_parameters,
+    connection_telemetry,
     error_from,
+    wants_0_10,
 )
 
 from ._channel import Channel, Consumer
 from ._recovery import Recovering
+from ._v0_10 import connect_0_10
 from ._waiter import Waiter
 from ._wire import Wire
 
 if TYPE_CHECKING:
-    import ssl
     from collections.abc import AsyncIterator, Awaitable, Callable
+    from contextlib import AbstractAsyncContextManager
+
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
 
     from amqp_sansio import Event, FieldTable
     from amqp_sansio.client import RecoveryPolicy
+
+    from ._v0_10 import Connection010
 
 __all__ = ["Connection", "connect", "connect_stream"]
 
@@ -84,11 +95,14 @@ class Connection(Recovering):
         self,
         stream: trio.abc.Stream,
         params: ConnectionParameters,
+        telemetry: Telemetry | None = None,
         recovery: RecoveryPolicy | None = None,
         reopen: Callable[[ConnectionParameters], Awaitable[trio.abc.Stream]] | None = None,
     ) -> None:
         #: The parameters the connection was made with.
         self.params: Final = params
+        # OpenTelemetry hooks (amqp_sansio.client.instrument); None: tracing off.
+        self._telemetry: Final = telemetry
         self._core = amqp_sansio.Connection(Role.CLIENT, params.to_config())
         self._wire = Wire(self._core, stream)
         # Replies, deliveries, confirms and closes go through the client layer's router; the
@@ -232,8 +246,9 @@ class Connection(Recovering):
             raise error from exc
         state = self._core.state
         if state is ConnectionState.ERROR:
-            # The core failed before the reader saw why (a heartbeat timeout still queued).
-            raise ConnectionLostError(f"the connection failed: {exc.reply_text}") from exc
+            # The core failed before the reader saw why: only a heartbeat timeout does that
+            # (the reader dies at once on a protocol error), and it is still queued.
+            raise self._heartbeat_error() from exc
         if self._closing or state is not ConnectionState.OPEN:
             raise ConnectionClosedError("the connection is closing", reply_code=200) from exc
 
@@ -342,14 +357,10 @@ class Connection(Recovering):
         (:data:`_REACTIONS`); True when the connection is finished."""
         kind = type(event)
         if kind is ConnectionLost:  # before the router, whose error would not say why
-            self._die(ConnectionLostError(self._lost_text()))
+            self._die(self._lost_error())
             return True
         if kind is HeartbeatTimeout:
-            logger.warning(
-                "no bytes from %s for two heartbeat intervals (%d s): dropping the connection",
-                self.params.address,
-                self._core.heartbeat,
-            )
+            logger.warning("%s", self._heartbeat_error())
             self._heartbeat_timed_out = True
             await self._wire.close_transport()
             self._wire.end_of_stream()
@@ -428,15 +439,17 @@ class Connection(Recovering):
             self._needs_flush = True
         return False
 
-    def _lost_text(self) -> str:
+    def _heartbeat_error(self) -> HeartbeatTimeoutError:
+        return HeartbeatTimeoutError(self.params.address, self._core.heartbeat)
+
+    def _lost_error(self) -> ConnectionLostError:
         if self._heartbeat_timed_out:
-            return (
-                f"no bytes from {self.params.address} for two heartbeat intervals "
-                f"({self._core.heartbeat} s)"
-            )
+            return self._heartbeat_error()
         if self._handshaking:
-            return f"{self.params.address} closed the transport during the handshake"
-        return f"the transport to {self.params.address} closed without a close handshake"
+            text = f"{self.params.address} closed the transport during the handshake"
+        else:
+            text = f"the transport to {self.params.address} closed without a close handshake"
+        return ConnectionLostError(text)
 
 
 #: What the reader does after the router handled an event, by the event's type.
@@ -454,16 +467,48 @@ _REACTIONS: Final[dict[type[object], Callable[[Connection, Event], bool]]] = {
 }
 
 
-@asynccontextmanager
-async def connect(
+# A protocol typed as a plain str gets the second signature even when it holds "0-10".
+@overload
+def connect(  # type: ignore[overload-overlap]
+    url_or_params: str | ConnectionParameters = ...,
+    *,
+    ssl_context: ssl.SSLContext | None = ...,
+    connection_name: str | None = ...,
+    protocol: Literal["0-10", ProtocolVersion.AMQP_0_10],
+    tracer_provider: TracerProvider | None = ...,
+    meter_provider: MeterProvider | None = ...,
+    recovery: None = ...,
+) -> AbstractAsyncContextManager[Connection010]: ...
+
+
+@overload
+def connect(
+    url_or_params: str | ConnectionParameters = ...,
+    *,
+    ssl_context: ssl.SSLContext | None = ...,
+    connection_name: str | None = ...,
+    protocol: str | ProtocolVersion | None = ...,
+    tracer_provider: TracerProvider | None = ...,
+    meter_provider: MeterProvider | None = ...,
+    recovery: RecoveryPolicy | None = ...,
+) -> AbstractAsyncContextManager[Connection]: ...
+
+
+def connect(
     url_or_params: str | ConnectionParameters = DEFAULT_URL,
     *,
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
     protocol: str | ProtocolVersion | None = None,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
     recovery: RecoveryPolicy | None = None,
-) -> AsyncIterator[Connection]:
+) -> AbstractAsyncContextManager[Connection] | AbstractAsyncContextManager[Connection010]:
     """Connect to a broker for the duration of an ``async with`` block.
+
+    ``protocol="0-10"`` opens an AMQP 0-10 connection instead: a :class:`Connection010`
+    (sessions, not channels) from :func:`connect_0_10`. A URL asking for 0-10 needs it
+    (``connect(url, protocol="0-10")``), so that the connection's type is known.
 
     *url_or_params* is an ``amqp://``/``amqps://`` URL (see
     :meth:`~amqp_sansio.client.ConnectionParameters.from_url`) or
@@ -472,6 +517,8 @@ async def connect(
     *connection_name* shows in the broker's management UI. *protocol* (``"0-9-1"``,
     ``"0-9"``, ``"0-8"`` or ``"auto"``) wins over the URL's ``protocol`` parameter; ``"auto"``
     tries 0-9-1 and reconnects with what the server answers (:doc:`/versions`).
+    *tracer_provider* or *meter_provider* turn OpenTelemetry on for this connection (see
+    :func:`amqp_sansio.client.instrument`).
 
     Leaving the block closes the connection (200) and waits for the broker's close-ok.
 
@@ -485,8 +532,37 @@ async def connect(
         (:class:`~amqp_sansio.client.NotAllowed`).
     :raises ProtocolVersionRefused: the broker does not speak the version asked for (with
         ``"auto"``: none of those it offered).
-    :raises OSError: the TCP connection failed.
+    :raises OSError: the TCP connection failed; :class:`ssl.SSLError` (an ``OSError``) the TLS
+        handshake did, with the reason (``ssl.SSLCertVerificationError``: certificate verify
+        failed).
     """
+    if wants_0_10(protocol):
+        if tracer_provider is not None or meter_provider is not None:
+            raise ValueError("OpenTelemetry instruments AMQP 0-9-1, 0-9 and 0-8 connections only")
+        if recovery is not None:
+            raise ValueError("recovery is for AMQP 0-9-1, 0-9 and 0-8 connections")
+        return connect_0_10(url_or_params, ssl_context=ssl_context, connection_name=connection_name)
+    return _connect(
+        url_or_params,
+        ssl_context,
+        connection_name,
+        protocol,
+        tracer_provider,
+        meter_provider,
+        recovery,
+    )
+
+
+@asynccontextmanager
+async def _connect(
+    url_or_params: str | ConnectionParameters,
+    ssl_context: ssl.SSLContext | None,
+    connection_name: str | None,
+    protocol: str | ProtocolVersion | None,
+    tracer_provider: TracerProvider | None,
+    meter_provider: MeterProvider | None,
+    recovery: RecoveryPolicy | None = None,
+) -> AsyncIterator[Connection]:
     fallback = ProtocolFallback(connection_parameters(url_or_params, connection_name, protocol))
 
     async def reopen(again: ConnectionParameters) -> trio.abc.Stream:
@@ -501,7 +577,9 @@ async def connect(
         stream = await _open_stream(params, ssl_context, deadline)
         entered = False
         try:
-            async with _session(stream, params, deadline, recovery, reopen) as conn:
+            async with _session(
+                stream, params, deadline, tracer_provider, meter_provider, recovery, reopen
+            ) as conn:
                 entered = True
                 yield conn
             return
@@ -528,6 +606,13 @@ async def _open_stream(
                 stream = tls
                 try:
                     await tls.do_handshake()
+                except trio.BrokenResourceError as exc:
+                    await trio.aclose_forcefully(tcp)
+                    # Trio wraps the TLS failure in an error without a message: raise the
+                    # ssl.SSLError itself ("certificate verify failed: ..."), as the others do.
+                    if isinstance(exc.__cause__, ssl.SSLError):
+                        raise exc.__cause__ from None
+                    raise
                 except BaseException:
                     await trio.aclose_forcefully(tcp)
                     raise
@@ -545,6 +630,8 @@ async def connect_stream(
     *,
     connection_name: str | None = None,
     protocol: str | ProtocolVersion | None = None,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
 ) -> AsyncIterator[Connection]:
     """Like :func:`connect`, over a stream you opened yourself (a Unix socket, an SSH
     tunnel, a ``trio.testing`` memory stream). Host, port and TLS settings of
@@ -554,7 +641,7 @@ async def connect_stream(
         connection_parameters(url_or_params, connection_name, protocol)
     ).params
     deadline = trio.current_time() + params.connection_timeout
-    async with _session(stream, params, deadline) as conn:
+    async with _session(stream, params, deadline, tracer_provider, meter_provider) as conn:
         yield conn
 
 
@@ -563,10 +650,13 @@ async def _session(
     stream: trio.abc.Stream,
     params: ConnectionParameters,
     deadline: float,
+    tracer_provider: TracerProvider | None,
+    meter_provider: MeterProvider | None,
     recovery: RecoveryPolicy | None = None,
     reopen: Callable[[ConnectionParameters], Awaitable[trio.abc.Stream]] | None = None,
 ) -> AsyncIterator[Connection]:
-    conn = Connection(stream, params, recovery, reopen)
+    telemetry = connection_telemetry(params.host, params.port, tracer_provider, meter_provider)
+    conn = Connection(stream, params, telemetry, recovery, reopen)
     failure: BaseException | None = None
     async with trio.open_nursery() as nursery:
         if recovery is not None:

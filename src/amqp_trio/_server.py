@@ -236,7 +236,8 @@ class ServerConnection:
         if not data:
             self._end_of_stream()
             return
-        self.core.receive_data(data)
+        # The read's time: a silent client is dead two intervals after its last octet.
+        self.core.receive_data(data, trio.current_time())
 
     def _end_of_stream(self) -> None:
         if not self._eof:

@@ -287,6 +287,9 @@ class Wire:
         of the stream (``receive_data(b"")``)."""
         if self._eof:
             raise AssertionError("receive() after the end of the stream")
+        # Reading again: from here silence counts (cleared only after the read, a pause kept
+        # the peer alive for as long as it stayed silent, dead or not).
+        self._reading_paused = False
         self._reader_parked = True
         try:
             data = await self.stream.receive_some(RECEIVE_SIZE)
@@ -295,12 +298,13 @@ class Wire:
             data = b""
         finally:
             self._reader_parked = False
-        self._reading_paused = False
         if not data:
             self._eof = True
             self.broken = True
             self._wake.set()  # the writer task ends
-        self.core.receive_data(data)
+        # The read's time: a silent peer is dead two intervals after its last octet, not
+        # after the writer's next tick noticed it (up to half an interval later).
+        self.core.receive_data(data, trio.current_time())
 
     def end_of_stream(self) -> None:
         """Tell the core the transport is gone (after a heartbeat timeout closed it)."""

@@ -255,7 +255,7 @@ def test_parameters_and_bad_input(rabbitmq_url: str) -> None:
     with pytest.raises(ValueError, match="heartbeat"):
         amqp_blocking.connect(_with_query(rabbitmq_url, "heartbeat=x"))
     with pytest.raises(TypeError, match="url_or_params"):
-        amqp_blocking.connect(5672)  # type: ignore[arg-type]
+        amqp_blocking.connect(5672)  # type: ignore[call-overload]
     params = ConnectionParameters.from_url(rabbitmq_url)
     with amqp_blocking.connect(params, connection_name=unique("named")) as conn:
         assert conn.params.connection_name is not None

@@ -122,14 +122,19 @@ def test_connections_that_never_finish_the_handshake_are_dropped() -> None:
         trickle = PROTOCOL_HEADER_0_9_1 + method_frame(
             0,
             ConnectionStartOk(
-                client_properties={}, mechanism="PLAIN", response=b"\0guest\0guest", locale=""
+                # long enough that trickling it takes 20 s: a broker thread starved for a
+                # while still drops the connection long before it could finish
+                client_properties={"padding": "x" * 400},
+                mechanism="PLAIN",
+                response=b"\0guest\0guest",
+                locale="",
             ),
         )
         # one octet at a time: the header trickles in, the start-ok never completes in time
         sent = 0
         received = b""
         slow.settimeout(BOUND)
-        while True:
+        while sent < len(trickle):
             try:
                 slow.sendall(trickle[sent : sent + 1])
             except (BrokenPipeError, ConnectionResetError):

@@ -622,7 +622,7 @@ def test_shutdown_sends_320_connection_forced_and_releases_everything() -> None:
 
 
 def test_options_from_the_command_line() -> None:
-    from amqp_broker.__main__ import _options, parse_args
+    from amqp_broker._cli import _options, parse_args
 
     args = parse_args(
         [

@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+import amqp_blocking
 import amqp_broker
 from amqp_broker import BrokerOptions
 from amqp_sansio import (
     AMQP_0_8,
     AMQP_0_9,
     AMQP_0_9_1,
+    BasicProperties,
     ConnectionStart,
     ProtocolSpec,
     ProtocolVersion,
@@ -31,6 +33,8 @@ from amqp_sansio.testing import parse_frames
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from amqp_sansio import FieldTable
 
 HEADER_1109 = b"AMQP\x01\x01\x00\x09"  # 0-9's header; aioamqp and qpid-python both send it
 HEADER_1191 = b"AMQP\x01\x01\x09\x01"  # the June 2006 0-8 PDF's (py-amqplib)
@@ -85,11 +89,27 @@ def test_each_header_is_served_as_its_version(url: str, header: bytes, spec: Pro
 
 @pytest.mark.parametrize(
     "header",
-    [header_for("0-10"), header_for("1.0"), b"HTTP/1.1", b"AMQP\x01\x01\x00\x0a", b"\0" * 8],
-    ids=["0-10", "1.0", "http", "amqp-1-1-0-10", "zeros"],
+    [header_for("1.0"), b"HTTP/1.1", b"AMQP\x01\x01\x00\x0b", b"\0" * 8],
+    ids=["1.0", "http", "amqp-1-1-0-11", "zeros"],
 )
 def test_other_headers_get_the_preferred_header_and_a_close(url: str, header: bytes) -> None:
     assert _answer(url, header) == header_for("0-9-1")  # then EOF
+
+
+def test_the_0_10_header_is_served_by_the_0_10_server(url: str) -> None:
+    # the 0-10 server answers with the 0-10 header, then connection.start: one whole control
+    # frame (0-10's 12-octet frame header gives the frame's size at octet 2)
+    params = ConnectionParameters.from_url(url)
+    with socket.create_connection((params.host, params.port), timeout=10) as sock:
+        sock.sendall(header_for("0-10"))
+        data = b""
+        while len(data) < 12 or len(data) < 8 + struct.unpack(">H", data[10:12])[0]:
+            chunk = sock.recv(4096)
+            assert chunk, data
+            data += chunk
+    assert data.startswith(header_for("0-10"))
+    assert data[8:10] == b"\x0f\x00"  # first and last frame of a control segment
+    assert data[20:22] == b"\x01\x01"  # connection.start
 
 
 def test_a_short_header_then_eof_gets_nothing(url: str) -> None:
@@ -121,7 +141,7 @@ def test_the_accepted_set_is_configured() -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"protocols": ("0-10",)}, "the broker serves '0-9-1', '0-9', '0-8', not '0-10'"),
+        ({"protocols": ("1.0",)}, "the broker serves '0-9-1', '0-9', '0-8', '0-10', not '1.0'"),
         ({"protocols": ("1.0", "0-9-1")}, "not '1.0'"),
         ({"protocols": ()}, "at least one version"),
         ({"protocols": ("0-8", "0-8")}, "twice"),
@@ -135,14 +155,42 @@ def test_version_options_are_checked(options: dict[str, object], message: str) -
 
 
 def test_version_options_on_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
-    from amqp_broker.__main__ import _options, parse_args
+    from amqp_broker._cli import _options, parse_args
 
-    options = _options(parse_args(["--protocols", "0-9,0-8", "--header-0-9", "0-9"]))
+    options = _options(
+        parse_args(["--protocols", "0-9,0-8", "--header-0-9", "0-9", "--heartbeat", "0"])
+    )
     assert options.protocols == (ProtocolVersion.AMQP_0_9, ProtocolVersion.AMQP_0_8)
     assert options.header_0_9 is ProtocolVersion.AMQP_0_9
+    assert options.heartbeat == 0
     assert _options(parse_args([])).protocols == BrokerOptions().protocols
     with pytest.raises(SystemExit):
-        parse_args(["--protocols", "0-9-1,0-10"])
-    assert "the broker serves '0-9-1', '0-9', '0-8', not '0-10'" in capsys.readouterr().err
+        parse_args(["--protocols", "0-9-1,1.0"])
+    assert "the broker serves '0-9-1', '0-9', '0-8', '0-10', not '1.0'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         parse_args(["--header-0-9", "0-8"])
+
+
+def test_heartbeat_option_is_proposed() -> None:
+    with (
+        amqp_broker.run_in_thread(options=BrokerOptions(heartbeat=0)) as url,
+        amqp_blocking.connect(url, protocol="0-8") as conn,
+    ):
+        assert (conn.protocol, conn.heartbeat) == ("0-8", 0)
+    with pytest.raises(ValueError, match=r"heartbeat must be 0\.\.65535"):
+        BrokerOptions(heartbeat=-1)
+
+
+def test_headers_are_relayed_as_published(url: str) -> None:
+    """A 0-9-1 publisher's headers reach a 0-8 consumer as they were sent, types 0-8 lacks
+    included (RabbitMQ relays them too); what the broker itself sends is still narrowed."""
+    headers: FieldTable = {"flag": True, "ratio": 1.5, "n": 7}
+    with amqp_blocking.connect(url) as publisher, publisher.channel() as pub:
+        queue = pub.queue_declare("", exclusive=False, auto_delete=True).queue
+        with amqp_blocking.connect(url, protocol="0-8") as consumer, consumer.channel() as sub:
+            pub.basic_publish(b"x", routing_key=queue, properties=BasicProperties(headers=headers))
+            pub.queue_declare(queue, passive=True)  # a round trip: the publish was routed
+            message = sub.basic_get(queue, no_ack=True)
+            assert message is not None
+            assert message.properties.headers == headers
+            sub.queue_delete(queue)

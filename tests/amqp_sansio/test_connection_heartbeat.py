@@ -163,6 +163,42 @@ def test_received_octets_push_the_timeout_back() -> None:
     assert get_all_events(client) == [HeartbeatTimeout()]
 
 
+def _run_timers(conn: Connection) -> list[float]:
+    """Call ``handle_timer`` at each deadline, as an adapter's timer does, until the peer is
+    declared dead; returns the times of the ticks."""
+    ticks = []
+    while (deadline := conn.next_deadline()) is not None:
+        conn.handle_timer(deadline)
+        ticks.append(deadline)
+        if get_all_events(conn) == [HeartbeatTimeout()]:
+            return ticks
+    raise AssertionError(f"no heartbeat timeout after the ticks {ticks}")
+
+
+@pytest.mark.parametrize("role", ["client", "server"])
+def test_dead_peer_counts_from_the_arrival_the_adapter_gives(role: str) -> None:
+    # With the read's time, two intervals count from the last octet itself, not from the tick
+    # that noticed it (which came up to half an interval later: 2.5 intervals of silence).
+    pair, _ = _pair()
+    conn = pair.client if role == "client" else pair.server
+    conn.handle_timer(0.0)
+    conn.handle_timer(5.0)
+    conn.receive_data(HEARTBEAT_FRAME, now=6.0)
+    assert conn.next_deadline() == 10.0  # the next heartbeat check
+    assert _run_timers(conn) == [10.0, 15.0, 20.0, 25.0, 6.0 + 2 * INTERVAL]
+
+
+def test_the_latest_arrival_counts() -> None:
+    pair, _ = _pair()
+    client = pair.client
+    client.handle_timer(0.0)
+    client.receive_data(HEARTBEAT_FRAME)
+    client.handle_timer(5.0)  # activity seen at this tick (no arrival time given)
+    client.receive_data(HEARTBEAT_FRAME[:1], now=4.0)  # older than what the tick saw
+    client.receive_data(HEARTBEAT_FRAME[1:], now=5.5)
+    assert _run_timers(client) == [10.0, 15.0, 20.0, 25.0, 5.5 + 2 * INTERVAL]
+
+
 def test_timer_after_close_does_nothing() -> None:
     pair, _ = _pair()
     pair.client.handle_timer(0.0)

@@ -658,3 +658,38 @@ def test_adapt_refuses_what_the_version_can_not_say() -> None:
         match=r"basic.consume arguments=\{'x-priority': 5\}: AMQP 0-8's basic.consume has no",
     ):
         AMQP_0_8.adapt(consume)
+
+
+def test_a_relay_sends_properties_as_they_came() -> None:
+    """A broker passing on another client's message (``send_content(relay=True)``) sends its
+    headers as they are; without relay the server narrows them like any table it sends."""
+    pair = _pair(AMQP_0_8)
+    channel = pair.open_channel()
+    consume = spec_0_8.BasicConsume(queue="q", consumer_tag="c")
+    pair.client.send_method(channel, consume)
+    feed(pair.server, pair.client.data_to_send())
+    pair.server.send_method(channel, spec_0_9_1.BasicConsumeOk(consumer_tag="c"))
+    feed(pair.client, pair.server.data_to_send())
+    props = spec_0_9_1.BasicProperties(headers={"flag": True, "ratio": 1.5})
+    deliver = spec_0_9_1.BasicDeliver(
+        consumer_tag="c", delivery_tag=1, exchange="", routing_key="q"
+    )
+    with pytest.raises(LocalProtocolError, match=r"headers\['flag'\]: a bool"):
+        pair.server.send_content(channel, deliver, props, b"x")
+    pair.server.send_content(channel, deliver, props, b"x", relay=True)
+    [message] = feed(pair.client, pair.server.data_to_send())
+    assert isinstance(message, MessageReceived)
+    assert message.properties.headers == {"flag": True, "ratio": 1.5}  # type: ignore[attr-defined]
+
+
+def test_qpid_s_0_8_basic_consume_with_an_empty_arguments_table_is_read() -> None:
+    # qpid-python's 0-8 spec adds 0-9-1's arguments table to basic.consume (RabbitMQ refuses it)
+    pair = _pair(AMQP_0_8)
+    channel = pair.open_channel()
+    qpid_style = method_frame(channel, spec_0_9_1.BasicConsume(queue="q", consumer_tag="c"))
+    [received] = feed(pair.server, qpid_style)
+    assert isinstance(received, MethodReceived)
+    assert received.method == spec_0_8.BasicConsume(queue="q", consumer_tag="c")
+    with_arguments = spec_0_9_1.BasicConsume(queue="q2", arguments={"x-priority": 1})
+    with pytest.raises(RemoteProtocolError, match=r"AMQP 0-8's basic\.consume has no arguments"):
+        feed(pair.server, method_frame(channel, with_arguments))

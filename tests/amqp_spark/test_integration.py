@@ -1,6 +1,10 @@
 """amqp_spark end to end: a local[2] Spark session (shared by this module) against RabbitMQ,
 and the stream queues' exactly-once tests against the embedded broker too.
 
+``AMQP_SPARK_MASTER`` chooses another master, e.g. ``local-cluster[2,1,1024]``: two executor
+JVMs of their own, so every task's Python worker runs outside the driver's process tree (about
+a minute more to start; not the default in ``make test``).
+
 The session never calls ``register``: ``format("amqp")`` is found through the top-level
 ``pyspark_amqp`` module, as users get it.
 """
@@ -33,6 +37,8 @@ if TYPE_CHECKING:
 
 # A generous upper bound so a broken query fails the test instead of hanging it.
 QUERY_LIMIT_S = 180
+#: The Spark master of the module's session (``local-cluster[2,1,1024]``: real executors).
+MASTER = os.environ.get("AMQP_SPARK_MASTER", "local[2]")
 
 #: Run a test against RabbitMQ and against the embedded broker (amqp_broker serves stream
 #: queues as RabbitMQ 3.10 does over AMQP 0-9-1).
@@ -54,13 +60,16 @@ def spark() -> Iterator[SparkSession]:
     previous = os.environ.get("PYSPARK_PYTHON")
     os.environ["PYSPARK_PYTHON"] = sys.executable  # workers need the venv's pyarrow
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master(MASTER)
         .appName("amqp_spark tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
         .config("spark.sql.streaming.pollingDelay", "50ms")
         .config("spark.driver.memory", "1g")
+        # a loaded machine (two test workers, the brokers, the JVM on two cores) can take more
+        # than the default 15 s for a Python worker to open its socket back to the JVM
+        .config("spark.python.authenticate.socketTimeout", "120s")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

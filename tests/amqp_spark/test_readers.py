@@ -194,18 +194,26 @@ def test_retention_gap_is_data_loss(
         channel.basic_publish(b"x" * 100, routing_key=queue)
     strict = AmqpDataSource(options(url, queue=queue, queueType="stream", startingOffsets="first"))
     deadline = time.monotonic() + 30
-    while True:  # retention runs in the background: wait until it removed something
+    floors: list[int] = []
+    # retention runs in the background: wait until it removed something and stopped moving
+    while time.monotonic() < deadline:
         reader = strict.streamReader(strict.schema())
-        floor = reader.initialOffset()[queue]
+        floors.append(reader.initialOffset()[queue])
         reader.stop()
-        if floor > 0 or time.monotonic() > deadline:
+        if len(floors) >= 5 and floors[-1] > 0 and len(set(floors[-5:])) == 1:
             break
         time.sleep(0.1)
+    floor = floors[-1]
     assert floor > 0
     tail = reader.latestOffset({queue: floor}, ReadAllAvailable())[queue]
     with pytest.raises(AmqpDataLossError, match="failOnDataLoss") as caught:
         list(reader.read(OffsetRange(queue, 0, tail)))
-    assert (caught.value.expected, caught.value.first_available) == (0, floor)
+    assert caught.value.expected == 0
+    # a loaded broker may still have deleted a segment since: the floor only moves up
+    first_available = caught.value.first_available
+    assert first_available is not None
+    assert first_available >= floor
+    floor = first_available
     # offsets inside the stream may be gaps (non-message chunks): never reported as loss
     kept = offsets_of(reader.read(OffsetRange(queue, floor, tail)))
     assert kept[0] == floor

@@ -7,6 +7,7 @@ crosses the wire: what the server receives, what the client raises.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Final, final
 
 import pytest
@@ -73,6 +74,8 @@ class TapStream(trio.abc.Stream):
         self.inner = inner
         self.sent = bytearray()
         self.silent = False
+        #: When the last octets arrived from the other end (Trio's clock).
+        self.last_received = -math.inf
 
     async def send_all(self, data: Buffer) -> None:
         if self.silent:
@@ -85,7 +88,10 @@ class TapStream(trio.abc.Stream):
         await self.inner.wait_send_all_might_not_block()
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        return await self.inner.receive_some(max_bytes)
+        data = await self.inner.receive_some(max_bytes)
+        if data:
+            self.last_received = trio.current_time()
+        return data
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -578,9 +584,30 @@ async def test_dead_peer_is_detected(autojump_clock: trio.testing.MockClock) -> 
         async with connect(client) as conn, conn.channel() as ch:
             server.silent = True  # the server's host vanished: not even heartbeats
             start = trio.current_time()
-            with pytest.raises(amqp_trio.ConnectionLostError, match="heartbeat"):
+            with pytest.raises(amqp_trio.HeartbeatTimeoutError, match="heartbeat"):
                 await ch.queue_declare("q")
             assert trio.current_time() - start <= 3 * 2
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("quiet_after", [10.0, 10.25, 10.5, 10.75])
+async def test_dead_peer_is_declared_two_intervals_after_its_last_octet(
+    autojump_clock: trio.testing.MockClock, quiet_after: float
+) -> None:
+    # Not when the writer's next tick noticed the last octet (2.5 intervals in the worst case).
+    async def script(conn: ServerConnection) -> None:
+        await accept(conn)
+        await expect(conn, QueueDeclare)
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        client, server = await run_server(nursery, script, heartbeat=2)
+        async with connect(client) as conn, conn.channel() as ch:
+            await trio.sleep(quiet_after)  # heartbeats both ways meanwhile
+            server.silent = True
+            with pytest.raises(amqp_trio.HeartbeatTimeoutError, match="heartbeat"):
+                await ch.queue_declare("q")
+            assert trio.current_time() - client.last_received == pytest.approx(2 * 2)
         nursery.cancel_scope.cancel()
 
 
@@ -630,6 +657,35 @@ async def test_slow_consumer_is_not_mistaken_for_a_dead_peer(
                     msg = await consumer.__anext__()
                     await msg.ack()
                 assert (await ch.queue_declare("q")).queue == "still here"
+
+
+async def test_dead_peer_is_detected_after_a_consumer_had_no_room(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The reader paused for a full consumer buffer, then read again: silence from then on is
+    # a dead peer (the pause kept it alive only while it lasted).
+    async def script(conn: ServerConnection) -> None:
+        await accept(conn)
+        channel, tag = await serve_consume(conn, prefetch=1)
+        for n in (1, 2):
+            deliver(conn, channel, tag, n)
+        await conn.flush()
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        client, server = await run_server(nursery, script, heartbeat=2)
+        async with connect(client) as conn, conn.channel() as ch:
+            await ch.basic_qos(1)
+            async with ch.basic_consume("q", no_ack=True) as consumer:
+                await trio.sleep(1)  # the second delivery waits for room: reading paused
+                assert consumer.buffered == 1
+                assert [(await consumer.__anext__()).body for _ in (1, 2)] == [b"m1", b"m2"]
+                server.silent = True
+                reading_again = trio.current_time()  # the tick at 1 s, paused, kept it alive
+                with trio.fail_after(60), pytest.raises(amqp_trio.HeartbeatTimeoutError):
+                    await consumer.__anext__()
+                assert trio.current_time() - reading_again == pytest.approx(2 * 2)
+        nursery.cancel_scope.cancel()
 
 
 async def test_serve_over_tcp() -> None:

@@ -1,5 +1,5 @@
-"""``bench/e2e.py`` keeps working: a tiny run of the raw client and amqp_trio against RabbitMQ
-writes its JSON report and the PNG chart, with every case measured."""
+"""``bench/e2e.py`` keeps working: a tiny run of the raw client, core and amqp_trio against
+RabbitMQ writes its JSON report and the PNG chart, with every case measured."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def test_e2e_smoke_run(rabbitmq_url: str, tmp_path: Path) -> None:
             "--url",
             rabbitmq_url,
             "--libs",
-            "raw,amqp_trio",
+            "raw,core,amqp_trio",
             "--sizes",
             "16B,1KiB",
             "-n",
@@ -52,9 +52,10 @@ def test_e2e_smoke_run(rabbitmq_url: str, tmp_path: Path) -> None:
         (op, size, lib)
         for op in ("publish", "confirm", "consume")
         for size in ("16B", "1KiB")
-        for lib in ("raw", "amqp_trio")
+        for lib in ("raw", "core", "amqp_trio")
     }
     assert result["problems"] == []
     assert "| consume 1KiB | 200 |" in done.stdout
     assert "Goals for amqp_trio at 1KiB:" in done.stdout
+    assert "amqp_trio CPU/core" in done.stdout
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -126,6 +126,27 @@ def test_demo_falls_back_to_the_embedded_broker() -> None:
     assert re.search(r"consume \(acked\) +: 500 messages of 1,024 B", done.stdout)
 
 
+def test_demo_over_0_10_against_the_embedded_broker() -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = run_example(
+        "demo.py",
+        "--protocol",
+        "0-10",
+        "--count",
+        "500",
+        "--window",
+        "100",
+        url=f"amqp://guest:guest@127.0.0.1:{port}/",
+    )
+    assert "protocol: AMQP 0-10" in done.stdout
+    assert "broker: embedded amqp_broker" in done.stdout
+    assert re.search(r"publish \(synced\) +: 500 messages of 1,024 B", done.stdout)
+    assert re.search(r"consume \(accepted\) +: 500 messages of 1,024 B", done.stdout)
+    assert re.search(r"consume +\[#{30}\] 100% +500/500", done.stderr)
+
+
 def test_demo_rejects_bad_arguments() -> None:
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / "demo.py"), "--size", "3"],

@@ -3,6 +3,7 @@ says what each needs and how long it takes."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -10,12 +11,20 @@ import subprocess
 from tests.support import ROOT
 
 
-def _dry_run(target: str) -> list[str]:
+def _dry_run(target: str, *variables: str) -> list[str]:
     """The commands *target* runs from scratch (``make -n -B``: print, run nothing)."""
     make = shutil.which("make")
     assert make is not None, "make is needed to run make's own targets"
+    # Run from make test, this make inherits MAKELEVEL and MAKEFLAGS: it would print
+    # "Entering directory" lines and honour the outer run's flags.
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKELEVEL", "MAKEFLAGS", "MFLAGS"}}
     done = subprocess.run(
-        [make, "-n", "-B", target], cwd=ROOT, capture_output=True, text=True, check=True
+        [make, "--no-print-directory", "-n", "-B", target, *variables],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
     )
     return done.stdout.splitlines()
 
@@ -31,6 +40,11 @@ def test_make_demo_installs_the_trio_extra_only_into_a_venv_of_its_own() -> None
     assert install.endswith("-e '.[trio]'")  # no spark, no tools, no --group
     assert commands[-1] == ".venv-demo/bin/python examples/demo.py"
     assert not any(c.startswith(".venv/") for c in commands)  # the full venv is not built
+
+
+def test_make_demo_protocol_runs_the_demo_over_that_version() -> None:
+    commands = _dry_run("demo", "PROTOCOL=0-10")
+    assert commands[-1] == ".venv-demo/bin/python examples/demo.py --protocol 0-10"
 
 
 def test_make_test_keeps_the_full_set() -> None:

@@ -129,10 +129,21 @@ def run_py2(
     return done
 
 
-def start_py2(script: Path, *args: str) -> subprocess.Popen[str]:
-    """Start a Python 2 *script* with qpid importable; stdout and stderr are pipes."""
+def start_py2(script: Path, *args: str, log: Path | None = None) -> subprocess.Popen[str]:
+    """Start a Python 2 *script* with qpid importable; stdout and stderr are pipes, or both go
+    to the file *log* (for a long run whose output could fill a pipe)."""
     python, qpid_dir = python27(), qpid_install()
     assert python is not None
+    if log is not None:
+        with open(log, "w") as out:  # the child keeps its own descriptor
+            return subprocess.Popen(
+                [str(python), str(script), *args],
+                env=py2_env(qpid_dir),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
     return subprocess.Popen(
         [str(python), str(script), *args],
         env=py2_env(qpid_dir),

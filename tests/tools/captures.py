@@ -13,16 +13,21 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias, final
 import attrs
 
 from amqp_sansio import (
+    AMQP_0_9_1,
     AuthenticationRequested,
     BasicProperties,
     BasicPublish,
     Connection,
+    ConnectionConfig,
     ConnectionState,
+    ProtocolSpec,
     QueueDeclare,
     QueueDeclareOk,
     VirtualHostRequested,
 )
 from amqp_sansio.testing import ConnectionPair, get_all_events
+from amqp_sansio.v0_10 import DeliveryProperties, MessageProperties
+from amqp_sansio.v0_10.testing import ConnectionPair as ConnectionPair010
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -204,10 +209,14 @@ def _move(
     return get_all_events(receiver)
 
 
-def amqp_session(body: bytes = b"hello") -> list[tuple[Sender, bytes]]:
+def amqp_session(
+    body: bytes = b"hello", protocol: ProtocolSpec = AMQP_0_9_1
+) -> list[tuple[Sender, bytes]]:
     """What a client and a server core send each other, turn by turn: the handshake, a
-    channel, a queue.declare and its -ok, a publish of *body* with properties, and the close."""
-    pair = ConnectionPair()
+    channel, a queue.declare and its -ok, a publish of *body* with properties, and the close;
+    in *protocol* (0-9-1, 0-9 or 0-8)."""
+    config = ConnectionConfig(protocol=protocol)
+    pair = ConnectionPair(config, config)
     client, server = pair.client, pair.server
     turns: list[tuple[Sender, bytes]] = []
     while client.state is not ConnectionState.OPEN or server.state is not ConnectionState.OPEN:
@@ -231,6 +240,26 @@ def amqp_session(body: bytes = b"hello") -> list[tuple[Sender, bytes]]:
     _move(client, server, "client", turns)
     _move(server, client, "server", turns)
     return turns
+
+
+def amqp_session_0_10(body: bytes = b"hello") -> list[tuple[Sender, bytes]]:
+    """An AMQP 0-10 client and server core: the handshake, a session, a message.transfer of
+    *body* with delivery and message properties, and the close (each side's octets whole)."""
+    pair = ConnectionPair010()
+    pair.handshake()
+    client, _server = pair.attach("s")
+    client.transfer(
+        "amq.direct",
+        body,
+        headers=[
+            DeliveryProperties(routing_key="jobs"),
+            MessageProperties(content_type="text/plain"),
+        ],
+    )
+    pair.exchange()
+    pair.client.close()
+    pair.exchange()
+    return [("client", bytes(pair.client_sent)), ("server", bytes(pair.server_sent))]
 
 
 def conversation(

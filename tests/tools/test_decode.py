@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING, Final
 
 import pytest
 
+from amqp_sansio import AMQP_0_8, AMQP_0_9, ProtocolSpec
 from amqp_sansio.framing import (
     PROTOCOL_HEADER_0_9_1,
     PROTOCOL_HEADER_0_10,
+    PROTOCOL_HEADER_1_0,
     ContentBodyFrame,
     ContentHeaderFrame,
     HeartbeatFrame,
@@ -33,6 +35,7 @@ from .captures import (
     Packet,
     Sender,
     amqp_session,
+    amqp_session_0_10,
     conversation,
     pcap,
     pcapng,
@@ -264,17 +267,76 @@ def test_ipv6_over_raw_ip(tmp_path: Path, turns: Turns) -> None:
 # --- protocols, and what is not AMQP ----------------------------------------------------------
 
 
+@pytest.mark.parametrize("spec", [AMQP_0_9, AMQP_0_8], ids=["0-9", "0-8"])
+def test_decodes_0_9_and_0_8(tmp_path: Path, spec: ProtocolSpec) -> None:
+    turns = amqp_session(protocol=spec)
+    status, out = decode(tmp_path, pcap(conversation(turns).packets))
+    assert status == 0, out
+    version = spec.version.value
+    assert f"[1] 10.0.0.1:40001 > 10.0.0.2:5672: AMQP {version}" in out
+    assert f"C>S protocol header AMQP {version}" in out
+    # connection.start says the version's own numbers: 8-0 for 0-8, 0-9 for 0-9
+    major, minor = spec.start_version
+    assert f"connection.start version_major={major} version_minor={minor}" in out
+    assert "C>S ch1 queue.declare queue='jobs'" in out
+    assert "C>S ch1 content body 5 octets: b'hello'" in out
+    assert "ch0 connection.close-ok" in out
+
+
+def test_decodes_0_10(tmp_path: Path) -> None:
+    status, out = decode(tmp_path, pcap(conversation(amqp_session_0_10()).packets))
+    assert status == 0, out
+    client = decoded_frames(out, "C>S")
+    server = decoded_frames(out, "S>C")
+    assert client == [
+        "protocol header",
+        "connection.start-ok",
+        "connection.tune-ok",
+        "connection.open",
+        "session.attach",
+        "session.command-point",
+        "message.transfer",
+        "connection.close",
+    ]
+    assert server == [
+        "protocol header",  # a 0-10 server repeats the header: not a refusal
+        "connection.start",
+        "connection.tune",
+        "connection.open-ok",
+        "session.attached",
+        "session.command-point",
+        "connection.close-ok",
+    ]
+    assert "response=<12 octets hidden>" in out  # PLAIN's password
+    assert "C>S ch1 message.transfer destination='amq.direct' accept_mode=1 acquire_mode=0" in out
+    assert "header message.delivery-properties " in out
+    assert "routing_key='jobs'" in out
+    assert "header message.message-properties content_type='text/plain'" in out
+    assert "body 5 octets: b'hello'" in out
+    assert "AMQP 0-10, client 9 frames in 323 octets, server 6 frames in 251 octets" in out
+
+
+def test_a_malformed_0_10_frame(tmp_path: Path) -> None:
+    turns = amqp_session_0_10()
+    client = turns[0][1]
+    broken = client[:8] + b"\xff" * 12 + client[20:]  # the first frame's header
+    status, out = decode(tmp_path, pcap(conversation([("client", broken), turns[1]]).packets))
+    assert status == 1, out
+    assert "C>S error: malformed frame or segment at stream offset 8: malformed frame header" in out
+    assert "S>C ch0 connection.start " in out  # the other side goes on
+
+
 def test_other_versions_are_named_not_decoded(tmp_path: Path) -> None:
-    ten = conversation([("client", PROTOCOL_HEADER_0_10 + b"\x00" * 20), ("server", b"x" * 30)])
+    one = conversation([("client", PROTOCOL_HEADER_1_0 + b"\x00" * 20), ("server", b"x" * 30)])
     odd = conversation([("client", b"AMQP\x09\x09\x09\x09")], client=Host("10.0.0.1", 40002))
-    status, out = decode(tmp_path, pcap(ten.packets + odd.packets))
+    status, out = decode(tmp_path, pcap(one.packets + odd.packets))
     assert status == 0, out
     assert (
-        "[1] 10.0.0.1:40001 > 10.0.0.2:5672: AMQP 0-10, not decoded yet (amqp-decode "
-        "decodes AMQP 0-9-1); this connection is skipped" in out
+        "[1] 10.0.0.1:40001 > 10.0.0.2:5672: AMQP 1.0, not decoded yet (amqp-decode "
+        "decodes AMQP 0-9-1, AMQP 0-9, AMQP 0-8, AMQP 0-10); this connection is skipped" in out
     )
     assert "AMQP with unknown version octets 9.9.9.9, not decoded yet" in out
-    assert "[1] 10.0.0.1:40001 > 10.0.0.2:5672: AMQP 0-10, not decoded (58 octets)" in out
+    assert "[1] 10.0.0.1:40001 > 10.0.0.2:5672: AMQP 1.0, not decoded (58 octets)" in out
 
 
 def test_a_server_that_refuses_the_version(tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
 """The client layer: everything the client adapters (``amqp_trio``, ``amqp_asyncio``,
 ``amqp_blocking``) share without doing any I/O.
 
-For users: connection parameters and AMQP URLs, the exception classes every adapter raises, the
-:class:`Message` they hand out, and the publisher-confirm outcomes. For adapters: the
+For users: OpenTelemetry tracing and metrics for all three adapters (:func:`instrument`; see
+``docs/tracing.md``), connection parameters and AMQP URLs, the exception classes every adapter
+raises, the :class:`Message` they hand out, and the publisher-confirm outcomes. For adapters: the
 :class:`Router` that turns the core's events into replies, deliveries and confirms (an adapter
 supplies its waiters and sinks through the :class:`Waiter`, :class:`ConsumerSink`,
 :class:`ConfirmSink` and :class:`ReturnSink` protocols), the counting behind pipelined publishers,
@@ -25,6 +26,17 @@ from ._confirms import (
 )
 from ._errors import CloseReason, error_for_close, error_from
 from ._guards import ConsumeBlock, connect_failed
+from ._instrument import (
+    SEMCONV_VERSION,
+    Processing,
+    Receiving,
+    Settling,
+    Telemetry,
+    connection_telemetry,
+    instrument,
+    is_instrumented,
+    uninstrument,
+)
 from ._message import AsyncMessage, AsyncSettler, Message
 from ._params import DEFAULT_URL, AuthMechanism
 from ._recovery import (
@@ -67,7 +79,14 @@ from ._router import (
     Router,
     Waiter,
 )
-from ._versions import ADAPTER_VERSIONS, ClientProtocol, ProtocolFallback, client_protocol
+from ._versions import (
+    ADAPTER_VERSIONS,
+    USE_0_10,
+    ClientProtocol,
+    ProtocolFallback,
+    client_protocol,
+    wants_0_10,
+)
 from .exports import *  # noqa: F403  (the exceptions and ConnectionParameters)
 
 __all__ = [
@@ -75,6 +94,8 @@ __all__ = [
     "DEFAULT_CONSUMER_BUFFER",
     "DEFAULT_URL",
     "REQUESTS",
+    "SEMCONV_VERSION",
+    "USE_0_10",
     "AsyncMessage",
     "AsyncSettler",
     "AuthMechanism",
@@ -88,10 +109,12 @@ __all__ = [
     "Epoch",
     "Message",
     "Param",
+    "Processing",
     "ProtocolFallback",
     "PublishOutcome",
     "PublishTicketState",
     "PublisherCounts",
+    "Receiving",
     "Recovered",
     "RecoveryAttempt",
     "RecoveryEvent",
@@ -105,7 +128,9 @@ __all__ = [
     "Request",
     "ReturnSink",
     "Router",
+    "Settling",
     "StaleDeliveryError",
+    "Telemetry",
     "TopologyRecoveryError",
     "TopologyRestorer",
     "Waiter",
@@ -114,6 +139,7 @@ __all__ = [
     "client_protocol",
     "connect_failed",
     "connection_parameters",
+    "connection_telemetry",
     "consumer_buffer_size",
     "consumer_tag",
     "declared_queue",
@@ -121,8 +147,12 @@ __all__ = [
     "error_from",
     "flow_state",
     "got_message",
+    "instrument",
+    "is_instrumented",
     "message_count",
     "report_dropped",
+    "uninstrument",
+    "wants_0_10",
 ]
 __all__ += exports.__all__
 

@@ -30,6 +30,7 @@ __all__ = [
     "ConsumerCancelledError",
     "ContentTooLarge",
     "FrameError",
+    "HeartbeatTimeoutError",
     "InternalError",
     "InvalidPath",
     "MessageReturnedError",
@@ -210,6 +211,29 @@ class ConnectionLostError(AMQPError):
     Pending calls and unconfirmed publishes get this: nobody said the broker refused them,
     and a publish that got it may or may not have been routed.
     """
+
+
+class HeartbeatTimeoutError(ConnectionLostError):
+    """Nothing arrived from the broker for two heartbeat intervals (the spec's limit), so the
+    client dropped the transport: the broker, its host or the network between is gone or stuck.
+
+    Every adapter raises it with the same text; ``address`` is the broker's ``host:port`` and
+    ``heartbeat`` the negotiated interval in seconds.
+    """
+
+    address: str
+    heartbeat: int
+
+    def __init__(self, address: str, heartbeat: int) -> None:
+        super().__init__(
+            f"no bytes from {address} for two heartbeat intervals ({heartbeat} s each): "
+            "the connection was dropped"
+        )
+        self.address = address
+        self.heartbeat = heartbeat
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.address, self.heartbeat))
 
 
 class ConnectionTimeoutError(AMQPError, TimeoutError):

@@ -127,8 +127,8 @@ class ConnectionParameters:
         host is written in brackets (``amqp://[::1]``). Query parameters: ``heartbeat``,
         ``frame_max``, ``channel_max`` (integers), ``connection_timeout`` (milliseconds, as in
         RabbitMQ's URI query spec), ``auth_mechanism`` (plain, amqplain, external), ``name``
-        (the connection name), ``protocol`` (``0-9-1``, ``0-9``, ``0-8`` or ``auto``) and, for
-        ``amqps`` only, ``cacertfile``, ``certfile``,
+        (the connection name), ``protocol`` (``0-9-1``, ``0-9``, ``0-8``, ``0-10`` or
+        ``auto``) and, for ``amqps`` only, ``cacertfile``, ``certfile``,
         ``keyfile``, ``verify`` (verify_peer or verify_none), ``server_name_indication``.
 
         :raises ValueError: a malformed URL, an unknown or repeated query parameter, or a
@@ -215,7 +215,9 @@ class ConnectionParameters:
     def to_config(self) -> ConnectionConfig:
         """The core's :class:`~amqp_sansio.ConnectionConfig` for these parameters (``"auto"``
         is its first attempt, 0-9-1: ``connect()`` runs the rest of the loop)."""
-        protocol = ADAPTER_VERSIONS[0] if self.protocol == "auto" else self.protocol
+        # 0-10 has its own core and config (amqp_sansio.v0_10.client.config_from): the
+        # common settings are still checked here, by 0-9-1's
+        protocol = ADAPTER_VERSIONS[0] if self.protocol in ("auto", "0-10") else self.protocol
         return ConnectionConfig(
             protocol=protocol,
             username=self.username,

@@ -20,22 +20,37 @@ if TYPE_CHECKING:
     from ._errors import ProtocolVersionRefused
     from ._params import ConnectionParameters
 
-__all__ = ["ADAPTER_VERSIONS", "ClientProtocol", "ProtocolFallback", "client_protocol"]
+__all__ = [
+    "ADAPTER_VERSIONS",
+    "USE_0_10",
+    "ClientProtocol",
+    "ProtocolFallback",
+    "client_protocol",
+    "wants_0_10",
+]
 
 logger: Final = logging.getLogger("amqp_sansio.client")
 
 #: What ``protocol=`` accepts: a version the adapters speak, or ``"auto"``.
-ClientProtocol: TypeAlias = Literal["0-9-1", "0-9", "0-8", "auto"]
+ClientProtocol: TypeAlias = Literal["0-9-1", "0-9", "0-8", "0-10", "auto"]
 
-#: The versions the adapters speak, each over the one core (``amqp_sansio.Connection``).
-#: 0-10 has a core of its own (``amqp_sansio.v0_10``): it joins here, and in
-#: :func:`client_protocol`, once the adapters run it.
+#: The versions the adapters speak over the one core (``amqp_sansio.Connection``), in
+#: ``"auto"``'s order. 0-10 has a core and a client of its own (``amqp_sansio.v0_10``, the
+#: adapters' ``connect_0_10`` or ``connect(protocol="0-10")``): a different connection type,
+#: so ``"auto"`` never lands on it.
 ADAPTER_VERSIONS: Final = AUTO_ORDER
+
+#: What to do instead, when 0-10 reaches the 0-9 family's ``connect()``.
+USE_0_10: Final = (
+    "AMQP 0-10 connections are a type of their own (sessions instead of channels): "
+    "call connect(url, protocol='0-10') or connect_0_10(url)"
+)
 
 _NAMES: Final[dict[str, ClientProtocol]] = {
     "0-9-1": "0-9-1",
     "0-9": "0-9",
     "0-8": "0-8",
+    "0-10": "0-10",
     "auto": "auto",
 }
 
@@ -44,18 +59,12 @@ def client_protocol(value: object, what: str = "protocol") -> ClientProtocol:
     """*value* (a name or a :class:`~amqp_sansio.ProtocolVersion`) as a ``protocol=`` the
     adapters accept; *what* names the argument in the error.
 
-    :raises ValueError: not a version the adapters speak; for 0-10 the message says so.
+    :raises ValueError: not a version the adapters speak.
     """
     name = value.value if isinstance(value, ProtocolVersion) else value
     if isinstance(name, str) and name in _NAMES:
         return _NAMES[name]
-    if name == ProtocolVersion.AMQP_0_10.value:
-        # The seam for 0-10: its client replaces this refusal.
-        raise ValueError(
-            f"{what}: the adapters do not speak AMQP 0-10 yet (its sans-IO core is "
-            "amqp_sansio.v0_10); use '0-9-1', '0-9', '0-8' or 'auto'"
-        )
-    raise ValueError(f"{what}: expected '0-9-1', '0-9', '0-8' or 'auto', got {value!r}")
+    raise ValueError(f"{what}: expected '0-9-1', '0-9', '0-8', '0-10' or 'auto', got {value!r}")
 
 
 @final
@@ -76,6 +85,8 @@ class ProtocolFallback:
     """
 
     def __init__(self, params: ConnectionParameters) -> None:
+        if params.protocol == "0-10":
+            raise ValueError(f"protocol 0-10 (from the URL): {USE_0_10}")
         self.auto: Final = params.protocol == "auto"
         first = ADAPTER_VERSIONS[0] if self.auto else ProtocolVersion(params.protocol)
         #: The versions tried so far, the current one last.
@@ -88,18 +99,17 @@ class ProtocolFallback:
         has another version to try (now in :attr:`params`), False when the caller should
         raise *error*.
 
-        :raises ValueError: the server offers a version the adapters do not speak yet (0-10);
-            the refusal is its ``__cause__``.
+        :raises ValueError: the server offers 0-10 only (a connection of another type); the
+            refusal is its ``__cause__``.
         """
         if not self.auto:
             return False
         version = next_protocol(self.tried, error.offered)
         if version is None:
             return False
-        try:
-            protocol = client_protocol(version, "the server's answer")
-        except ValueError as exc:
-            raise exc from error
+        if version is ProtocolVersion.AMQP_0_10:
+            raise ValueError(f"the server speaks AMQP 0-10 only: {USE_0_10}") from error
+        protocol = client_protocol(version, "the server's answer")
         logger.info(
             "%s refused AMQP %s and offers %s: trying %s",
             self.params.address,
@@ -110,3 +120,8 @@ class ProtocolFallback:
         self.tried.append(version)
         self.params = attrs.evolve(self.params, protocol=protocol)
         return True
+
+
+def wants_0_10(protocol: str | ProtocolVersion | None) -> bool:
+    """Whether a ``connect(protocol=...)`` argument asks for 0-10 (checked like any other)."""
+    return protocol is not None and client_protocol(protocol) == "0-10"

@@ -831,10 +831,20 @@ class Session:
         if isinstance(command, MessageSetFlowMode):
             flow.mode = command.flow_mode or 0
             flow.zero()
+            self._forget_window(destination)
         elif isinstance(command, MessageFlow):
             flow.add(command.unit or 0, command.value)
         elif isinstance(command, MessageStop):
             flow.zero()
+            self._forget_window(destination)
+
+    def _forget_window(self, destination: str) -> None:
+        """After ``stop`` (or a new flow mode) the completion of transfers sent before it no
+        longer moves the window (qpidd; ``test_window_stop`` in qpid's suite)."""
+        window = self._window_sent
+        if window:
+            for n in [n for n, sent in window.items() if sent[0] == destination]:
+                del window[n]
 
     def _on_result(self, command: ExecutionResult) -> ResultReceived:
         request = None

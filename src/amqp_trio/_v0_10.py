@@ -1,0 +1,490 @@
+"""AMQP 0-10 over Trio: :func:`connect_0_10`, :class:`Connection010`, :class:`Session010` and
+:class:`Subscription010`, thin over :mod:`amqp_sansio.v0_10.client`.
+
+A reader task feeds what arrives to the core and routes its events (and runs the heartbeat
+timer); a writer task writes whatever the core queued, woken by every call. A call queues its
+command and registers its :class:`~amqp_sansio.v0_10.client.Pending` in one synchronous step,
+then waits on a Trio event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import uuid
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Final, final
+
+import trio
+
+from amqp_sansio.client import (
+    DEFAULT_URL,
+    ConnectionParameters,
+    ConnectionTimeoutError,
+    connection_parameters,
+)
+from amqp_sansio.v0_10 import (
+    ExchangeBind,
+    ExchangeBound,
+    ExchangeBoundResult,
+    ExchangeDeclare,
+    ExchangeDelete,
+    ExchangeQuery,
+    ExchangeQueryResult,
+    ExchangeUnbind,
+    QueueDeclare,
+    QueueDelete,
+    QueuePurge,
+    QueueQuery,
+    QueueQueryResult,
+    TxCommit,
+    TxRollback,
+    TxSelect,
+)
+from amqp_sansio.v0_10.client import (
+    DEFAULT_PREFETCH,
+    ClientCore,
+    ClientSession,
+    FlowModeName,
+    Message,
+    Pending,
+    Properties,
+    SubscriptionCore,
+)
+
+if TYPE_CHECKING:
+    import ssl
+    from collections.abc import AsyncIterator
+
+    from amqp_sansio.v0_10 import Command, Map, Struct
+
+__all__ = ["Connection010", "Session010", "Subscription010", "connect_0_10"]
+
+_NO_PROPERTIES: Final = Properties()
+_READ: Final = 65536
+
+
+def _pending() -> tuple[Pending, trio.Event]:
+    event = trio.Event()
+    return Pending(event.set), event
+
+
+@final
+class Connection010:
+    """An AMQP 0-10 connection (from :func:`connect_0_10`): open sessions with
+    :meth:`session`."""
+
+    def __init__(self, params: ConnectionParameters, stream: trio.abc.Stream) -> None:
+        self.params: Final = params
+        self._stream = stream
+        self._wake = trio.Event()
+        self._core = ClientCore(params, wake=self._wake_writer)
+
+    def __repr__(self) -> str:
+        return f"<amqp_trio.Connection010 {self.params.address} closed={self.is_closed}>"
+
+    @property
+    def is_closed(self) -> bool:
+        return self._core.error is not None
+
+    @property
+    def heartbeat(self) -> int:
+        """The negotiated heartbeat interval (0: none)."""
+        return self._core.conn.heartbeat
+
+    @property
+    def max_frame_size(self) -> int:
+        return self._core.conn.max_frame_size
+
+    @property
+    def server_properties(self) -> Map:
+        info = self._core.open_info
+        return {} if info is None else dict(info.server_properties)
+
+    def _wake_writer(self) -> None:
+        self._wake.set()
+
+    async def _wait(self, pending: Pending, event: trio.Event) -> Struct | None:
+        self._wake.set()
+        await event.wait()
+        return pending.outcome()
+
+    async def _run_reader(self) -> None:
+        core = self._core
+        conn = core.conn
+        while core.error is None:
+            deadline = conn.next_deadline()
+            with trio.move_on_at(math.inf if deadline is None else deadline):
+                try:
+                    data = await self._stream.receive_some(_READ)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    data = b""
+                core.receive_data(data)
+                core.process()
+                self._wake.set()
+                if not data:
+                    core.closed.finish()
+                    return
+                continue
+            conn.handle_timer(trio.current_time())
+            core.process()
+            self._wake.set()
+
+    async def _run_writer(self) -> None:
+        conn = self._core.conn
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            try:
+                for buffer in conn.buffers_to_send():
+                    await self._stream.send_all(buffer)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+
+    async def open_session(self, name: str | None = None) -> Session010:
+        """Attach a session (named *name*, default a random one)."""
+        core = self._core.attach(name or f"amqp_trio.{uuid.uuid4()}")
+        core.attached, event = _pending()
+        await self._wait(core.attached, event)
+        return Session010(self, core)
+
+    @asynccontextmanager
+    async def session(self, name: str | None = None) -> AsyncIterator[Session010]:
+        """A session for the duration of an ``async with`` block (closed at its end)."""
+        session = await self.open_session(name)
+        try:
+            yield session
+        finally:
+            with trio.CancelScope(shield=True):
+                await session.close()
+
+    async def aclose(self) -> None:
+        """Close the connection (``connection.close``) and wait for ``close-ok``."""
+        core = self._core
+        if core.error is None:
+            core.closed, event = _pending()
+            core.close()
+            self._wake.set()
+            with trio.move_on_after(self.params.connection_timeout):
+                await event.wait()
+
+
+@final
+class Session010:
+    """An attached 0-10 session: declare, bind, query and delete (results are return values;
+    an ``execution.exception`` raises its typed :class:`~amqp_sansio.v0_10.client.ExecutionError`
+    and ends the session), transfer, subscribe, transactions, :meth:`sync` and :meth:`close`."""
+
+    def __init__(self, conn: Connection010, core: ClientSession) -> None:
+        self._conn = conn
+        self._core = core
+
+    def __repr__(self) -> str:
+        return f"<amqp_trio.Session010 {self.name!r}>"
+
+    @property
+    def name(self) -> bytes:
+        return self._core.name
+
+    @property
+    def connection(self) -> Connection010:
+        return self._conn
+
+    async def execute(
+        self,
+        command: Command,
+        *,
+        headers: tuple[Struct, ...] | None = None,
+        body: bytes | None = None,
+    ) -> Struct | None:
+        """Send any command with the sync bit; return its result (None without one)."""
+        pending, event = _pending()
+        self._core.execute(command, pending, headers=headers, body=body)
+        return await self._conn._wait(pending, event)
+
+    async def sync(self) -> None:
+        """``execution.sync``: returns once every earlier command is complete."""
+        pending, event = _pending()
+        self._core.sync(pending)
+        await self._conn._wait(pending, event)
+
+    async def exchange_declare(
+        self,
+        exchange: str,
+        type: str = "direct",
+        *,
+        alternate_exchange: str | None = None,
+        passive: bool = False,
+        durable: bool = False,
+        auto_delete: bool = False,
+        arguments: Map | None = None,
+    ) -> None:
+        await self.execute(
+            ExchangeDeclare(
+                exchange=exchange,
+                type=type,
+                alternate_exchange=alternate_exchange,
+                passive=passive,
+                durable=durable,
+                auto_delete=auto_delete,
+                arguments=arguments,
+            )
+        )
+
+    async def exchange_delete(self, exchange: str, *, if_unused: bool = False) -> None:
+        await self.execute(ExchangeDelete(exchange=exchange, if_unused=if_unused))
+
+    async def exchange_query(self, name: str) -> ExchangeQueryResult:
+        result = await self.execute(ExchangeQuery(name=name))
+        assert isinstance(result, ExchangeQueryResult)
+        return result
+
+    async def exchange_bind(
+        self, queue: str, exchange: str, binding_key: str = "", arguments: Map | None = None
+    ) -> None:
+        await self.execute(
+            ExchangeBind(
+                queue=queue, exchange=exchange, binding_key=binding_key, arguments=arguments
+            )
+        )
+
+    async def exchange_unbind(self, queue: str, exchange: str, binding_key: str = "") -> None:
+        await self.execute(ExchangeUnbind(queue=queue, exchange=exchange, binding_key=binding_key))
+
+    async def exchange_bound(
+        self,
+        exchange: str = "",
+        queue: str | None = None,
+        binding_key: str | None = None,
+        arguments: Map | None = None,
+    ) -> ExchangeBoundResult:
+        result = await self.execute(
+            ExchangeBound(
+                exchange=exchange, queue=queue, binding_key=binding_key, arguments=arguments
+            )
+        )
+        assert isinstance(result, ExchangeBoundResult)
+        return result
+
+    async def queue_declare(
+        self,
+        queue: str,
+        *,
+        alternate_exchange: str | None = None,
+        passive: bool = False,
+        durable: bool = False,
+        exclusive: bool = False,
+        auto_delete: bool = False,
+        arguments: Map | None = None,
+    ) -> None:
+        await self.execute(
+            QueueDeclare(
+                queue=queue,
+                alternate_exchange=alternate_exchange,
+                passive=passive,
+                durable=durable,
+                exclusive=exclusive,
+                auto_delete=auto_delete,
+                arguments=arguments,
+            )
+        )
+
+    async def queue_delete(
+        self, queue: str, *, if_unused: bool = False, if_empty: bool = False
+    ) -> None:
+        await self.execute(QueueDelete(queue=queue, if_unused=if_unused, if_empty=if_empty))
+
+    async def queue_purge(self, queue: str) -> None:
+        await self.execute(QueuePurge(queue=queue))
+
+    async def queue_query(self, queue: str) -> QueueQueryResult:
+        result = await self.execute(QueueQuery(queue=queue))
+        assert isinstance(result, QueueQueryResult)
+        return result
+
+    async def transfer(
+        self,
+        destination: str,
+        body: bytes,
+        *,
+        routing_key: str = "",
+        properties: Properties = _NO_PROPERTIES,
+        sync: bool = True,
+    ) -> None:
+        """``message.transfer`` to exchange *destination* (``""``: the default exchange).
+
+        With *sync* (the default) it returns once the broker completed it (it was routed and
+        enqueued: 0-10's publisher confirm); else it returns at once.
+        """
+        headers = properties.header_segment(routing_key, len(body))
+        if not sync:
+            self._core.transfer(destination, body, headers, None)
+            self._conn._wake.set()
+            await trio.lowlevel.checkpoint()
+            return
+        pending, event = _pending()
+        self._core.transfer(destination, body, headers, pending)
+        await self._conn._wait(pending, event)
+
+    async def subscribe(
+        self,
+        queue: str,
+        *,
+        destination: str | None = None,
+        accept: bool = True,
+        acquire: bool = True,
+        exclusive: bool = False,
+        arguments: Map | None = None,
+        prefetch: int = DEFAULT_PREFETCH,
+        flow_mode: FlowModeName = "credit",
+    ) -> Subscription010:
+        """``message.subscribe`` to *queue* with *prefetch* messages of credit (granted back
+        as they are taken); iterate the returned :class:`Subscription010`. *accept* False:
+        accept mode none (no settling); *acquire* False: browse (acquire mode not-acquired)."""
+        pending, event = _pending()
+        sub = self._core.subscribe(
+            queue,
+            destination or f"amqp_trio.{uuid.uuid4().hex[:12]}",
+            pending,
+            accept=accept,
+            acquire=acquire,
+            exclusive=exclusive,
+            arguments=arguments,
+            prefetch=prefetch,
+            flow_mode=flow_mode,
+        )
+        result = Subscription010(self, sub)
+        await self._conn._wait(pending, event)
+        return result
+
+    async def tx_select(self) -> None:
+        await self.execute(TxSelect())
+
+    async def tx_commit(self) -> None:
+        await self.execute(TxCommit())
+
+    async def tx_rollback(self) -> None:
+        await self.execute(TxRollback())
+
+    async def close(self) -> None:
+        """Detach the session (after syncing, when it is usable)."""
+        core = self._core
+        if core.error is None and self._conn._core.error is None:
+            with contextlib.suppress(Exception):
+                await self.sync()
+        core.detached, event = _pending()
+        self._conn._core.detach(core)
+        self._conn._wake.set()
+        with trio.move_on_after(self._conn.params.connection_timeout):
+            await event.wait()
+
+
+@final
+class Subscription010:
+    """A subscription's messages: ``async for message in subscription`` (ends after
+    :meth:`cancel`; raises why the session ended), or :meth:`get`."""
+
+    def __init__(self, session: Session010, core: SubscriptionCore) -> None:
+        self._session = session
+        self._core = core
+        self._event = trio.Event()
+        core.notify = self._notify
+
+    def _notify(self) -> None:
+        self._event.set()
+
+    @property
+    def destination(self) -> str:
+        return self._core.destination
+
+    @property
+    def queue(self) -> str:
+        return self._core.queue
+
+    async def get(self) -> Message | None:
+        """The next message; None once the subscription was cancelled."""
+        core = self._core
+        while True:
+            message = core.take()
+            if message is not None:
+                self._session._conn._wake.set()
+                await trio.lowlevel.checkpoint()
+                return message
+            if core.error is not None:
+                raise core.error
+            if core.cancelled:
+                return None
+            self._event = trio.Event()
+            await self._event.wait()
+
+    def __aiter__(self) -> AsyncIterator[Message]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Message]:
+        while (message := await self.get()) is not None:
+            yield message
+
+    async def cancel(self) -> None:
+        """``message.cancel``; messages already buffered are still handed out."""
+        if self._core.finished:
+            return
+        pending, event = _pending()
+        self._session._core.cancel(self._core, pending)
+        await self._session._conn._wait(pending, event)
+
+
+@asynccontextmanager
+async def connect_0_10(
+    url_or_params: str | ConnectionParameters = DEFAULT_URL,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    connection_name: str | None = None,
+) -> AsyncIterator[Connection010]:
+    """Open an AMQP 0-10 connection for the duration of an ``async with`` block (as
+    :func:`connect` does for 0-9-1: the same URLs and parameters)."""
+    params = connection_parameters(url_or_params, connection_name)
+    context = ssl_context
+    if context is None and params.tls:
+        context = params.ssl_context()
+    try:
+        with trio.fail_after(params.connection_timeout):
+            stream: trio.abc.Stream
+            if context is not None:
+                stream = await trio.open_ssl_over_tcp_stream(
+                    params.host,
+                    params.port,
+                    ssl_context=context,
+                    https_compatible=False,
+                )
+            else:
+                stream = await trio.open_tcp_stream(params.host, params.port)
+    except trio.TooSlowError:
+        raise ConnectionTimeoutError(
+            f"could not connect to {params.address} within {params.connection_timeout} s"
+        ) from None
+    conn = Connection010(params, stream)
+    failure: BaseException | None = None
+    async with stream, trio.open_nursery() as nursery:
+        nursery.start_soon(conn._run_writer)
+        nursery.start_soon(conn._run_reader)
+        try:
+            conn._core.opened, opened = _pending()
+            conn._wake.set()
+            with trio.move_on_after(params.connection_timeout) as scope:
+                await opened.wait()
+            if scope.cancelled_caught:
+                raise ConnectionTimeoutError(
+                    f"could not connect to {params.address} within {params.connection_timeout} s"
+                )
+            conn._core.opened.outcome()
+            yield conn
+        except BaseException as exc:
+            # re-raised outside the nursery: the caller sees the body's own exception, not
+            # an ExceptionGroup around it
+            failure = exc
+        finally:
+            with trio.CancelScope(shield=True):
+                await conn.aclose()
+            nursery.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
