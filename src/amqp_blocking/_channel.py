@@ -12,10 +12,13 @@ from typing import TYPE_CHECKING, Final, final
 import attrs
 
 from amqp_sansio import (
+    BasicAck,
     BasicConsume,
     BasicGet,
+    BasicNack,
     BasicProperties,
     BasicPublish,
+    BasicReject,
     MessageReceived,
     client,
 )
@@ -57,12 +60,9 @@ class Message(_BaseMessage):
     epoch: int = attrs.field(default=0, eq=False)
     _epoch_cell: Epoch | None = attrs.field(default=None, repr=False, eq=False, alias="epoch_cell")
 
-    def _channel_object(self) -> Channel | None:
+    def _channel_object(self) -> Channel:
         if self._owner is None:
             raise RuntimeError("this message was not received on a channel")
-        cell = self._epoch_cell
-        if cell is not None and not cell.allows(self.delivery_tag, self.epoch):
-            return None  # from a lost connection: never sent with a stale tag
         return self._owner
 
     def ack(self, *, multiple: bool = False) -> None:
@@ -71,21 +71,21 @@ class Message(_BaseMessage):
         :raises StaleDeliveryError: it came on a connection since lost (recovery), and the
             policy raises for those (it is never sent: the broker redelivers it).
         """
-        owner = self._channel_object()
-        if owner is not None:
-            owner.basic_ack(self.delivery_tag, multiple=multiple)
+        self._channel_object()._settle(
+            BasicAck(delivery_tag=self.delivery_tag, multiple=multiple), self
+        )
 
     def nack(self, *, multiple: bool = False, requeue: bool = True) -> None:
         """Refuse this message (and, with *multiple*, every earlier one)."""
-        owner = self._channel_object()
-        if owner is not None:
-            owner.basic_nack(self.delivery_tag, multiple=multiple, requeue=requeue)
+        self._channel_object()._settle(
+            BasicNack(delivery_tag=self.delivery_tag, multiple=multiple, requeue=requeue), self
+        )
 
     def reject(self, *, requeue: bool = True) -> None:
         """Refuse this message."""
-        owner = self._channel_object()
-        if owner is not None:
-            owner.basic_reject(self.delivery_tag, requeue=requeue)
+        self._channel_object()._settle(
+            BasicReject(delivery_tag=self.delivery_tag, requeue=requeue), self
+        )
 
 
 @final
@@ -214,21 +214,31 @@ class Channel(ChannelMethods):
             receiving.got(reply)
         return reply
 
-    def _send_no_reply(self, method: Method) -> None:
+    def _send_no_reply(self, method: Method, message: Message | None = None) -> None:
         telemetry = self._connection._telemetry
         settling = None if telemetry is None else telemetry.settle(self._number, method)
         if settling is None:
-            self._send_no_reply_now(method)
+            self._send_no_reply_now(method, message)
         else:
             with settling:
-                self._send_no_reply_now(method)
+                self._send_no_reply_now(method, message)
 
-    def _send_no_reply_now(self, method: Method) -> None:
+    def _send_no_reply_now(self, method: Method, message: Message | None) -> None:
         conn = self._connection
         with conn._lock:
             self._check_locked()
+            if message is not None:
+                # A settle of *message*: checked under the lock once any recovery is over, so
+                # a tag of a connection since lost never slips through.
+                cell = message._epoch_cell
+                if cell is not None and not cell.allows(message.delivery_tag, message.epoch):
+                    return  # stale, and the policy ignores those
             conn._core.send_method(self._number, conn._core.protocol.adapt(method))
             conn._flush_locked()
+
+    def _settle(self, method: Method, message: Message) -> None:
+        """Send a settle of *message*, unless it came on a connection since lost."""
+        self._send_no_reply(method, message)
 
     def _check_open(self) -> None:
         with self._connection._lock:

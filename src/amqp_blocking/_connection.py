@@ -784,6 +784,8 @@ class Connection:
             self._suspend_pending = True
             self._recovering = True
             self._lost_books = self._book.suspended
+            # Deliveries of this connection can no longer be settled, from now on.
+            self._epoch.current += 1
             with contextlib.suppress(OSError):
                 self._sock.close()
             return
@@ -863,7 +865,6 @@ class Connection:
             self._out.clear()
             self._send_error = None
             self._lost_books = suspended
-            self._epoch.current += 1
             self._state = RecoveryState.RECOVERING
             self._recovering = True
             self._suspend_pending = False
