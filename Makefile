@@ -29,6 +29,7 @@ gencheck: $(STAMP)
 	$(BIN)/python tools/gen_state_docs.py --check
 	$(BIN)/python tools/gen_channels.py --check
 	$(BIN)/python tools/gen_spec_coverage.py --check
+	$(BIN)/python tools/gen_api_docs.py --check
 
 # Node's amqplib drives the embedded broker in tests/amqp_broker/test_clients.py.
 NODE_PEER := tests/amqp_broker/node/node_modules/.installed

@@ -13,7 +13,8 @@ Markers say what else a test needs: ``rabbitmq`` (a broker at ``AMQP_URL``; adde
 test that uses ``rabbitmq_url``), ``spark`` (PySpark and Java; every test of ``amqp_spark``) and
 ``node`` (Node.js with amqplib). ``make test`` also runs everything without them on Python 3.12
 and 3.13 (``AMQP_SANSIO_TESTS=portable``, where PySpark is not installed, so the Spark test
-modules are not even collected).
+modules are not even collected, nor the API reference's, which needs Sphinx and imports every
+package).
 """
 
 from __future__ import annotations
@@ -85,8 +86,9 @@ def amqp_url(request: pytest.FixtureRequest) -> str:
 _SPARK_MODULES: Final = ("amqp_spark/*", "project/test_bench_spark.py")
 
 #: Test modules the portable runs leave to the main run: qpid-python's conformance suites
-#: (Python 2.7 drives them; about 100 s, run once in ``make test``).
-_MAIN_RUN_ONLY: Final = ("amqp_broker/test_qpid_suites.py",)
+#: (Python 2.7 drives them; about 100 s, run once in ``make test``), and the API reference's,
+#: which needs Sphinx and imports every package (PySpark too).
+_MAIN_RUN_ONLY: Final = ("amqp_broker/test_qpid_suites.py", "project/test_api_docs.py")
 
 if os.environ.get("AMQP_SANSIO_TESTS") == "portable":
     collect_ignore_glob = [*_SPARK_MODULES, *_MAIN_RUN_ONLY]

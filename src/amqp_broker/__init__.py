@@ -6,7 +6,8 @@ Built for tests and demos that must run without RabbitMQ: ``amqp-broker`` (:func
 :class:`BrokerThread` runs one in a thread of its own and :meth:`~BrokerThread.snapshot` (or
 :func:`inspect`) says what it holds (:class:`BrokerSnapshot`). :class:`Broker` is the sans-IO
 model and :class:`Session` turns one server-role core's events into model calls, so both are
-testable without sockets.
+testable without sockets; :func:`memory_pair` puts the model behind an
+``amqp_sansio.testing.ConnectionPair``.
 :class:`BrokerOptions` holds the limits, timeouts and flow control (RabbitMQ's defaults), and
 :class:`User`/:class:`Permission` the users and what they may do. :func:`memory_server` is a
 server factory for ``amqp_sansio.testing`` (``MemoryConnection``, ``fault_sweep``).
@@ -18,7 +19,7 @@ from ._broker import Broker
 from ._channel import DeliverySink, GetResult, ModelChannel, ModelConnection, PublishOutcome
 from ._cli import load_config, main
 from ._errors import BrokerError
-from ._inmemory import MemoryServer, MemoryServerSide, memory_server
+from ._inmemory import MemoryServer, MemoryServerSide, memory_pair, memory_server
 from ._inspect import (
     BindingSnapshot,
     BrokerSnapshot,
@@ -72,6 +73,7 @@ __all__ = [
     "load_config",
     "main",
     "make_broker",
+    "memory_pair",
     "memory_server",
     "run_in_thread",
     "running",

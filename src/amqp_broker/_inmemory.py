@@ -1,5 +1,6 @@
 """The broker as a server factory for ``amqp_sansio.testing``: each call gives the server side of
-one more connection to the same in-memory model, with no sockets and no clock of its own.
+one more connection to the same in-memory model, with no sockets and no clock of its own; and
+:func:`memory_pair`, a ``ConnectionPair`` whose server is that model.
 
 ``amqp_sansio.testing.fault_sweep`` and ``MemoryConnection`` take any such factory, so the core
 never imports the broker.
@@ -10,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, final
 
 from amqp_sansio import Connection, ConnectionConfig, Role
+from amqp_sansio.testing import ConnectionPair
 
 from ._broker import Broker
 from ._session import Session
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
     from ._options import BrokerOptions
     from ._permissions import User
 
-__all__ = ["MemoryServer", "MemoryServerSide", "memory_server"]
+__all__ = ["MemoryServer", "MemoryServerSide", "memory_pair", "memory_server"]
 
 
 @final
@@ -119,3 +121,27 @@ def memory_server(
         client = MemoryConnection(memory_server())
     """
     return MemoryServer(options=options, users=users, config=config)
+
+
+def memory_pair(
+    client_config: ConnectionConfig | None = None,
+    *,
+    server: MemoryServer | None = None,
+    byte_at_a_time: bool = False,
+) -> ConnectionPair:
+    """A :class:`~amqp_sansio.testing.ConnectionPair` whose server is the embedded broker's
+    model: the client core's octets reach a :class:`Session` on *server*'s broker (a new
+    :func:`memory_server` by default), which answers each event as the broker on a socket would
+    (RabbitMQ's behaviours; users guest/guest), and nothing moves until
+    :meth:`~amqp_sansio.testing.ConnectionPair.transfer` says so. No sockets, no threads, no
+    Trio::
+
+        pair = amqp_broker.memory_pair()
+        pair.handshake()                 # through the broker's login
+        channel = pair.open_channel()
+
+    Pairs on the same *server* are connections to one broker (a publisher and a consumer);
+    ``server.clock.now`` moves its time, ``server.broker`` is the model.
+    """
+    side = (memory_server() if server is None else server)()
+    return ConnectionPair(client_config, byte_at_a_time=byte_at_a_time, server_side=side)

@@ -400,6 +400,7 @@ class MessageCompleted:
     channel: int
 
 
+#: Every event :meth:`Connection.next_event` may return (besides ``NEED_DATA``).
 Event: TypeAlias = (
     ConnectionOpened
     | ConnectionRedirected

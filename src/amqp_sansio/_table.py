@@ -194,6 +194,7 @@ class Timestamp:
     value: int
 
 
+#: A value sent with a field type chosen by the caller rather than inferred from the Python type.
 TypedValue: TypeAlias = (
     Int8
     | UInt8
@@ -209,10 +210,14 @@ TypedValue: TypeAlias = (
 )
 
 # Union[] because "|" can't join the forward references at run time.
+#: What a field table may hold: each Python type maps to one field type (RabbitMQ's dialect),
+#: a :data:`TypedValue` chooses another.
 FieldValue: TypeAlias = Union[
     bool, int, float, str, bytes, Decimal, datetime, "FieldTable", "FieldArray", TypedValue, None
 ]
+#: A field table (``arguments``, ``headers``, client and server properties).
 FieldTable: TypeAlias = dict[str, FieldValue]
+#: A field array (``A``), a value inside a field table.
 FieldArray: TypeAlias = list[FieldValue]
 
 

@@ -9,17 +9,21 @@ import pytest
 
 from amqp_sansio import (
     NEED_DATA,
+    AuthenticationRequested,
     BasicDeliver,
     BasicProperties,
     BasicPublish,
     ChannelOpen,
     ChannelOpened,
     Connection,
+    ConnectionConfig,
     ConnectionLost,
     ConnectionState,
+    Event,
     MessageReceived,
     MethodReceived,
     QueueDeclare,
+    RemoteProtocolError,
     Role,
 )
 from amqp_sansio.framing import ContentBodyFrame, ContentHeaderFrame, MethodFrame
@@ -107,6 +111,37 @@ def test_transfer_with_nothing_queued_moves_nothing() -> None:
     assert pair.transfer(pair.client) == []
     assert pair.open_channel() == 1  # the link still works both ways
     assert pair.client.state is pair.server.state is ConnectionState.OPEN
+
+
+def test_a_server_side_brings_its_own_core() -> None:
+    core = Connection(Role.SERVER)
+
+    class Refuser:
+        """A server application that refuses every login."""
+
+        def __init__(self) -> None:
+            self.core = core
+            self.lost_calls = 0
+
+        def handle(self, event: Event, /) -> None:
+            if isinstance(event, AuthenticationRequested):
+                self.core.refuse_authentication("no")
+
+        def protocol_error(self, error: RemoteProtocolError, /) -> None:
+            raise AssertionError(error)
+
+        def flush(self) -> None:
+            pass
+
+        def lost(self) -> None:
+            self.lost_calls += 1
+
+    with pytest.raises(ValueError, match="server_config"):
+        ConnectionPair(server_config=ConnectionConfig(), server_side=Refuser())
+    pair = ConnectionPair(server_side=Refuser())
+    assert pair.server is core
+    with pytest.raises(AssertionError, match="reply_code=403"):
+        pair.handshake()
 
 
 def test_end_of_stream_is_explicit() -> None:

@@ -7,15 +7,13 @@ against every broker in ``amqp_url`` (RabbitMQ and the embedded one) by swapping
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+
+import pytest
 
 from amqp_sansio import ChannelFlow
 from amqp_sansio.framing import MethodFrame
 from amqp_sansio.testing import ConnectionPair, feed, parse_frames
 from tests.support import ROOT
-
-if TYPE_CHECKING:
-    import pytest
 
 _LOCAL_URL = "amqp://guest:guest@127.0.0.1:5672/"
 
@@ -105,3 +103,48 @@ def test_the_list_of_what_the_core_answers_by_itself_matches_the_wire() -> None:
         if line.startswith("| `await next_event()`")
     )
     assert answered <= set(re.findall(r"`((?:connection|channel)\.[a-z-]+)`", trio_row))
+
+
+# --- docs/rpc.md ------------------------------------------------------------------------------
+
+
+def test_rpc_page_has_one_program_per_adapter() -> None:
+    found = snippets("rpc.md")
+    assert [s.count("import amqp_") for s in found] == [1, 1, 1]
+    for snippet, adapter in zip(found, ["amqp_trio", "amqp_asyncio", "amqp_blocking"], strict=True):
+        assert f"import {adapter}\n" in snippet
+        assert "amq.rabbitmq.reply-to" in snippet
+        assert "replies.get(timeout=10)" in snippet
+
+
+@pytest.mark.parametrize("index", [0, 1, 2], ids=["trio", "asyncio", "blocking"])
+def test_rpc_over_direct_reply_to(
+    index: int, amqp_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run("rpc.md", index, amqp_url)
+    assert capsys.readouterr().out == "HELLO\nWORLD\n"
+
+
+# --- docs/shutdown.md -------------------------------------------------------------------------
+
+
+def test_shutdown_page_has_one_program_per_adapter() -> None:
+    found = snippets("shutdown.md")
+    for snippet, adapter in zip(found, ["amqp_trio", "amqp_asyncio", "amqp_blocking"], strict=True):
+        assert f"import {adapter}\n" in snippet
+        assert "signal.raise_signal" in snippet
+
+
+@pytest.mark.parametrize("index", [0, 1, 2], ids=["trio", "asyncio", "blocking"])
+def test_shutdown_on_a_signal_requeues_what_was_not_acked(
+    index: int, amqp_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run("shutdown.md", index, amqp_url)
+    lines = capsys.readouterr().out.splitlines()
+    page = (ROOT / "docs" / "shutdown.md").read_text()
+    printed = page.split("It prints:\n\n```text\n", 1)[1].split("```", 1)[0].splitlines()
+    if index == 0:
+        assert lines == printed  # the output the page shows is the Trio program's
+    jobs = [line for line in lines if line.startswith(("done", "left"))]
+    assert jobs == [line for line in printed if line.startswith(("done", "left"))]
+    assert any(line.startswith("stopped") for line in lines)

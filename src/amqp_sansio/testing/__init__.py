@@ -19,6 +19,7 @@ import random
 from typing import TYPE_CHECKING, final
 
 from .._connection import Connection, ConnectionConfig
+from .._errors import RemoteProtocolError
 from .._events import (
     NEED_DATA,
     AuthenticationRequested,
@@ -186,6 +187,11 @@ class ConnectionPair:
 
     Nothing moves by itself: :meth:`transfer` moves what one side has queued to the other
     and returns the events the receiver produced, so a test sees every step.
+
+    With *server_side* an application answers for the server (the embedded broker, through
+    ``amqp_broker.memory_pair()``): every event of the server core goes to
+    ``server_side.handle()`` as it arrives, :meth:`handshake` leaves the credentials to it,
+    and :attr:`server` is ``server_side.core``.
     """
 
     def __init__(
@@ -194,9 +200,15 @@ class ConnectionPair:
         server_config: ConnectionConfig | None = None,
         *,
         byte_at_a_time: bool = False,
+        server_side: ServerSide | None = None,
     ) -> None:
+        if server_side is not None and server_config is not None:
+            raise ValueError("server_config is for a bare server core: server_side brings its own")
         self.client = Connection(Role.CLIENT, client_config)
-        self.server = Connection(Role.SERVER, server_config)
+        self.server_side = server_side
+        self.server = (
+            Connection(Role.SERVER, server_config) if server_side is None else server_side.core
+        )
         self.byte_at_a_time = byte_at_a_time
 
     def peer(self, conn: Connection) -> Connection:
@@ -209,10 +221,36 @@ class ConnectionPair:
         With nothing queued this moves nothing and returns ``[]`` (the peer is not told the
         link closed: that is :meth:`end_of_stream`), so calling it "just in case" is safe.
         """
+        side = self.server_side
+        if side is not None and sender is self.server:
+            side.flush()
         data = sender.data_to_send()
         if not data:
             return []
-        return feed(self.peer(sender), data, byte_at_a_time=self.byte_at_a_time)
+        if side is None or sender is self.server:
+            return feed(self.peer(sender), data, byte_at_a_time=self.byte_at_a_time)
+        return self._serve(data)
+
+    def _serve(self, data: bytes) -> list[Event]:
+        """Give the client's *data* to the server side, which acts on each event."""
+        side = self.server_side
+        assert side is not None
+        core = side.core
+        pieces = [data[i : i + 1] for i in range(len(data))] if self.byte_at_a_time else [data]
+        events: list[Event] = []
+        for piece in pieces:
+            core.receive_data(piece)
+            while True:
+                try:
+                    event = core.next_event()
+                except RemoteProtocolError as exc:
+                    side.protocol_error(exc)
+                    return events
+                if event is NEED_DATA:
+                    break
+                events.append(event)
+                side.handle(event)
+        return events
 
     def end_of_stream(self, sender: Connection) -> list[Event]:
         """Close *sender*'s side of the link: its peer receives the end of the stream (``b""``,
@@ -223,6 +261,8 @@ class ConnectionPair:
         ``RuntimeError``, as for a closed socket.
         """
         events = self.transfer(sender)
+        if self.server_side is not None and sender is self.client:
+            return events + self._serve(b"")
         return events + feed(self.peer(sender), b"")
 
     def open_channel(self) -> int:
@@ -241,9 +281,13 @@ class ConnectionPair:
         return channel
 
     def handshake(self) -> tuple[list[Event], list[Event]]:
-        """Run the handshake to open-ok, the server accepting any credentials and virtual host.
+        """Run the handshake to open-ok, the server accepting any credentials and virtual host
+        (with a *server_side*, as it decides).
 
         Returns the client's and the server's events.
+
+        :raises AssertionError: the handshake did not finish (a refused login: the events
+            in the message say why).
         """
         client_events: list[Event] = []
         server_events: list[Event] = []
@@ -251,6 +295,8 @@ class ConnectionPair:
             moved = self.transfer(self.client)
             while moved:
                 server_events += moved
+                if self.server_side is not None:
+                    break  # it answered each event already
                 for event in moved:
                     if isinstance(event, AuthenticationRequested):
                         self.server.accept_authentication()
