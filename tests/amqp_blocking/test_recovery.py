@@ -6,6 +6,7 @@ a delivery of the lost connection cannot be settled on the new one."""
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -14,7 +15,6 @@ from amqp_blocking import (
     ConnectionLostError,
     Recovered,
     RecoveryAttempt,
-    RecoveryEvent,
     RecoveryLost,
     RecoveryPolicy,
     RecoveryState,
@@ -22,6 +22,9 @@ from amqp_blocking import (
 )
 
 from ..support.restartable import restartable_broker
+
+if TYPE_CHECKING:
+    from amqp_sansio.client import RecoveryEvent
 
 POLICY = RecoveryPolicy(initial_delay=0.1, multiplier=1, jitter=0, max_duration=60)
 WAIT = 30.0

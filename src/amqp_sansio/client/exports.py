@@ -51,7 +51,6 @@ from ._params import ConnectionParameters
 from ._recovery import (
     Recovered,
     RecoveryAttempt,
-    RecoveryEvent,
     RecoveryGaveUp,
     RecoveryLost,
     RecoveryPolicy,
@@ -91,7 +90,6 @@ __all__ = [
     "PublishOutcomeUnknownError",
     "Recovered",
     "RecoveryAttempt",
-    "RecoveryEvent",
     "RecoveryGaveUp",
     "RecoveryLost",
     "RecoveryPolicy",
