@@ -90,11 +90,16 @@ _SPARK_MODULES: Final = ("amqp_spark/*", "project/test_bench_spark.py")
 #: which needs Sphinx and imports every package (PySpark too).
 _MAIN_RUN_ONLY: Final = ("amqp_broker/test_qpid_suites.py", "project/test_api_docs.py")
 
+# No time limit per example: Hypothesis's default (200 ms) turns a stall of a loaded machine
+# into a failure, and the project's tests never assert on time.
+hypothesis.settings.register_profile("project", deadline=None)
+hypothesis.settings.load_profile("project")
+
 if os.environ.get("AMQP_SANSIO_TESTS") == "portable":
     collect_ignore_glob = [*_SPARK_MODULES, *_MAIN_RUN_ONLY]
     # The other interpreters run every test, not the search: a few examples each (a test's own
     # @settings still wins where it sets max_examples).
-    hypothesis.settings.register_profile("portable", max_examples=10)
+    hypothesis.settings.register_profile("portable", max_examples=10, deadline=None)
     hypothesis.settings.load_profile("portable")
 
 
