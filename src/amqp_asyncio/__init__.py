@@ -23,7 +23,7 @@ from amqp_sansio.client import exports as _exports
 from amqp_sansio.client.exports import *  # noqa: F403  (the exceptions, ConnectionParameters)
 
 from ._channel import Channel, Consumer, Message, Publisher, PublishTicket
-from ._connection import Connection, connect
+from ._connection import Connection, RecoveryEvents, connect
 from ._v0_10 import Connection010, Session010, Subscription010, connect_0_10
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "Message",
     "PublishTicket",
     "Publisher",
+    "RecoveryEvents",
     "Session010",
     "Subscription010",
     "connect",

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from types import TracebackType
 
+    from amqp_sansio import Connection as CoreConnection
     from amqp_sansio import FieldTable, Method
     from amqp_sansio.client import ChannelBook, Reply
 
@@ -143,6 +144,8 @@ class Publisher(PublisherCounts):
         """
         if len(self._failures) >= self.window:
             self._raise_failures()
+        if self._conn._recovered is not None:
+            await self._conn._wait_recovered(len(body))
         while self._in_flight >= self.window:
             if self._room is None:
                 self._room = asyncio.get_running_loop().create_future()
@@ -348,6 +351,16 @@ class Consumer:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def _forget_unhanded(self) -> None:
+        """The connection was lost: deliveries not handed out yet can no longer be acked, and
+        the broker requeued them (they come again); no_ack ones were settled and stay."""
+        if self.no_ack:
+            return
+        self._buffer.clear()
+        if self._pausing:
+            self._pausing = False
+            self._reading.resume(self)
+
     def _drop_buffer(self) -> None:
         left = len(self._buffer)
         self._buffer.clear()
@@ -369,9 +382,16 @@ class Channel(ChannelMethods):
         self._conn = connection
         self._core = connection._core
         self._book = book
-        #: The channel id.
-        self.number: Final = book.number
+        #: The channel id (on the current connection: a recovered channel may get another).
+        self.number = book.number
         self._flow_resumed: asyncio.Future[None] | None = None
+
+    def _rebind(self, core: CoreConnection, book: ChannelBook) -> None:
+        """The connection was recovered: carry on as channel *book* of its new core."""
+        self._core = core
+        self._book = book
+        self.number = book.number
+        self._flow_resumed = None
 
     def __repr__(self) -> str:
         state = "closed" if self.is_closed else "open"
@@ -407,6 +427,8 @@ class Channel(ChannelMethods):
         return future
 
     async def _call(self, method: Method, consumer: Consumer | None = None) -> Reply:
+        if self._conn._recovered is not None:
+            await self._conn._wait_recovered()
         telemetry = self._conn._telemetry
         if telemetry is not None and type(method) is BasicGet:
             assert isinstance(method, BasicGet)
@@ -435,6 +457,10 @@ class Channel(ChannelMethods):
     def _message(self, event: MessageReceived) -> Message:
         message = Message.from_content(event.channel, event.method, event.properties, event.body)
         message._owner = self
+        conn = self._conn
+        if conn._policy is not None:
+            message.epoch = conn._epoch.current
+            message._epoch_cell = conn._epoch
         return message
 
     def _got_message(self, reply: Reply) -> Message | None:
@@ -519,6 +545,8 @@ class Channel(ChannelMethods):
         :raises MessageReturnedError: confirm mode: a ``mandatory`` publish was unroutable.
         """
         conn = self._conn
+        if conn._recovered is not None:
+            await conn._wait_recovered(len(body))
         if conn._unblocked is not None or self._flow_resumed is not None:
             await self._wait_publishable()
         else:
@@ -592,6 +620,8 @@ class Channel(ChannelMethods):
         arguments: FieldTable | None = None,
         buffer_size: int | None = None,
     ) -> AsyncIterator[Consumer]:
+        if self._conn._recovered is not None:
+            await self._conn._wait_recovered()
         size = client.consumer_buffer_size(buffer_size, self._book.prefetch_count)
         tag = client.consumer_tag(consumer_tag, "amqp-asyncio", self._book.consumers)
         consumer = Consumer(

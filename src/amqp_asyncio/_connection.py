@@ -17,14 +17,18 @@ import contextlib
 import logging
 import socket
 import ssl as ssl_module
+from collections import deque
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final, Literal, final, overload
+
+import attrs
 
 from amqp_sansio import (
     NEED_DATA,
     BlockedByPeer,
     ChannelClosed,
     ChannelFlowChanged,
+    ChannelOpened,
     ConnectionClosed,
     ConnectionLost,
     ConnectionOpened,
@@ -40,14 +44,26 @@ from amqp_sansio import Connection as CoreConnection
 from amqp_sansio.client import (
     DEFAULT_URL,
     AMQPError,
+    ChannelBook,
     ConnectionClosedError,
     ConnectionLostError,
     ConnectionParameters,
     ConnectionTimeoutError,
+    Epoch,
     HeartbeatTimeoutError,
     ProtocolFallback,
     ProtocolVersionRefused,
+    Recovered,
+    RecoveryAttempt,
+    RecoveryEvent,
+    RecoveryGaveUp,
+    RecoveryLost,
+    RecoveryPlan,
+    RecoveryPolicy,
+    RecoveryState,
     Router,
+    TopologyRecoveryError,
+    TopologyRestorer,
     connect_failed,
     connection_parameters,
     connection_telemetry,
@@ -55,7 +71,7 @@ from amqp_sansio.client import (
     wants_0_10,
 )
 
-from ._channel import Channel
+from ._channel import Channel, Consumer
 from ._v0_10 import connect_0_10
 
 if TYPE_CHECKING:
@@ -66,12 +82,12 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
-    from amqp_sansio import Event, FieldTable, ProtocolVersion
+    from amqp_sansio import Event, FieldTable, ProtocolVersion, Topology
     from amqp_sansio.client import Reply, Telemetry
 
     from ._v0_10 import Connection010
 
-__all__ = ["Connection", "connect"]
+__all__ = ["Connection", "RecoveryEvents", "connect"]
 
 logger: Final = logging.getLogger("amqp_asyncio")
 
@@ -89,9 +105,18 @@ class _Protocol(asyncio.Protocol):
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
+        # A recovered connection gets a new transport: the old one's late callbacks are
+        # ignored.
+        self._generation = conn._generation
+
+    def _current(self) -> bool:
+        return self._generation == self._conn._generation
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
+        if not self._current():
+            transport.abort()
+            return
         self._conn._transport = transport
         self._conn._reading.transport = transport
         sock = transport.get_extra_info("socket")
@@ -101,6 +126,8 @@ class _Protocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         conn = self._conn
+        if self._generation != conn._generation:
+            return
         # The read's time: a silent peer is dead two intervals after its last octet.
         conn._core.receive_data(data, conn._loop.time())
         conn._process_events()
@@ -109,16 +136,20 @@ class _Protocol(asyncio.Protocol):
         return False  # close the transport; connection_lost follows
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if not self._current():
+            return
         self._conn._transport_lost(exc)
         if not self._conn._transport_gone.done():
             self._conn._transport_gone.set_result(None)
 
     def pause_writing(self) -> None:
-        self._conn._write_paused = True
+        if self._current():
+            self._conn._write_paused = True
 
     def resume_writing(self) -> None:
-        self._conn._write_paused = False
-        self._conn._wake_drain_waiters()
+        if self._current():
+            self._conn._write_paused = False
+            self._conn._wake_drain_waiters()
 
 
 @final
@@ -159,6 +190,11 @@ class Connection:
     Use it from the loop's thread only. Every call that waits for the broker can be cancelled
     (``asyncio.timeout``, ``TaskGroup`` cancellation): the request is either not sent or its
     late reply is dropped, and the connection stays usable.
+
+    With a :class:`~amqp_sansio.client.RecoveryPolicy` (``connect(..., recovery=...)``), a
+    lost connection is recovered (see :doc:`/recovery`): its channels, publishers and consumer
+    iterators carry on over the new one; :attr:`recovery_state` and :meth:`recovery_events`
+    say what happens.
     """
 
     def __init__(
@@ -166,14 +202,30 @@ class Connection:
         params: ConnectionParameters,
         loop: asyncio.AbstractEventLoop,
         telemetry: Telemetry | None = None,
+        recovery: RecoveryPolicy | None = None,
     ) -> None:
         #: The parameters the connection was made with.
         self.params: Final = params
         # OpenTelemetry hooks (amqp_sansio.client.instrument); None: tracing off.
         self._telemetry: Final = telemetry
         self._loop = loop
+        self._generation = 0
+        self._policy = recovery
+        self._epoch = Epoch("raise" if recovery is None else recovery.stale_settle)
+        self._state = RecoveryState.OPEN
+        self._subscribers: set[RecoveryEvents] = set()
+        #: While recovering: resolved when the connection is back (or recovery gave up).
+        self._recovered: asyncio.Future[None] | None = None
+        self._recovery_task: asyncio.Task[None] | None = None
+        self._restoring: _Restoring | None = None
+        self._waiting_bytes = 0
+        # The lost connection's books (their consumers), for as long as recovery runs.
+        self._lost_books: dict[int, ChannelBook] = {}
         self._core = CoreConnection(Role.CLIENT, params.to_config())
         self._book = Router(self._core, telemetry)
+        if recovery is not None:
+            self._book.recover_on = self._recover_on
+            self._book.reconsume_on_cancel = recovery.reconsume_on_cancel
         self._transport: asyncio.Transport | None = None
         self._opened: asyncio.Future[ConnectionOpened] = loop.create_future()
         self._finished: asyncio.Future[None] = loop.create_future()
@@ -196,6 +248,26 @@ class Connection:
         return f"<amqp_asyncio.Connection {self.params.address} {state}>"
 
     # --- public state -------------------------------------------------------------------------
+
+    @property
+    def recovery_state(self) -> RecoveryState:
+        """``OPEN``, ``RECOVERING`` (lost, reconnecting) or ``CLOSED`` (for good)."""
+        return self._state
+
+    @property
+    def epoch(self) -> int:
+        """0 for the first connection, +1 each time one was lost (deliveries carry theirs)."""
+        return self._epoch.current
+
+    def recovery_events(self) -> RecoveryEvents:
+        """An async iterator over the recovery events from now on (lost, attempt,
+        recovered, gave up); it ends when the connection is closed for good."""
+        events = RecoveryEvents(self)
+        if self._state is RecoveryState.CLOSED:
+            events._close()
+        else:
+            self._subscribers.add(events)
+        return events
 
     @property
     def blocked(self) -> bool:
@@ -265,6 +337,7 @@ class Connection:
 
     async def open_channel(self) -> Channel:
         """Open a channel; close it with :meth:`Channel.aclose`."""
+        await self._wait_recovered()
         self._check_open()
         number = self._core.open_channel()
         waiter: asyncio.Future[Reply] = self._loop.create_future()
@@ -280,7 +353,16 @@ class Connection:
     async def aclose(self) -> None:
         """Close the connection (200) and wait for the broker's close-ok, shielded from
         cancellation and bounded by ``connection_timeout``. Pending calls raise
-        :class:`~amqp_sansio.client.ConnectionClosedError`. Closing twice does nothing."""
+        :class:`~amqp_sansio.client.ConnectionClosedError`. Closing twice does nothing.
+        Closing while recovering stops recovery."""
+        task = self._recovery_task
+        if task is not None and not task.done():
+            self._closing = True
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            self._give_up(ConnectionClosedError("closed by the client", reply_code=200), None)
+            return
         if self._book.error is None and not self._closing and self._transport is not None:
             self._closing = True
             self._core.close(200, "Normal shutdown")
@@ -303,6 +385,10 @@ class Connection:
     def _check_open(self) -> None:
         error = self._book.error
         if error is not None:
+            if self._recovered is not None:
+                raise ConnectionLostError(
+                    f"the connection to {self.params.address} is recovering ({error})"
+                ) from error
             raise error
         if self._closing:
             raise ConnectionClosedError("the connection is closing", reply_code=200)
@@ -356,6 +442,8 @@ class Connection:
             if event is NEED_DATA:
                 break
             cls = type(event)
+            if self._restoring is not None and self._restoring.handle(event):
+                continue
             book.handle(event)
             if cls is not MessageReceived and cls is not MethodReceived:
                 self._after_event(event)
@@ -439,6 +527,12 @@ class Connection:
         self._finish()
 
     def _finish(self) -> None:
+        if self._recovery_task is not None and not self._recovery_task.done():
+            self._end_attempt()
+            return
+        if self._book.suspended is not None and not self._closing:
+            self._suspend()
+            return
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -462,6 +556,265 @@ class Connection:
             self._finished.set_result(None)
         if self._transport is not None:
             self._transport.close()
+        self._set_closed()
+
+    # --- recovery -----------------------------------------------------------------------------
+
+    def _recover_on(self, error: AMQPError) -> bool:
+        if self._closing or self._policy is None:
+            return False
+        if self._recovery_task is not None and not self._recovery_task.done():
+            return True  # during an attempt: keep the consumers whatever went wrong
+        return self._policy.triggers(error)
+
+    def _emit(self, event: RecoveryEvent) -> None:
+        for subscriber in self._subscribers:
+            subscriber._push(event)
+
+    def _set_closed(self) -> None:
+        self._state = RecoveryState.CLOSED
+        subscribers, self._subscribers = self._subscribers, set()
+        for subscriber in subscribers:
+            subscriber._close()
+
+    def _suspend(self) -> None:
+        """The connection was lost and the policy recovers it: keep channels and consumers,
+        reset what belonged to the transport, and start recovering."""
+        book = self._book
+        cause = book.error
+        suspended = book.suspended
+        assert cause is not None
+        assert suspended is not None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._reading.transport = None
+        self._release_unblocked()  # blocked belongs to the lost connection
+        self._wake_drain_waiters()
+        channels = dict(self._channels)
+        self._channels.clear()
+        for ch in channels.values():
+            ch._flow_changed(True)
+        for lost in suspended.values():
+            for sink in lost.consumers.values():
+                if isinstance(sink, Consumer):
+                    sink._forget_unhanded()
+        if self._transport is not None:
+            self._transport.close()
+        self._lost_books = suspended
+        self._epoch.current += 1
+        self._state = RecoveryState.RECOVERING
+        self._recovered = self._loop.create_future()
+        logger.warning("lost the connection to %s (%s): recovering", self.params.address, cause)
+        self._emit(RecoveryLost(cause=cause))
+        self._recovery_task = self._loop.create_task(
+            self._recover(cause, self._core.topology, channels, suspended)
+        )
+
+    async def _wait_recovered(self, octets: int = 0) -> None:
+        """While recovering: wait for the connection to come back, up to the policy's
+        ``publish_wait`` (0: fail at once), with at most ``publish_buffer`` octets waiting."""
+        recovered = self._recovered
+        if recovered is None:
+            return
+        policy = self._policy
+        assert policy is not None
+        error = self._book.error
+        if not policy.publish_wait or self._waiting_bytes + octets > policy.publish_buffer:
+            why = "publish_wait is 0" if not policy.publish_wait else "publish_buffer is full"
+            raise ConnectionLostError(
+                f"the connection to {self.params.address} is recovering ({why}): {error}"
+            )
+        self._waiting_bytes += octets
+        try:
+            async with asyncio.timeout(policy.publish_wait):
+                await asyncio.shield(recovered)
+        except TimeoutError:
+            raise ConnectionLostError(
+                f"the connection to {self.params.address} did not recover within "
+                f"{policy.publish_wait} s: {error}"
+            ) from None
+        finally:
+            self._waiting_bytes -= octets
+
+    async def _recover(
+        self,
+        cause: AMQPError,
+        topology: Topology,
+        channels: dict[int, Channel],
+        books: dict[int, ChannelBook],
+    ) -> None:
+        policy = self._policy
+        assert policy is not None
+        unknown = self._book.unknown
+        started = self._loop.time()
+        attempt = 0
+        while True:
+            attempt += 1
+            delay = policy.delay(attempt)
+            if delay:
+                await asyncio.sleep(delay)
+            url = policy.endpoint(attempt, "")
+            params = connection_parameters(url, self.params.connection_name) if url else self.params
+            try:
+                recovered = await self._attempt(params, attempt, topology, channels, books)
+            except (OSError, AMQPError, TimeoutError) as exc:
+                self._end_attempt()
+                last = (
+                    policy.gives_up(attempt, self._loop.time() - started)
+                    or (
+                        isinstance(exc, TopologyRecoveryError)
+                        and policy.on_topology_error == "give_up"
+                    )
+                    or (isinstance(exc, ConnectionClosedError) and exc.reply_code in (403, 530))
+                )
+                logger.info("recovery attempt %d to %s failed: %s", attempt, params.address, exc)
+                self._emit(
+                    RecoveryAttempt(
+                        attempt=attempt,
+                        url=params.address,
+                        error=exc,
+                        next_delay=None if last else policy.delay(attempt + 1),
+                    )
+                )
+                if last:
+                    logger.error(
+                        "gave up recovering the connection to %s after %d attempts: %s",
+                        self.params.address,
+                        attempt,
+                        exc,
+                    )
+                    self._emit(RecoveryGaveUp(attempts=attempt, cause=exc))
+                    self._give_up(cause, books)
+                    return
+                continue
+            self._state = RecoveryState.OPEN
+            self._lost_books = {}
+            recovered = attrs.evolve(recovered, unknown_publishes=unknown)
+            logger.info(
+                "recovered the connection to %s (attempt %d, epoch %d)",
+                params.address,
+                attempt,
+                recovered.epoch,
+            )
+            done, self._recovered = self._recovered, None
+            if done is not None and not done.done():
+                done.set_result(None)
+            self._emit(recovered)
+            return
+
+    async def _attempt(
+        self,
+        params: ConnectionParameters,
+        attempt: int,
+        topology: Topology,
+        channels: dict[int, Channel],
+        books: dict[int, ChannelBook],
+    ) -> Recovered:
+        policy = self._policy
+        assert policy is not None
+        loop = self._loop
+        self._generation += 1
+        self._core = CoreConnection(Role.CLIENT, params.to_config())
+        router = self._book = Router(self._core, self._telemetry)
+        router.recover_on = self._recover_on
+        router.reconsume_on_cancel = policy.reconsume_on_cancel
+        self._transport = None
+        self._opened = loop.create_future()
+        self._transport_gone = loop.create_future()
+        self._write_paused = False
+        context = params.ssl_context() if params.tls else None
+        async with asyncio.timeout(params.connection_timeout):
+            await loop.create_connection(
+                lambda: _Protocol(self),
+                params.host,
+                params.port,
+                ssl=context,
+                server_hostname=params.tls_server_hostname if context is not None else None,
+            )
+            await asyncio.shield(self._opened)
+            plan = RecoveryPlan(
+                topology,
+                channels=list(channels),
+                confirm_channels=[n for n, b in books.items() if b.confirm_mode],
+                policy=policy,
+            )
+            restorer = TopologyRestorer(self._core, plan, policy)
+            done: asyncio.Future[None] = loop.create_future()
+            self._restoring = _Restoring(self, restorer, books, done)
+            restorer.start()
+            self._flush()
+            if restorer.done:
+                done.set_result(None)
+            try:
+                await done
+            finally:
+                self._restoring = None
+        # Back: the channels and consumers carry on on the new connection.
+        restored = {tag for _, tag in self._core.topology.consumers}
+        for old, ch in channels.items():
+            number = restorer.channel_map[old]
+            book = router.channels[number]
+            ch._rebind(self._core, book)
+            self._channels[number] = ch
+            for tag, sink in list(book.consumers.items()):
+                if tag not in restored:
+                    del book.consumers[tag]
+                    sink.finish(self._lost_cause(books), False)
+        for lost in books.values():  # channels opened after the loss was noticed: none
+            lost.consumers = {}
+        return Recovered(
+            attempt=attempt,
+            epoch=self._epoch.current,
+            renamed_queues=dict(plan.renamed),
+            unknown_publishes=0,
+            skipped=tuple(plan.skipped),
+        )
+
+    def _lost_cause(self, books: dict[int, ChannelBook]) -> AMQPError:
+        for book in books.values():
+            if book.error is not None:
+                return book.error
+        return ConnectionLostError("the connection was lost")
+
+    def _end_attempt(self) -> None:
+        """An attempt failed (or its connection ended): close its transport."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        restoring, self._restoring = self._restoring, None
+        if restoring is not None and not restoring.done.done():
+            restoring.done.set_exception(
+                ConnectionLostError("the connection was lost during recovery")
+            )
+            restoring.done.exception()
+        if not self._opened.done():
+            self._opened.set_exception(
+                ConnectionLostError("the connection was lost in the handshake")
+            )
+            self._opened.exception()
+        if self._transport is not None:
+            self._transport.abort()
+            self._transport = None
+
+    def _give_up(self, cause: AMQPError, books: dict[int, ChannelBook] | None) -> None:
+        """Recovery ends for good: the consumers end with *cause*, the connection is closed."""
+        suspended = books if books is not None else self._lost_books
+        self._lost_books = {}
+        for book in suspended.values():
+            consumers, book.consumers = book.consumers, {}
+            for sink in consumers.values():
+                sink.finish(cause, False)
+        lost = Router(self._core)
+        lost.fail(cause)
+        self._book = lost
+        done, self._recovered = self._recovered, None
+        if done is not None and not done.done():
+            done.set_result(None)
+        self._channels.clear()
+        if not self._finished.done():
+            self._finished.set_result(None)
+        self._set_closed()
 
     # --- heartbeats ---------------------------------------------------------------------------
 
@@ -488,6 +841,7 @@ def connect(  # type: ignore[overload-overlap]
     protocol: Literal["0-10", ProtocolVersion.AMQP_0_10],
     tracer_provider: TracerProvider | None = ...,
     meter_provider: MeterProvider | None = ...,
+    recovery: None = ...,
 ) -> AbstractAsyncContextManager[Connection010]: ...
 
 
@@ -500,6 +854,7 @@ def connect(
     protocol: str | ProtocolVersion | None = ...,
     tracer_provider: TracerProvider | None = ...,
     meter_provider: MeterProvider | None = ...,
+    recovery: RecoveryPolicy | None = ...,
 ) -> AbstractAsyncContextManager[Connection]: ...
 
 
@@ -511,6 +866,7 @@ def connect(
     protocol: str | ProtocolVersion | None = None,
     tracer_provider: TracerProvider | None = None,
     meter_provider: MeterProvider | None = None,
+    recovery: RecoveryPolicy | None = None,
 ) -> AbstractAsyncContextManager[Connection] | AbstractAsyncContextManager[Connection010]:
     """Connect to a broker for the duration of an ``async with`` block.
 
@@ -530,6 +886,10 @@ def connect(
 
     Leaving the block closes the connection (200) and waits for the broker's close-ok.
 
+    With *recovery*, a connection lost after it opened (the socket, a heartbeat timeout, a
+    320 from the broker, as the policy says) is recovered: see :doc:`/recovery`. Without it
+    a lost connection stays closed.
+
     :raises ConnectionTimeoutError: TCP, TLS and AMQP handshake took longer than
         ``connection_timeout`` (per attempt).
     :raises ConnectionClosedError: the broker refused the login (403) or the virtual host
@@ -542,9 +902,17 @@ def connect(
     if wants_0_10(protocol):
         if tracer_provider is not None or meter_provider is not None:
             raise ValueError("OpenTelemetry instruments AMQP 0-9-1, 0-9 and 0-8 connections only")
+        if recovery is not None:
+            raise ValueError("recovery is for AMQP 0-9-1, 0-9 and 0-8 connections")
         return connect_0_10(url_or_params, ssl_context=ssl_context, connection_name=connection_name)
     return _connect(
-        url_or_params, ssl_context, connection_name, protocol, tracer_provider, meter_provider
+        url_or_params,
+        ssl_context,
+        connection_name,
+        protocol,
+        tracer_provider,
+        meter_provider,
+        recovery,
     )
 
 
@@ -556,6 +924,7 @@ async def _connect(
     protocol: str | ProtocolVersion | None,
     tracer_provider: TracerProvider | None,
     meter_provider: MeterProvider | None,
+    recovery: RecoveryPolicy | None = None,
 ) -> AsyncIterator[Connection]:
     fallback = ProtocolFallback(connection_parameters(url_or_params, connection_name, protocol))
     while True:
@@ -564,7 +933,7 @@ async def _connect(
             telemetry = connection_telemetry(
                 params.host, params.port, tracer_provider, meter_provider
             )
-            conn = await _open(params, ssl_context, telemetry)
+            conn = await _open(params, ssl_context, telemetry, recovery)
             break
         except ProtocolVersionRefused as exc:
             if not fallback.retry(exc):
@@ -576,10 +945,13 @@ async def _connect(
 
 
 async def _open(
-    params: ConnectionParameters, ssl_context: ssl.SSLContext | None, telemetry: Telemetry | None
+    params: ConnectionParameters,
+    ssl_context: ssl.SSLContext | None,
+    telemetry: Telemetry | None,
+    recovery: RecoveryPolicy | None = None,
 ) -> Connection:
     loop = asyncio.get_running_loop()
-    conn = Connection(params, loop, telemetry)
+    conn = Connection(params, loop, telemetry, recovery)
     context = ssl_context
     if context is None and params.tls:
         context = params.ssl_context()
@@ -615,3 +987,87 @@ async def _open(
         conn.heartbeat,
     )
     return conn
+
+
+@final
+class RecoveryEvents:
+    """The recovery events of a :class:`Connection` (from :meth:`Connection.recovery_events`),
+    as an async iterator; it ends when the connection is closed for good. At most 1,000 wait:
+    older ones are dropped for a reader that does not keep up."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._events: deque[RecoveryEvent] = deque(maxlen=1000)
+        self._waiter: asyncio.Future[None] | None = None
+        self._closed = False
+
+    def __aiter__(self) -> RecoveryEvents:
+        return self
+
+    async def __anext__(self) -> RecoveryEvent:
+        while not self._events:
+            if self._closed:
+                raise StopAsyncIteration
+            waiter = self._waiter = self._conn._loop.create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+        return self._events.popleft()
+
+    def _push(self, event: RecoveryEvent) -> None:
+        self._events.append(event)
+        self._wake()
+
+    def _close(self) -> None:
+        self._closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+@final
+class _Restoring:
+    """One recovery attempt's restorer, and the channel books it makes as channels reopen
+    (with the lost channels' consumers in them, so deliveries after consume-ok find them)."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        restorer: TopologyRestorer,
+        books: dict[int, ChannelBook],
+        done: asyncio.Future[None],
+    ) -> None:
+        self.conn = conn
+        self.restorer = restorer
+        self.books = books
+        self.done = done
+
+    def handle(self, event: Event) -> bool:
+        restorer = self.restorer
+        try:
+            taken = restorer.handle(event)
+        except AMQPError as exc:
+            if not self.done.done():
+                self.done.set_exception(exc)
+                self.done.exception()  # retrieved: the attempt may be gone already
+            # The router still closes what a connection-level event ends.
+            return not isinstance(event, ConnectionClosed | ConnectionLost | HeartbeatTimeout)
+        if taken and type(event) is ChannelOpened:
+            assert isinstance(event, ChannelOpened)
+            old = next(o for o, n in restorer.channel_map.items() if n == event.channel)
+            lost = self.books.get(old)
+            book = ChannelBook(event.channel)
+            if lost is not None:
+                book.consumers = dict(lost.consumers)
+                book.consumes = dict(lost.consumes)
+                book.confirm_mode = lost.confirm_mode
+                book.prefetch_count = lost.prefetch_count
+                book.return_sink = lost.return_sink
+            self.conn._book.channels[event.channel] = book
+        if restorer.done and not self.done.done():
+            self.done.set_result(None)
+        return taken

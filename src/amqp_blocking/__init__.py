@@ -23,7 +23,7 @@ from amqp_sansio.client import exports as _exports
 from amqp_sansio.client.exports import *  # noqa: F403  (the exceptions, ConnectionParameters)
 
 from ._channel import Channel, Consumer, Message, Publisher, PublishTicket
-from ._connection import Connection, OpenedCore, connect, connect_core
+from ._connection import Connection, OpenedCore, RecoveryEvents, connect, connect_core
 from ._v0_10 import Connection010, Session010, Subscription010, connect_0_10
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "OpenedCore",
     "PublishTicket",
     "Publisher",
+    "RecoveryEvents",
     "Session010",
     "Subscription010",
     "connect",

@@ -12,10 +12,13 @@ from typing import TYPE_CHECKING, Final, final
 import attrs
 
 from amqp_sansio import (
+    BasicAck,
     BasicConsume,
     BasicGet,
+    BasicNack,
     BasicProperties,
     BasicPublish,
+    BasicReject,
     MessageReceived,
     client,
 )
@@ -36,7 +39,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from amqp_sansio import FieldTable, Method
-    from amqp_sansio.client import ChannelBook, Reply
+    from amqp_sansio.client import ChannelBook, Epoch, Reply
 
     from ._connection import Connection
 
@@ -53,6 +56,9 @@ class Message(_BaseMessage):
     """A received message with ``ack()``, ``nack()`` and ``reject()`` bound to its channel."""
 
     _owner: Channel | None = attrs.field(default=None, repr=False, eq=False, alias="owner")
+    #: The epoch of the connection it came on (0 without recovery).
+    epoch: int = attrs.field(default=0, eq=False)
+    _epoch_cell: Epoch | None = attrs.field(default=None, repr=False, eq=False, alias="epoch_cell")
 
     def _channel_object(self) -> Channel:
         if self._owner is None:
@@ -60,16 +66,26 @@ class Message(_BaseMessage):
         return self._owner
 
     def ack(self, *, multiple: bool = False) -> None:
-        """Acknowledge this message (and, with *multiple*, every earlier one)."""
-        self._channel_object().basic_ack(self.delivery_tag, multiple=multiple)
+        """Acknowledge this message (and, with *multiple*, every earlier one).
+
+        :raises StaleDeliveryError: it came on a connection since lost (recovery), and the
+            policy raises for those (it is never sent: the broker redelivers it).
+        """
+        self._channel_object()._settle(
+            BasicAck(delivery_tag=self.delivery_tag, multiple=multiple), self
+        )
 
     def nack(self, *, multiple: bool = False, requeue: bool = True) -> None:
         """Refuse this message (and, with *multiple*, every earlier one)."""
-        self._channel_object().basic_nack(self.delivery_tag, multiple=multiple, requeue=requeue)
+        self._channel_object()._settle(
+            BasicNack(delivery_tag=self.delivery_tag, multiple=multiple, requeue=requeue), self
+        )
 
     def reject(self, *, requeue: bool = True) -> None:
         """Refuse this message."""
-        self._channel_object().basic_reject(self.delivery_tag, requeue=requeue)
+        self._channel_object()._settle(
+            BasicReject(delivery_tag=self.delivery_tag, requeue=requeue), self
+        )
 
 
 @final
@@ -85,12 +101,17 @@ class Channel(ChannelMethods):
         self._book = book
         self._number = book.number
 
+    def _rebind_locked(self, book: ChannelBook) -> None:
+        """The connection was recovered: carry on as channel *book* of its new core."""
+        self._book = book
+        self._number = book.number
+
     def __repr__(self) -> str:
         return f"<amqp_blocking.Channel {self._number}>"
 
     @property
     def number(self) -> int:
-        """The channel id."""
+        """The channel id (on the current connection: a recovered channel may get another)."""
         return self._number
 
     @property
@@ -139,7 +160,10 @@ class Channel(ChannelMethods):
 
     # --- plumbing -----------------------------------------------------------------------------
 
-    def _check_locked(self) -> None:
+    def _check_locked(self, octets: int = 0) -> None:
+        conn = self._connection
+        if conn._recovering:
+            conn._wait_recovered_locked(octets)
         error = self._book.error
         if error is not None:
             raise error
@@ -190,21 +214,31 @@ class Channel(ChannelMethods):
             receiving.got(reply)
         return reply
 
-    def _send_no_reply(self, method: Method) -> None:
+    def _send_no_reply(self, method: Method, message: Message | None = None) -> None:
         telemetry = self._connection._telemetry
         settling = None if telemetry is None else telemetry.settle(self._number, method)
         if settling is None:
-            self._send_no_reply_now(method)
+            self._send_no_reply_now(method, message)
         else:
             with settling:
-                self._send_no_reply_now(method)
+                self._send_no_reply_now(method, message)
 
-    def _send_no_reply_now(self, method: Method) -> None:
+    def _send_no_reply_now(self, method: Method, message: Message | None) -> None:
         conn = self._connection
         with conn._lock:
             self._check_locked()
+            if message is not None:
+                # A settle of *message*: checked under the lock once any recovery is over, so
+                # a tag of a connection since lost never slips through.
+                cell = message._epoch_cell
+                if cell is not None and not cell.allows(message.delivery_tag, message.epoch):
+                    return  # stale, and the policy ignores those
             conn._core.send_method(self._number, conn._core.protocol.adapt(method))
             conn._flush_locked()
+
+    def _settle(self, method: Method, message: Message) -> None:
+        """Send a settle of *message*, unless it came on a connection since lost."""
+        self._send_no_reply(method, message)
 
     def _check_open(self) -> None:
         with self._connection._lock:
@@ -213,6 +247,10 @@ class Channel(ChannelMethods):
     def _message(self, event: MessageReceived) -> Message:
         message = Message.from_content(event.channel, event.method, event.properties, event.body)
         message._owner = self
+        conn = self._connection
+        if conn._policy is not None:
+            message.epoch = conn._epoch.current
+            message._epoch_cell = conn._epoch
         return message
 
     def _got_message(self, reply: Reply) -> Message | None:
@@ -246,6 +284,8 @@ class Channel(ChannelMethods):
         waiter: Waiter | None = None
         telemetry = conn._telemetry
         with conn._lock:
+            if conn._recovering:
+                conn._wait_recovered_locked(len(body))
             self._wait_publishable_locked(timeout)
             if telemetry is None:
                 number = conn._core.publish(
@@ -402,6 +442,13 @@ class Consumer:
 
     def cancelling(self) -> None:
         """Deliveries until cancel-ok are buffered as before."""
+
+    def _forget_unhanded(self) -> None:
+        """The connection was lost: deliveries not handed out yet can no longer be acked, and
+        the broker requeued them (they come again); no_ack ones were settled and stay."""
+        if not self._no_ack:
+            with self._cond:
+                self._buffer.clear()
 
     def finish(self, error: AMQPError | None, by_us: bool, /) -> None:
         if by_us:
@@ -605,6 +652,8 @@ class Publisher(PublisherCounts):
             deadline = None if timeout is None else time.monotonic() + timeout
             if self._in_flight >= self.window:
                 self._wait_locked(lambda: self._in_flight < self.window, timeout)
+            if conn._recovering:
+                conn._wait_recovered_locked(len(body))
             channel._wait_publishable_locked(_remaining(deadline))
             telemetry = conn._telemetry
             if telemetry is None:

@@ -23,12 +23,16 @@ import socket
 import ssl
 import threading
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Final, Literal, NamedTuple, final, overload
+
+import attrs
 
 from amqp_sansio import (
     NEED_DATA,
     ChannelClosed,
     ChannelFlowChanged,
+    ChannelOpened,
     ConnectionClosed,
     ConnectionLost,
     ConnectionOpened,
@@ -46,14 +50,26 @@ from amqp_sansio import (
 from amqp_sansio.client import (
     DEFAULT_URL,
     AMQPError,
+    ChannelBook,
     ConnectionClosedError,
     ConnectionLostError,
     ConnectionParameters,
     ConnectionTimeoutError,
+    Epoch,
     HeartbeatTimeoutError,
     ProtocolFallback,
     ProtocolVersionRefused,
+    Recovered,
+    RecoveryAttempt,
+    RecoveryEvent,
+    RecoveryGaveUp,
+    RecoveryLost,
+    RecoveryPlan,
+    RecoveryPolicy,
+    RecoveryState,
     Router,
+    TopologyRecoveryError,
+    TopologyRestorer,
     connect_failed,
     connection_parameters,
     connection_telemetry,
@@ -61,21 +77,22 @@ from amqp_sansio.client import (
     wants_0_10,
 )
 
-from ._channel import Channel
+from ._channel import Channel, Consumer
 from ._v0_10 import Connection010, connect_0_10
 from ._waiter import Waiter
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
     from types import TracebackType
 
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
-    from amqp_sansio import Event, FieldTable, ProtocolVersion
+    from amqp_sansio import Event, FieldTable, ProtocolVersion, Topology
     from amqp_sansio.client import ConnectionParameters as Params
     from amqp_sansio.client import Telemetry
 
-__all__ = ["Connection", "OpenedCore", "connect", "connect_core"]
+__all__ = ["Connection", "OpenedCore", "RecoveryEvents", "connect", "connect_core"]
 
 logger = logging.getLogger("amqp_blocking")
 
@@ -102,6 +119,7 @@ def connect(  # type: ignore[overload-overlap]
     protocol: Literal["0-10", ProtocolVersion.AMQP_0_10],
     tracer_provider: TracerProvider | None = ...,
     meter_provider: MeterProvider | None = ...,
+    recovery: None = ...,
 ) -> Connection010: ...
 
 
@@ -114,6 +132,7 @@ def connect(
     protocol: str | ProtocolVersion | None = ...,
     tracer_provider: TracerProvider | None = ...,
     meter_provider: MeterProvider | None = ...,
+    recovery: RecoveryPolicy | None = ...,
 ) -> Connection: ...
 
 
@@ -125,6 +144,7 @@ def connect(
     protocol: str | ProtocolVersion | None = None,
     tracer_provider: TracerProvider | None = None,
     meter_provider: MeterProvider | None = None,
+    recovery: RecoveryPolicy | None = None,
 ) -> Connection | Connection010:
     """Open a connection and start its I/O thread; use it as a context manager.
 
@@ -139,6 +159,8 @@ def connect(
     tries 0-9-1 and reconnects with what the server answers (:doc:`/versions`).
     ``tracer_provider`` or ``meter_provider`` turn OpenTelemetry on for this connection (see
     :func:`amqp_sansio.client.instrument`).
+    With ``recovery``, a connection lost after it opened is recovered (see
+    :doc:`/recovery`); without it, it stays closed.
 
     :raises ConnectionTimeoutError: the TCP connect, TLS handshake and AMQP handshake did not
         finish within ``connection_timeout`` (per attempt).
@@ -151,6 +173,8 @@ def connect(
     if wants_0_10(protocol):
         if tracer_provider is not None or meter_provider is not None:
             raise ValueError("OpenTelemetry instruments AMQP 0-9-1, 0-9 and 0-8 connections only")
+        if recovery is not None:
+            raise ValueError("recovery is for AMQP 0-9-1, 0-9 and 0-8 connections")
         return connect_0_10(url_or_params, ssl_context=ssl_context, connection_name=connection_name)
     opened = connect_core(
         url_or_params,
@@ -160,7 +184,9 @@ def connect(
     )
     params = opened.params
     telemetry = connection_telemetry(params.host, params.port, tracer_provider, meter_provider)
-    conn = Connection(opened.sock, opened.core, opened.opened, params, telemetry)
+    conn = Connection(
+        opened.sock, opened.core, opened.opened, params, telemetry, recovery, ssl_context
+    )
     error = conn.close_error
     if error is not None:  # closed in the read that brought open-ok, as the other adapters say
         conn.close()
@@ -314,9 +340,24 @@ class Connection:
         opened: ConnectionOpened,
         params: ConnectionParameters,
         telemetry: Telemetry | None = None,
+        recovery: RecoveryPolicy | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         # OpenTelemetry hooks (amqp_sansio.client.instrument); None: tracing off.
         self._telemetry: Final = telemetry
+        self._policy = recovery
+        self._ssl_context = ssl_context
+        self._epoch = Epoch("raise" if recovery is None else recovery.stale_settle)
+        self._state = RecoveryState.OPEN
+        #: True from a loss the policy recovers until the connection is back or gave up.
+        self._recovering = False
+        self._suspend_pending = False
+        self._stop_recovery = threading.Event()
+        self._waiting_bytes = 0
+        # The lost connection's books (their consumers), for as long as recovery runs.
+        self._lost_books: dict[int, ChannelBook] = {}
+        self._listeners: list[Callable[[RecoveryEvent], None]] = []
+        self._channel_objs: dict[int, Channel] = {}
         self._sock = sock
         self._core = core
         #: The parameters the connection was made with.
@@ -327,6 +368,9 @@ class Connection:
         #: Publishers wait on this while too much is queued for the socket.
         self._writable = threading.Condition(self._lock)
         self._book = Router(core, telemetry)
+        if recovery is not None:
+            self._book.recover_on = self._recover_on
+            self._book.reconsume_on_cancel = recovery.reconsume_on_cancel
         self._out = bytearray()
         self._wake_pending = False
         self._close_waiter: Waiter | None = None
@@ -352,6 +396,33 @@ class Connection:
         return f"<amqp_blocking.Connection {self._params.address} {state}>"
 
     # --- public API ---------------------------------------------------------------------------
+
+    @property
+    def recovery_state(self) -> RecoveryState:
+        """``OPEN``, ``RECOVERING`` (lost, reconnecting) or ``CLOSED`` (for good)."""
+        return self._state
+
+    @property
+    def epoch(self) -> int:
+        """0 for the first connection, +1 each time one was lost (deliveries carry theirs)."""
+        return self._epoch.current
+
+    def on_recovery(self, callback: Callable[[RecoveryEvent], None]) -> None:
+        """Call *callback* with each recovery event (lost, attempt, recovered, gave up), from
+        the I/O thread: it must not block or call the connection."""
+        with self._lock:
+            self._listeners.append(callback)
+
+    def recovery_events(self) -> RecoveryEvents:
+        """An iterator over the recovery events from now on; it ends when the connection is
+        closed for good."""
+        events = RecoveryEvents()
+        with self._lock:
+            if self._state is RecoveryState.CLOSED:
+                events._close()
+            else:
+                self._listeners.append(events._push)
+        return events
 
     @property
     def server_properties(self) -> FieldTable:
@@ -412,9 +483,10 @@ class Connection:
             self._check_open()
             number = self._core.open_channel()
             book = self._book.channel_opening(number, waiter)
+            channel = self._channel_objs[number] = Channel(self, book)
             self._flush_locked()
         waiter.wait(timeout, self._lock)
-        return Channel(self, book)
+        return channel
 
     def close(self, *, timeout: float | None = None) -> None:
         """Close the connection (reply code 200) and stop the I/O thread.
@@ -426,7 +498,10 @@ class Connection:
         if timeout is None:
             timeout = self._params.connection_timeout
         waiter: Waiter | None = None
+        self._stop_recovery.set()
         with self._lock:
+            if self._recovering:
+                self._give_up_locked(ConnectionClosedError("closed by the client", reply_code=200))
             if not self._finished and self._book.error is None and self._close_waiter is None:
                 waiter = self._close_waiter = Waiter()
                 self._core.close(200, "")
@@ -458,6 +533,8 @@ class Connection:
     # --- for channels, consumers and publishers (lock held where it says so) -------------------
 
     def _check_open(self) -> None:
+        if self._recovering:
+            self._wait_recovered_locked()
         error = self._book.error
         if error is not None:
             raise error
@@ -511,6 +588,25 @@ class Connection:
     # --- the I/O thread -----------------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            while True:
+                self._serve()
+                with self._lock:
+                    if not self._suspend_pending or self._finished:
+                        break
+                if not self._recover():
+                    break
+        finally:
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def _stopping(self) -> bool:
+        """Whether the connection finished or waits to be recovered (another thread may have
+        made it so since the last look)."""
+        return self._finished or self._suspend_pending
+
+    def _serve(self) -> None:
+        """Serve the current socket until the connection finishes or is suspended."""
         selector = selectors.DefaultSelector()
         sock = self._sock
         writing = False
@@ -521,7 +617,7 @@ class Connection:
             selector.register(self._wake_r, selectors.EVENT_READ)
             while True:
                 with self._lock:
-                    if self._finished:
+                    if self._stopping():
                         break
                     want_write = bool(self._out)
                     deadline = self._core.next_deadline()
@@ -549,15 +645,13 @@ class Connection:
             raise
         finally:
             selector.close()
-            self._wake_r.close()
-            self._wake_w.close()
 
     def _step_locked(self, readable: bool, writable: bool) -> None:
         if writable:
             self._write_out_locked()
         if readable:
             self._read_locked()
-        if self._send_error is not None and not self._finished:
+        if self._send_error is not None and not self._finished and not self._suspend_pending:
             self._lost_locked(self._send_error)
             return
         deadline = self._core.next_deadline()
@@ -608,7 +702,7 @@ class Connection:
     def _process_events_locked(self) -> None:
         core = self._core
         book = self._book
-        while not self._finished:
+        while not self._finished and not self._suspend_pending:
             try:
                 event = core.next_event()
             except RemoteProtocolError as exc:
@@ -638,6 +732,9 @@ class Connection:
                 logger.debug("connection to %s closed", self._params.address)
             self._drain_and_finish_locked()
         elif cls is UnblockedByPeer or cls is ChannelFlowChanged or cls is ChannelClosed:
+            if cls is ChannelClosed:
+                assert isinstance(event, ChannelClosed)
+                self._channel_objs.pop(event.channel, None)
             self._writable.notify_all()  # publishers waiting in _wait_publishable_locked
         elif cls is ConnectionLost:
             logger.warning("lost the connection to %s", self._params.address)
@@ -679,7 +776,18 @@ class Connection:
         self._finish_locked()
 
     def _finish_locked(self) -> None:
-        if self._finished:
+        if self._finished or self._suspend_pending:
+            return
+        if self._book.suspended is not None and self._close_waiter is None:
+            # Lost, and the policy recovers it: the I/O thread reconnects once out of _serve.
+            # Calls wait from now on (the router already holds the loss's error).
+            self._suspend_pending = True
+            self._recovering = True
+            self._lost_books = self._book.suspended
+            # Deliveries of this connection can no longer be settled, from now on.
+            self._epoch.current += 1
+            with contextlib.suppress(OSError):
+                self._sock.close()
             return
         self._finished = True
         with contextlib.suppress(OSError):
@@ -687,3 +795,298 @@ class Connection:
         if self._close_waiter is not None and not self._close_waiter.done():
             self._close_waiter.set_result(None)
         self._writable.notify_all()
+        self._set_closed_locked()
+
+    # --- recovery (the I/O thread, but for the waiting) ---------------------------------------
+
+    def _recover_on(self, error: AMQPError) -> bool:
+        if self._close_waiter is not None or self._policy is None:
+            return False
+        if self._recovering and not self._suspend_pending:
+            return True  # during an attempt: keep the consumers whatever went wrong
+        return self._policy.triggers(error)
+
+    def _emit_locked(self, event: RecoveryEvent) -> None:
+        for listener in self._listeners:
+            try:
+                listener(event)
+            except Exception:
+                logger.exception("a recovery event listener failed")
+
+    def _set_closed_locked(self) -> None:
+        if self._state is RecoveryState.CLOSED:
+            return
+        self._state = RecoveryState.CLOSED
+        listeners, self._listeners = self._listeners, []
+        for listener in listeners:
+            owner = getattr(listener, "__self__", None)
+            if isinstance(owner, RecoveryEvents):
+                owner._close()
+
+    def _wait_recovered_locked(self, octets: int = 0) -> None:
+        """While recovering: wait (lock released) for the connection to come back, up to the
+        policy's ``publish_wait`` (0: fail at once), at most ``publish_buffer`` octets."""
+        policy = self._policy
+        assert policy is not None
+        error = self._book.error
+        if not policy.publish_wait or self._waiting_bytes + octets > policy.publish_buffer:
+            why = "publish_wait is 0" if not policy.publish_wait else "publish_buffer is full"
+            raise ConnectionLostError(
+                f"the connection to {self._params.address} is recovering ({why}): {error}"
+            )
+        self._waiting_bytes += octets
+        try:
+            if not self._writable.wait_for(lambda: not self._recovering, policy.publish_wait):
+                raise ConnectionLostError(
+                    f"the connection to {self._params.address} did not recover within "
+                    f"{policy.publish_wait} s: {error}"
+                )
+        finally:
+            self._waiting_bytes -= octets
+
+    def _recover(self) -> bool:
+        """Reconnect under the policy; True once the connection is back."""
+        policy = self._policy
+        assert policy is not None
+        with self._lock:
+            book = self._book
+            cause = book.error
+            suspended = book.suspended
+            assert cause is not None
+            assert suspended is not None
+            unknown = book.unknown
+            topology = self._core.topology
+            channels = dict(self._channel_objs)
+            self._channel_objs.clear()
+            for lost in suspended.values():
+                for sink in lost.consumers.values():
+                    if isinstance(sink, Consumer):
+                        sink._forget_unhanded()
+            self._out.clear()
+            self._send_error = None
+            self._lost_books = suspended
+            self._state = RecoveryState.RECOVERING
+            self._recovering = True
+            self._suspend_pending = False
+            logger.warning(
+                "lost the connection to %s (%s): recovering", self._params.address, cause
+            )
+            self._emit_locked(RecoveryLost(cause=cause))
+            self._writable.notify_all()
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            if self._stop_recovery.wait(policy.delay(attempt)):
+                return False  # close() gave up for us
+            url = policy.endpoint(attempt, "")
+            params = (
+                connection_parameters(url, self._params.connection_name) if url else (self._params)
+            )
+            try:
+                recovered = self._attempt(params, attempt, topology, channels, suspended)
+            except (OSError, AMQPError, TimeoutError) as exc:
+                last = (
+                    policy.gives_up(attempt, time.monotonic() - started)
+                    or (
+                        isinstance(exc, TopologyRecoveryError)
+                        and policy.on_topology_error == "give_up"
+                    )
+                    or (isinstance(exc, ConnectionClosedError) and exc.reply_code in (403, 530))
+                )
+                logger.info("recovery attempt %d to %s failed: %s", attempt, params.address, exc)
+                with self._lock:
+                    self._emit_locked(
+                        RecoveryAttempt(
+                            attempt=attempt,
+                            url=params.address,
+                            error=exc,
+                            next_delay=None if last else policy.delay(attempt + 1),
+                        )
+                    )
+                    if last:
+                        logger.error(
+                            "gave up recovering the connection to %s after %d attempts: %s",
+                            self._params.address,
+                            attempt,
+                            exc,
+                        )
+                        self._emit_locked(RecoveryGaveUp(attempts=attempt, cause=exc))
+                        self._give_up_locked(cause, suspended)
+                        return False
+                continue
+            with self._lock:
+                if self._finished:  # closed by the application meanwhile
+                    with contextlib.suppress(OSError):
+                        self._sock.close()
+                    return False
+                self._recovering = False
+                self._lost_books = {}
+                self._state = RecoveryState.OPEN
+                self._writable.notify_all()
+                logger.info(
+                    "recovered the connection to %s (attempt %d, epoch %d)",
+                    params.address,
+                    attempt,
+                    recovered.epoch,
+                )
+                self._emit_locked(attrs.evolve(recovered, unknown_publishes=unknown))
+            return True
+
+    def _attempt(
+        self,
+        params: ConnectionParameters,
+        attempt: int,
+        topology: Topology,
+        channels: dict[int, Channel],
+        books: dict[int, ChannelBook],
+    ) -> Recovered:
+        policy = self._policy
+        assert policy is not None
+        opened = connect_core(params, ssl_context=self._ssl_context)
+        sock, core = opened.sock, opened.core
+        deadline = time.monotonic() + params.connection_timeout
+        plan = RecoveryPlan(
+            topology,
+            channels=list(channels),
+            confirm_channels=[n for n, b in books.items() if b.confirm_mode],
+            policy=policy,
+        )
+        restorer = TopologyRestorer(core, plan, policy)
+        router = Router(core, self._telemetry)
+        router.recover_on = self._recover_on
+        router.reconsume_on_cancel = policy.reconsume_on_cancel
+        try:
+            with self._lock:
+                self._sock, self._core, self._book = sock, core, router
+                self._opened = opened.opened
+                restorer.start()
+                sock.sendall(core.data_to_send())
+            while not restorer.done:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise ConnectionTimeoutError(
+                        f"topology recovery on {params.address} took over "
+                        f"{params.connection_timeout} s"
+                    )
+                sock.settimeout(remaining)
+                try:
+                    data = sock.recv(_READ_SIZE)
+                except TimeoutError:
+                    continue
+                with self._lock:
+                    core.receive_data(data)
+                    self._restore_events_locked(restorer, books)
+                    out = core.data_to_send()
+                if out:
+                    sock.sendall(out)
+                if not data:
+                    raise ConnectionLostError("the connection was lost during recovery")
+        except BaseException:
+            with contextlib.suppress(OSError):
+                sock.close()
+            raise
+        sock.setblocking(False)
+        restored = {tag for _, tag in core.topology.consumers}
+        with self._lock:
+            for old, ch in channels.items():
+                number = restorer.channel_map[old]
+                book = router.channels[number]
+                ch._rebind_locked(book)
+                self._channel_objs[number] = ch
+                for tag, sink in list(book.consumers.items()):
+                    if tag not in restored:
+                        del book.consumers[tag]
+                        sink.finish(ConnectionLostError("its consumer was not restored"), False)
+            for lost in books.values():
+                lost.consumers = {}
+        return Recovered(
+            attempt=attempt,
+            epoch=self._epoch.current,
+            renamed_queues=dict(plan.renamed),
+            unknown_publishes=0,
+            skipped=tuple(plan.skipped),
+        )
+
+    def _restore_events_locked(
+        self, restorer: TopologyRestorer, books: dict[int, ChannelBook]
+    ) -> None:
+        """Route the new core's events during restore: the restorer's first (it raises when a
+        step is refused), the rest (deliveries to restored consumers) to the router."""
+        core = self._core
+        while (event := core.next_event()) is not NEED_DATA:
+            if restorer.handle(event):
+                if type(event) is ChannelOpened:
+                    assert isinstance(event, ChannelOpened)
+                    old = next(o for o, n in restorer.channel_map.items() if n == event.channel)
+                    lost = books.get(old)
+                    book = ChannelBook(event.channel)
+                    if lost is not None:
+                        book.consumers = dict(lost.consumers)
+                        book.consumes = dict(lost.consumes)
+                        book.confirm_mode = lost.confirm_mode
+                        book.prefetch_count = lost.prefetch_count
+                        book.return_sink = lost.return_sink
+                    self._book.channels[event.channel] = book
+                continue
+            self._book.handle(event)
+
+    def _give_up_locked(
+        self, cause: AMQPError, books: dict[int, ChannelBook] | None = None
+    ) -> None:
+        """Recovery ends for good: consumers end with *cause*, the connection is closed."""
+        suspended = books if books is not None else self._lost_books
+        self._lost_books = {}
+        for book in suspended.values():
+            consumers, book.consumers = book.consumers, {}
+            for sink in consumers.values():
+                sink.finish(cause, False)
+        lost = Router(self._core)
+        lost.fail(cause)
+        self._book = lost
+        self._recovering = False
+        self._suspend_pending = False
+        self._finished = True
+        self._channel_objs.clear()
+        if self._close_waiter is not None and not self._close_waiter.done():
+            self._close_waiter.set_result(None)
+        self._writable.notify_all()
+        self._set_closed_locked()
+
+
+@final
+class RecoveryEvents:
+    """The recovery events of a :class:`Connection` (from
+    :meth:`Connection.recovery_events`), as an iterator that blocks for the next one; it ends
+    when the connection is closed for good. At most 1,000 wait: older ones are dropped."""
+
+    def __init__(self) -> None:
+        self._events: deque[RecoveryEvent] = deque(maxlen=1000)
+        self._cond = threading.Condition(threading.Lock())
+        self._closed = False
+
+    def __iter__(self) -> Iterator[RecoveryEvent]:
+        return self
+
+    def __next__(self) -> RecoveryEvent:
+        event = self.get()
+        if event is None:
+            raise StopIteration
+        return event
+
+    def get(self, timeout: float | None = None) -> RecoveryEvent | None:
+        """The next event; None after *timeout* seconds without one, or once closed."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._events or self._closed, timeout):
+                return None
+            return self._events.popleft() if self._events else None
+
+    def _push(self, event: RecoveryEvent) -> None:
+        with self._cond:
+            self._events.append(event)
+            self._cond.notify_all()
+
+    def _close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()

@@ -18,6 +18,7 @@ from amqp_sansio.client.exports import *  # noqa: F403  (the exceptions, Connect
 from ._channel import Channel, Consumer, Publisher, PublishTicket
 from ._connection import Connection, connect, connect_stream
 from ._message import Message
+from ._recovery import RecoveryEvents
 from ._server import (
     ConnectionHandler,
     ServerConnection,
@@ -38,6 +39,7 @@ __all__ = [
     "Message",
     "PublishTicket",
     "Publisher",
+    "RecoveryEvents",
     "ServerConnection",
     "ServerConnection010",
     "Session010",

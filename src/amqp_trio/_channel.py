@@ -211,6 +211,10 @@ class Consumer:
         channel = self._channel
         message = _from_content(event.channel, event.method, event.properties, event.body)
         message._owner = channel
+        conn = channel._conn
+        if conn._policy is not None:
+            message.epoch = conn._epoch.current
+            message._epoch_cell = conn._epoch
         try:
             self._send.send_nowait(message)
         except trio.WouldBlock:
@@ -253,6 +257,17 @@ class Consumer:
             finally:
                 self._send_scope = None
         self.dropped += 1
+
+    def _forget_unhanded(self) -> None:
+        """The connection was lost: deliveries not handed out yet can no longer be acked, and
+        the broker requeued them (they come again); no_ack ones were settled and stay."""
+        if self.no_ack:
+            return
+        while True:
+            try:
+                self._receive.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                return
 
     def _stop_buffering(self) -> None:
         self._stopping = True
@@ -324,6 +339,8 @@ class Publisher(PublisherCounts):
         if len(self._failures) >= self.window:
             self._raise_failures()
         channel = self._channel
+        if channel._conn._recovered is not None:
+            await channel._conn._wait_recovered(len(body))
         while self._in_flight >= self.window or not channel._may_publish():
             if self._in_flight >= self.window:
                 await self._room.park()
@@ -336,7 +353,7 @@ class Publisher(PublisherCounts):
             body, exchange, routing_key, properties, mandatory, owner=self
         )
         self._count_published()
-        wire = self._wire
+        wire = channel._wire  # the channel's: a recovered connection has a new one
         if wire.note_output():
             await wire.output_turn()
         return ticket
@@ -388,8 +405,8 @@ class Channel(ChannelMethods):
         # What the router keeps for this channel: waiters, consumers, confirms, flow, errors.
         self._book = book
         book.return_sink = _LOG_RETURNS
-        #: The channel id.
-        self.number: Final = book.number
+        #: The channel id (on the current connection: a recovered channel may get another).
+        self.number = book.number
         self._closing = False
         self._flow_resumed = trio.Event()
         self._flow_resumed.set()
@@ -414,6 +431,17 @@ class Channel(ChannelMethods):
 
     # --- Plumbing -----------------------------------------------------------------------------
 
+    def _rebind(self, book: ChannelBook) -> None:
+        """The connection was recovered: carry on as channel *book* of its new core."""
+        conn = self._conn
+        self._core = conn._core
+        self._router = conn._router
+        self._wire = conn._wire
+        self._book = book
+        book.return_sink = _LOG_RETURNS
+        self.number = book.number
+        self._flow_resumed.set()
+
     def _check_open(self) -> None:
         self._conn._check_open()
         error = self._book.error
@@ -436,6 +464,8 @@ class Channel(ChannelMethods):
         return waiter
 
     async def _call(self, method: Method) -> Reply:
+        if self._conn._recovered is not None:
+            await self._conn._wait_recovered()
         telemetry = self._conn._telemetry
         if telemetry is None or type(method) is not BasicGet:
             return await self._send(method).wait(self._wire.flush)
@@ -446,6 +476,8 @@ class Channel(ChannelMethods):
         return reply
 
     async def _send_no_reply(self, method: Method, traced: bool = False) -> None:
+        if self._conn._recovered is not None:
+            await self._conn._wait_recovered()
         telemetry = self._conn._telemetry
         if telemetry is not None and not traced:
             settling = telemetry.settle(self.number, method)
@@ -475,6 +507,10 @@ class Channel(ChannelMethods):
     def _message(self, event: MessageReceived) -> Message:
         message = _from_content(event.channel, event.method, event.properties, event.body)
         message._owner = self
+        conn = self._conn
+        if conn._policy is not None:
+            message.epoch = conn._epoch.current
+            message._epoch_cell = conn._epoch
         return message
 
     def _got_message(self, reply: Reply) -> Message | None:
@@ -586,6 +622,8 @@ class Channel(ChannelMethods):
         :raises MessageReturnedError: confirm mode: a ``mandatory`` publish was unroutable.
         """
         conn = self._conn
+        if conn._recovered is not None:
+            await conn._wait_recovered(len(body))
         book = self._book
         if conn._blocked is not None or not book.flow_active:
             await self._wait_publishable()
@@ -682,6 +720,8 @@ class Channel(ChannelMethods):
         arguments: FieldTable | None = None,
         buffer_size: int | None = None,
     ) -> AsyncIterator[Consumer]:
+        if self._conn._recovered is not None:
+            await self._conn._wait_recovered()
         book = self._book
         size = client.consumer_buffer_size(buffer_size, book.prefetch_count)
         tag = client.consumer_tag(consumer_tag, "amqp-trio", book.consumer_tags())

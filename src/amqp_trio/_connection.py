@@ -55,18 +55,20 @@ from amqp_sansio.client import (
 )
 
 from ._channel import Channel, Consumer
+from ._recovery import Recovering
 from ._v0_10 import connect_0_10
 from ._waiter import Waiter
 from ._wire import Wire
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable
     from contextlib import AbstractAsyncContextManager
 
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
     from amqp_sansio import Event, FieldTable
+    from amqp_sansio.client import RecoveryPolicy
 
     from ._v0_10 import Connection010
 
@@ -76,12 +78,17 @@ logger: Final = logging.getLogger("amqp_trio")
 
 
 @final
-class Connection:
+class Connection(Recovering):
     """An open AMQP connection (from :func:`connect`).
 
     One reader task reads the socket and routes events to channels; one writer task flushes
     what the core queued and sends heartbeats. Both live in the nursery :func:`connect` opens,
     and end with the connection.
+
+    With a :class:`~amqp_sansio.client.RecoveryPolicy` (``connect(..., recovery=...)``), a
+    lost connection is recovered (see :doc:`/recovery`): its channels, publishers and consumer
+    iterators carry on over the new one; :attr:`recovery_state` and :meth:`recovery_events`
+    say what happens.
     """
 
     def __init__(
@@ -89,11 +96,13 @@ class Connection:
         stream: trio.abc.Stream,
         params: ConnectionParameters,
         telemetry: Telemetry | None = None,
+        recovery: RecoveryPolicy | None = None,
+        reopen: Callable[[ConnectionParameters], Awaitable[trio.abc.Stream]] | None = None,
     ) -> None:
         #: The parameters the connection was made with.
         self.params: Final = params
         # OpenTelemetry hooks (amqp_sansio.client.instrument); None: tracing off.
-        self._telemetry: Final = telemetry
+        self._telemetry = telemetry
         self._core = amqp_sansio.Connection(Role.CLIENT, params.to_config())
         self._wire = Wire(self._core, stream)
         # Replies, deliveries, confirms and closes go through the client layer's router; the
@@ -110,6 +119,7 @@ class Connection:
         self._heartbeat_timed_out = False
         #: The broker's ``server-properties`` (product, version, capabilities, ...).
         self.server_properties: FieldTable = {}
+        self._init_recovery(recovery, reopen)
 
     def __repr__(self) -> str:
         state = "closed" if self.is_closed else "open"
@@ -173,6 +183,8 @@ class Connection:
 
     async def open_channel(self) -> Channel:
         """Open a channel; close it with :meth:`Channel.aclose`."""
+        if self._recovered is not None:
+            await self._wait_recovered()
         self._check_open()
         try:
             number = self._core.open_channel()
@@ -192,6 +204,14 @@ class Connection:
         cancellation and bounded by ``connection_timeout``. Pending calls raise
         :class:`~amqp_sansio.client.ConnectionClosedError`."""
         with trio.CancelScope(shield=True):
+            if self._recovered is not None:
+                # Recovering: stop, and end what waits for the connection to come back.
+                self._closing = True
+                if self._recovery_scope is not None:
+                    self._recovery_scope.cancel()
+                self._give_up(ConnectionClosedError("closed by the client", reply_code=200))
+                await self._wire.close_transport()
+                return
             if self._usable and not self._handshaking:
                 self._closing = True
                 with trio.move_on_after(self.params.connection_timeout):
@@ -245,6 +265,9 @@ class Connection:
     def _die(self, error: AMQPError) -> None:
         """The connection ended with *error* (kept unless it already ended)."""
         self._router.fail(error)
+        if self._router.suspended is not None:
+            self._on_suspended()  # the policy recovers it: channels and consumers stay
+            return
         self._ended()
 
     def _ended(self) -> None:
@@ -291,6 +314,12 @@ class Connection:
                     logger.warning("protocol error from the broker: %r", exc)
                     self._die(error_from(exc, connection=True))
                     break
+                restoring = self._restoring
+                if restoring is not None and event is not NEED_DATA:
+                    assert not isinstance(event, type(NEED_DATA))
+                    if restoring.handle(event):
+                        self._needs_flush = True  # its next step is queued in the core
+                        continue
                 if event is NEED_DATA:
                     if self._needs_flush or self._handshaking:
                         self._needs_flush = False
@@ -319,7 +348,9 @@ class Connection:
                 await wire.linger()  # let the broker read our close before the socket goes
             await wire.close_transport()
         finally:
-            self._finished.set()
+            if self._policy is None:
+                self._set_closed()
+                self._finished.set()  # under a policy the supervisor says when it is over
 
     async def _on_event(self, event: Event) -> bool:
         """Route an event other than a message or a confirm, then keep the Trio side in step
@@ -395,6 +426,9 @@ class Connection:
             # During the handshake connect() raises it: a warning would say it twice.
             log = logger.debug if self._handshaking else logger.warning
             log("the broker closed the connection: %s", error)
+        if self._router.suspended is not None:
+            self._on_suspended()
+            return True
         self._ended()
         return True
 
@@ -443,6 +477,7 @@ def connect(  # type: ignore[overload-overlap]
     protocol: Literal["0-10", ProtocolVersion.AMQP_0_10],
     tracer_provider: TracerProvider | None = ...,
     meter_provider: MeterProvider | None = ...,
+    recovery: None = ...,
 ) -> AbstractAsyncContextManager[Connection010]: ...
 
 
@@ -455,6 +490,7 @@ def connect(
     protocol: str | ProtocolVersion | None = ...,
     tracer_provider: TracerProvider | None = ...,
     meter_provider: MeterProvider | None = ...,
+    recovery: RecoveryPolicy | None = ...,
 ) -> AbstractAsyncContextManager[Connection]: ...
 
 
@@ -466,6 +502,7 @@ def connect(
     protocol: str | ProtocolVersion | None = None,
     tracer_provider: TracerProvider | None = None,
     meter_provider: MeterProvider | None = None,
+    recovery: RecoveryPolicy | None = None,
 ) -> AbstractAsyncContextManager[Connection] | AbstractAsyncContextManager[Connection010]:
     """Connect to a broker for the duration of an ``async with`` block.
 
@@ -485,6 +522,10 @@ def connect(
 
     Leaving the block closes the connection (200) and waits for the broker's close-ok.
 
+    With *recovery*, a connection lost after it opened (the socket, a heartbeat timeout, a
+    320 from the broker, as the policy says) is recovered: see :doc:`/recovery`. Without it
+    a lost connection stays closed.
+
     :raises ConnectionTimeoutError: TCP, TLS and AMQP handshake took longer than
         ``connection_timeout`` (per attempt).
     :raises ConnectionClosedError: the broker refused the login (403) or the virtual host
@@ -498,9 +539,17 @@ def connect(
     if wants_0_10(protocol):
         if tracer_provider is not None or meter_provider is not None:
             raise ValueError("OpenTelemetry instruments AMQP 0-9-1, 0-9 and 0-8 connections only")
+        if recovery is not None:
+            raise ValueError("recovery is for AMQP 0-9-1, 0-9 and 0-8 connections")
         return connect_0_10(url_or_params, ssl_context=ssl_context, connection_name=connection_name)
     return _connect(
-        url_or_params, ssl_context, connection_name, protocol, tracer_provider, meter_provider
+        url_or_params,
+        ssl_context,
+        connection_name,
+        protocol,
+        tracer_provider,
+        meter_provider,
+        recovery,
     )
 
 
@@ -512,15 +561,25 @@ async def _connect(
     protocol: str | ProtocolVersion | None,
     tracer_provider: TracerProvider | None,
     meter_provider: MeterProvider | None,
+    recovery: RecoveryPolicy | None = None,
 ) -> AsyncIterator[Connection]:
     fallback = ProtocolFallback(connection_parameters(url_or_params, connection_name, protocol))
+
+    async def reopen(again: ConnectionParameters) -> trio.abc.Stream:
+        # A recovery attempt: the same way in, with its own deadline.
+        return await _open_stream(
+            again, ssl_context, trio.current_time() + again.connection_timeout
+        )
+
     while True:
         params = fallback.params
         deadline = trio.current_time() + params.connection_timeout
         stream = await _open_stream(params, ssl_context, deadline)
         entered = False
         try:
-            async with _session(stream, params, deadline, tracer_provider, meter_provider) as conn:
+            async with _session(
+                stream, params, deadline, tracer_provider, meter_provider, recovery, reopen
+            ) as conn:
                 entered = True
                 yield conn
             return
@@ -593,13 +652,18 @@ async def _session(
     deadline: float,
     tracer_provider: TracerProvider | None,
     meter_provider: MeterProvider | None,
+    recovery: RecoveryPolicy | None = None,
+    reopen: Callable[[ConnectionParameters], Awaitable[trio.abc.Stream]] | None = None,
 ) -> AsyncIterator[Connection]:
     telemetry = connection_telemetry(params.host, params.port, tracer_provider, meter_provider)
-    conn = Connection(stream, params, telemetry)
+    conn = Connection(stream, params, telemetry, recovery, reopen)
     failure: BaseException | None = None
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(conn._run_reader)
-        nursery.start_soon(conn._wire.run_writer)
+        if recovery is not None:
+            nursery.start_soon(conn._supervise, conn._finished)
+        else:
+            nursery.start_soon(conn._run_reader)
+            nursery.start_soon(conn._wire.run_writer)
         try:
             await conn._handshake(deadline)
             yield conn

@@ -11,6 +11,7 @@ from .. import BasicDeliver, BasicGetOk, BasicProperties, BasicReturn, Int64
 
 if TYPE_CHECKING:
     from .. import ContentProperties, Method
+    from ._recovery import Epoch
 
 __all__ = ["AsyncMessage", "AsyncSettler", "Message"]
 
@@ -132,27 +133,43 @@ class AsyncMessage(Message):
     arrived on: what amqp_trio and amqp_asyncio hand out (each as its own ``Message``)."""
 
     _owner: AsyncSettler | None = attrs.field(default=None, repr=False, eq=False, alias="owner")
+    #: The epoch of the connection it came on (0 without recovery; see :class:`Epoch`).
+    epoch: int = attrs.field(default=0, eq=False)
+    _epoch_cell: Epoch | None = attrs.field(default=None, repr=False, eq=False, alias="epoch_cell")
 
-    def _channel_obj(self) -> AsyncSettler:
+    def _channel_obj(self) -> AsyncSettler | None:
         owner = self._owner
         if owner is None:
             raise RuntimeError("this message is not bound to a channel")
+        cell = self._epoch_cell
+        if cell is not None and not cell.allows(self.delivery_tag, self.epoch):
+            return None  # from a lost connection: never sent with a stale tag
         return owner
 
     async def ack(self, *, multiple: bool = False) -> None:
         """Acknowledge this message (and, with ``multiple``, every earlier one on the
-        channel)."""
-        await self._channel_obj().basic_ack(self.delivery_tag, multiple=multiple)
+        channel).
+
+        :raises StaleDeliveryError: it came on a connection since lost (recovery), and the
+            policy raises for those (it is never sent: the broker redelivers it).
+        """
+        owner = self._channel_obj()
+        if owner is not None:
+            await owner.basic_ack(self.delivery_tag, multiple=multiple)
 
     async def nack(self, *, multiple: bool = False, requeue: bool = True) -> None:
         """Negatively acknowledge this message (RabbitMQ extension). Stream queues refuse it
         with a 540 that closes the connection."""
-        await self._channel_obj().basic_nack(self.delivery_tag, multiple=multiple, requeue=requeue)
+        owner = self._channel_obj()
+        if owner is not None:
+            await owner.basic_nack(self.delivery_tag, multiple=multiple, requeue=requeue)
 
     async def reject(self, *, requeue: bool = True) -> None:
         """Reject this message. Stream queues refuse it with a 540 that closes the
         connection."""
-        await self._channel_obj().basic_reject(self.delivery_tag, requeue=requeue)
+        owner = self._channel_obj()
+        if owner is not None:
+            await owner.basic_reject(self.delivery_tag, requeue=requeue)
 
 
 #: Per Message subclass: the fields it adds and their defaults, which from_content sets itself.

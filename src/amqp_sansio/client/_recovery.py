@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from .. import Connection, Event, Method, Topology
 
 __all__ = [
+    "Epoch",
     "Recovered",
     "RecoveryAttempt",
     "RecoveryEvent",
@@ -155,6 +156,30 @@ def check_settle(
     raise StaleDeliveryError(delivery_tag, epoch, current_epoch)
 
 
+@final
+class Epoch:
+    """A recovering connection's epoch, shared with its deliveries: each delivery keeps the
+    epoch it came on, and a settle checks it against :attr:`current`
+    (:func:`check_settle`)."""
+
+    __slots__ = ("current", "stale")
+
+    def __init__(self, stale: Literal["raise", "ignore"] = "raise") -> None:
+        #: 0 for the first connection, +1 for each one recovery made.
+        self.current = 0
+        self.stale: Literal["raise", "ignore"] = stale
+
+    def __repr__(self) -> str:
+        return f"<Epoch {self.current}>"
+
+    def allows(self, delivery_tag: int, epoch: int) -> bool:
+        """Whether a delivery of *epoch* may be settled now (see :func:`check_settle`).
+
+        :raises StaleDeliveryError: it is stale and stale settles raise.
+        """
+        return check_settle(delivery_tag, epoch, self.current, stale=self.stale)
+
+
 def _non_negative(name: str) -> Callable[[object, attrs.Attribute[float], float], None]:
     def check(_instance: object, _attribute: attrs.Attribute[float], value: float) -> None:
         if value < 0:
@@ -205,18 +230,14 @@ class RecoveryPolicy:
         ``TopologyRecoveryFilter``.
     :ivar on_topology_error: a step the broker refuses: ``"retry"`` fails the attempt (the
         next one starts over), ``"skip"`` goes on without it, ``"give_up"`` stops recovering.
-    :ivar reopen_on_channel_error: reopen a channel the broker closed with a channel error
-        (Lyra does, the Java client does not).
-    :ivar reconsume_on_cancel: consume again when the broker cancels a consumer
-        (``basic.cancel``, e.g. its queue was deleted: the queue is declared again first when
-        it is in the recorded topology).
+    :ivar reconsume_on_cancel: consume again, with the same tag into the same iterator, when
+        the broker cancels a consumer (``basic.cancel``: its queue was deleted, its node went
+        down); a client-named queue in the recorded topology is declared again first, with its
+        bindings.
     :ivar publish_wait: seconds a publish made during recovery waits for the connection to
         come back; 0 fails fast with the loss's error.
     :ivar publish_buffer: octets of message bodies that may wait during recovery; a publish
         beyond that fails fast.
-    :ivar republish_unknown: publish again, after recovery, the publishes pending at the loss
-        (their outcome is unknown: consumers may see duplicates); otherwise they resolve as
-        :class:`~amqp_sansio.client.PublishOutcomeUnknownError`.
     :ivar stale_settle: a settle of a delivery from before the loss ``"raise"``\\ s
         :class:`StaleDeliveryError` or is ``"ignore"``\\ d; it is never sent.
     """
@@ -233,11 +254,9 @@ class RecoveryPolicy:
     restore_auto_delete: bool = True
     topology_filter: Callable[[RecoveryStep], bool] | None = None
     on_topology_error: Literal["retry", "skip", "give_up"] = "retry"
-    reopen_on_channel_error: bool = False
     reconsume_on_cancel: bool = False
     publish_wait: float = attrs.field(default=10.0, validator=_non_negative("publish_wait"))
     publish_buffer: int = 1 << 20
-    republish_unknown: bool = False
     stale_settle: Literal["raise", "ignore"] = "raise"
 
     def __attrs_post_init__(self) -> None:

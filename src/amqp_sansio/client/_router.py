@@ -135,6 +135,7 @@ class ChannelBook:
         "confirm_mode",
         "confirms",
         "consumers",
+        "consumes",
         "error",
         "flow_active",
         "number",
@@ -153,6 +154,8 @@ class ChannelBook:
         self.rpcs: deque[_Entry] = deque()
         #: The consumers the broker confirmed, by tag.
         self.consumers: dict[str, ConsumerSink] = {}
+        #: Their ``basic.consume`` requests, by tag (to consume again after a server cancel).
+        self.consumes: dict[str, BasicConsume] = {}
         #: The sink of each unconfirmed publish, by publish number.
         self.confirms: dict[int, ConfirmSink] = {}
         self.tracker = ConfirmTracker()
@@ -229,6 +232,26 @@ class _Unawaited:
 _UNAWAITED: Final = _Unawaited()
 
 
+@final
+class _Keep:
+    """The waiter of a consume the router made again itself: the sink stays registered (an
+    abandoned waiter would cancel it)."""
+
+    __slots__ = ()
+
+    def done(self) -> bool:
+        return False
+
+    def set_result(self, result: Reply, /) -> None:
+        pass
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        pass
+
+
+_KEEP: Final = _Keep()
+
+
 def _settle_all(book: ChannelBook, error: AMQPError, *, by_us: bool) -> None:
     book.error = error
     rpcs, book.rpcs = book.rpcs, deque()
@@ -258,7 +281,17 @@ class Router:
     open). The adapter flushes the core as usual.
     """
 
-    __slots__ = ("_core", "blocked", "channels", "error", "telemetry")
+    __slots__ = (
+        "_core",
+        "blocked",
+        "channels",
+        "error",
+        "reconsume_on_cancel",
+        "recover_on",
+        "suspended",
+        "telemetry",
+        "unknown",
+    )
 
     def __init__(self, core: Connection, telemetry: Telemetry | None = None) -> None:
         self._core = core
@@ -271,6 +304,17 @@ class Router:
         self.blocked: str | None = None
         #: Why the connection is unusable, once it is.
         self.error: AMQPError | None = None
+        #: Set by an adapter that recovers connections: says whether losing the connection
+        #: with an error starts recovery (:meth:`RecoveryPolicy.triggers`). Then
+        #: :meth:`fail` suspends instead: consumers are kept for the next connection.
+        self.recover_on: Callable[[AMQPError], bool] | None = None
+        #: The books of the channels when the connection was lost for recovery (their
+        #: consumers kept, unfinished), by number; None unless :meth:`fail` suspended.
+        self.suspended: dict[int, ChannelBook] | None = None
+        #: Publishes pending when the connection was suspended: their outcome is unknown.
+        self.unknown = 0
+        #: Consume again when the broker cancels a consumer (``RecoveryPolicy``).
+        self.reconsume_on_cancel = False
 
     # --- registration (call right after the matching core call) --------------------------------
 
@@ -359,8 +403,43 @@ class Router:
         assert isinstance(event, ConsumerCancelled)
         book = self.channels.get(event.channel)
         consumer = None if book is None else book.consumers.pop(event.consumer_tag, None)
-        if consumer is not None:
-            consumer.finish(ConsumerCancelledError(event.consumer_tag), False)
+        if consumer is None:
+            return
+        assert book is not None
+        request = book.consumes.pop(event.consumer_tag, None)
+        if (
+            self.reconsume_on_cancel
+            and request is not None
+            and self._reconsume(event.channel, request, consumer)
+        ):
+            return
+        consumer.finish(ConsumerCancelledError(event.consumer_tag), False)
+
+    def _reconsume(self, channel: int, request: BasicConsume, consumer: ConsumerSink) -> bool:
+        """The broker cancelled a consumer (its queue was deleted, a node went down): declare
+        the queue again when the topology recorded it (with its bindings), then consume again
+        with the same tag into the same sink. A refusal closes the channel, which ends the
+        sink with the broker's error. False when nothing could be sent."""
+        core = self._core
+        if core.state is not ConnectionState.OPEN or core.channel_state(channel) is not (
+            ChannelState.OPEN
+        ):
+            return False
+        topology = core.topology
+        declare = topology.queues.get(request.queue)
+        if declare is not None and declare.queue:  # a server-named one would get a new name
+            self._send_unawaited(channel, declare)
+            for bind in topology.queue_bindings:
+                if bind.queue == request.queue:
+                    self._send_unawaited(channel, bind)
+        core.send_method(channel, request)
+        self.channels[channel].expect(request, _KEEP, consumer)
+        logger.info(
+            "consuming again from %r after the broker cancelled %s",
+            request.queue,
+            request.consumer_tag,
+        )
+        return True
 
     def _on_flow_changed(self, event: Event) -> None:
         assert isinstance(event, ChannelFlowChanged)
@@ -391,8 +470,29 @@ class Router:
 
     def fail(self, error: AMQPError) -> None:
         """The connection is gone: every waiter, consumer and unconfirmed publish gets *error*
-        (the first error given is the one kept in :attr:`error`)."""
+        (the first error given is the one kept in :attr:`error`).
+
+        When :attr:`recover_on` says *error* starts recovery, consumers are kept instead
+        (see :meth:`suspend`)."""
+        if self.suspended is not None:
+            return  # already suspended for recovery: the first error stands
+        if self.error is None and self.recover_on is not None and self.recover_on(error):
+            self.suspend(error)
+            return
         self._fail(error, by_us=False)
+
+    def suspend(self, error: AMQPError) -> None:
+        """The connection was lost and will be recovered: waiting calls get *error*,
+        unconfirmed publishes an unknown outcome, and consumers are kept, unfinished, in
+        :attr:`suspended` for the adapter to attach to the next connection's channels."""
+        self.error = error
+        channels, self.channels = self.channels, {}
+        for book in channels.values():
+            self.unknown += len(book.confirms)
+            consumers, book.consumers = book.consumers, {}
+            _settle_all(book, error, by_us=False)
+            book.consumers = consumers
+        self.suspended = channels
 
     def _fail(self, error: AMQPError, *, by_us: bool) -> None:
         if self.error is None:
@@ -452,12 +552,15 @@ class Router:
         if consumer is not None and cls is BasicConsumeOk:
             assert isinstance(method, BasicConsumeOk)
             book.consumers[method.consumer_tag] = consumer
+            if isinstance(request, BasicConsume):
+                book.consumes[method.consumer_tag] = request
             if waiter.done():  # basic_consume() gave up: nobody iterates this consumer
                 # It stays registered until cancel-ok: what comes before goes to its sink.
                 self._send_unawaited(event.channel, BasicCancel(consumer_tag=method.consumer_tag))
         elif cls is BasicCancelOk:
             assert isinstance(method, BasicCancelOk)
             cancelled = book.consumers.pop(method.consumer_tag, None)
+            book.consumes.pop(method.consumer_tag, None)
             if cancelled is not None:
                 cancelled.finish(None, True)
         elif cls is BasicQosOk:

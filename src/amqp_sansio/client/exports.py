@@ -1,6 +1,6 @@
 """The one list of what every client adapter re-exports from the client layer: the exceptions it
-raises, :class:`~amqp_sansio.client.ConnectionParameters`, and the core's
-:class:`~amqp_sansio.BasicProperties` (a message's properties, to publish with).
+raises, :class:`~amqp_sansio.client.ConnectionParameters`, the recovery policy and events, and
+the core's :class:`~amqp_sansio.BasicProperties` (a message's properties, to publish with).
 
 ``amqp_trio``, ``amqp_asyncio`` and ``amqp_blocking`` star-import this module, and add its
 ``__all__`` to their own, so the three always offer the same names (mypy and the API docs see
@@ -48,6 +48,16 @@ from ._errors import (
     UnexpectedFrame,
 )
 from ._params import ConnectionParameters
+from ._recovery import (
+    Recovered,
+    RecoveryAttempt,
+    RecoveryGaveUp,
+    RecoveryLost,
+    RecoveryPolicy,
+    RecoveryState,
+    StaleDeliveryError,
+    TopologyRecoveryError,
+)
 
 __all__ = [
     "AMQPError",
@@ -78,7 +88,15 @@ __all__ = [
     "ProtocolVersionRefused",
     "PublishNackedError",
     "PublishOutcomeUnknownError",
+    "Recovered",
+    "RecoveryAttempt",
+    "RecoveryGaveUp",
+    "RecoveryLost",
+    "RecoveryPolicy",
+    "RecoveryState",
     "ResourceError",
     "ResourceLocked",
+    "StaleDeliveryError",
+    "TopologyRecoveryError",
     "UnexpectedFrame",
 ]

@@ -154,6 +154,7 @@ class MemoryConnection:
         self.failed_attempts = 0
         self.last_error: AMQPError | None = None
         self.core: Connection = Connection(Role.CLIENT, config)
+        self._served = self.core  # the last core that opened (and was restored)
         self.server: ServerSide = server()
         self._header_pending = True
         self._channels: list[int] = []  # logical channel numbers, in opening order
@@ -366,7 +367,8 @@ class MemoryConnection:
             server-assigned names), or the policy gave up.
         """
         unknown = 0 if lost is None else len(lost.unconfirmed_publishes)
-        self._backlog += self._reconnect(self.core.topology, unknown)
+        # The topology of the last connection that opened (a failed attempt's core has none).
+        self._backlog += self._reconnect(self._served.topology, unknown)
         return self.recoveries[-1]
 
     def _reconnect(self, topology: Topology | None, unknown: int) -> list[Event]:
@@ -385,6 +387,7 @@ class MemoryConnection:
                 events = self._handshake()
                 if topology is not None:
                     events += self._restore(topology, attempt, unknown)
+                self._served = self.core
                 return events
             except AMQPError as exc:
                 self.failed_attempts += 1

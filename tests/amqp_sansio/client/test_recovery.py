@@ -28,6 +28,7 @@ from amqp_sansio.client import (
     RecoveryPlan,
     RecoveryPolicy,
     RecoveryStep,
+    ResourceLocked,
     StaleDeliveryError,
     TopologyRecoveryError,
     check_settle,
@@ -288,3 +289,31 @@ def test_a_filtered_step_is_reported_skipped() -> None:
     ]
     assert set(conn.core.topology.queues) == {"q"}
     assert conn.core.topology.exchanges == {}
+
+
+def test_an_exclusive_queue_still_held_is_retried_not_fatal() -> None:
+    """405 RESOURCE_LOCKED: another connection holds the client-named exclusive queue (as the
+    broker may for a dead connection it has not noticed yet). The attempt fails naming the
+    queue; once it is released, the next recovery succeeds."""
+    server = memory_server()
+    conn = MemoryConnection(server, policy=RecoveryPolicy(max_attempts=1))
+    conn.open()
+    ch = conn.open_channel()
+    conn.send(ch, QueueDeclare(queue="held", exclusive=True))
+    conn.pump()
+    conn.cut()
+    holder = MemoryConnection(server)
+    holder.open()
+    hch = holder.open_channel()
+    holder.send(hch, QueueDeclare(queue="held", exclusive=True))
+    holder.pump()
+    with pytest.raises(AssertionError, match="gave up after 1 attempts"):
+        conn.recover()
+    error = conn.last_error
+    assert isinstance(error, TopologyRecoveryError)
+    assert (error.step.kind, error.step.name) == ("queue", "held")
+    assert isinstance(error.cause, ResourceLocked)
+    holder.cut()  # the holder goes: the broker deletes its exclusive queue
+    recovered = conn.recover()
+    assert recovered.skipped == ()
+    assert "held" in conn.core.topology.queues

@@ -1,0 +1,142 @@
+"""amqp_blocking's connection recovery (issue 17) against the embedded broker killed and
+restarted on the same port: channels and consumer iterators outlive the connection, the topology
+comes back (a server-named queue under a new name), events arrive by callback and iterator, and
+a delivery of the lost connection cannot be settled on the new one."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+import pytest
+
+import amqp_blocking
+from amqp_blocking import (
+    ConnectionLostError,
+    Recovered,
+    RecoveryAttempt,
+    RecoveryLost,
+    RecoveryPolicy,
+    RecoveryState,
+    StaleDeliveryError,
+)
+
+from ..support.restartable import restartable_broker
+
+if TYPE_CHECKING:
+    from amqp_sansio.client import RecoveryEvent
+
+POLICY = RecoveryPolicy(initial_delay=0.1, multiplier=1, jitter=0, max_duration=60)
+WAIT = 30.0
+
+
+def _state(conn: amqp_blocking.Connection) -> RecoveryState:
+    """A call, so mypy does not narrow one reading of the property to the next."""
+    return conn.recovery_state
+
+
+def test_recovers_after_the_broker_restarts() -> None:
+    seen: list[RecoveryEvent] = []
+    with restartable_broker() as broker:
+        with amqp_blocking.connect(broker.url, recovery=POLICY) as conn:
+            conn.on_recovery(seen.append)
+            events = conn.recovery_events()
+            ch = conn.channel()
+            ch.queue_declare("jobs")
+            server_named = ch.queue_declare("", exclusive=True).queue
+            ch.queue_bind(server_named, "amq.fanout")
+            with ch.basic_consume("jobs") as jobs, ch.basic_consume(server_named) as fanout:
+                ch.basic_publish(b"before", routing_key="jobs")
+                before = jobs.get(WAIT)
+                assert before is not None
+                assert before.epoch == conn.epoch == 0
+
+                broker.kill()
+                lost = events.get(WAIT)
+                assert isinstance(lost, RecoveryLost)
+                assert isinstance(lost.cause, ConnectionLostError)
+                assert _state(conn) is RecoveryState.RECOVERING
+                broker.start()
+                event = events.get(WAIT)
+                while isinstance(event, RecoveryAttempt):  # refused while it was down
+                    event = events.get(WAIT)
+                assert isinstance(event, Recovered)
+                assert _state(conn) is RecoveryState.OPEN
+                assert conn.epoch == event.epoch == 1
+                assert event.renamed_queues[server_named] != server_named
+
+                with pytest.raises(StaleDeliveryError, match="epoch 0"):
+                    before.ack()
+
+                ch.basic_publish(b"after", routing_key="jobs")
+                ch.basic_publish(b"to all", exchange="amq.fanout")
+                after = jobs.get(WAIT)
+                assert after is not None
+                assert (after.body, after.epoch) == (b"after", 1)
+                after.ack()
+                to_all = fanout.get(WAIT)
+                assert to_all is not None
+                assert to_all.body == b"to all"
+                assert ch.queue_declare("jobs", passive=True).consumer_count == 1
+        assert _state(conn) is RecoveryState.CLOSED
+        assert list(events) == []  # ended with the connection
+    assert [type(e) for e in seen if not isinstance(e, RecoveryAttempt)] == [
+        RecoveryLost,
+        Recovered,
+    ]
+
+
+def test_a_call_during_recovery_waits_or_fails_fast() -> None:
+    fail_fast = RecoveryPolicy(initial_delay=0.1, multiplier=1, jitter=0, publish_wait=0)
+    with restartable_broker() as broker:
+        with amqp_blocking.connect(broker.url, recovery=fail_fast) as conn:
+            events = conn.recovery_events()
+            ch = conn.channel()
+            broker.kill()
+            assert isinstance(events.get(WAIT), RecoveryLost)
+            with pytest.raises(ConnectionLostError, match=r"recovering \(publish_wait is 0\)"):
+                ch.basic_publish(b"x", routing_key="q")
+            broker.start()
+            while not isinstance(events.get(WAIT), Recovered):
+                pass
+            ch.basic_publish(b"x", routing_key="q")
+
+        waiting = RecoveryPolicy(initial_delay=0.1, multiplier=1, jitter=0, publish_wait=30)
+        with amqp_blocking.connect(broker.url, recovery=waiting) as conn:
+            events = conn.recovery_events()
+            ch = conn.channel()
+            ch.queue_declare("waits")
+            broker.kill()
+            assert isinstance(events.get(WAIT), RecoveryLost)
+            errors: list[BaseException] = []
+
+            def publish() -> None:
+                try:
+                    ch.basic_publish(b"waited", routing_key="waits")
+                except BaseException as exc:
+                    errors.append(exc)
+
+            publisher = threading.Thread(target=publish)
+            publisher.start()
+            publisher.join(0.2)
+            assert publisher.is_alive()  # waiting for the connection to come back
+            broker.start()
+            publisher.join(WAIT)
+            assert not publisher.is_alive()
+            assert errors == []
+            assert ch.queue_declare("waits", passive=True).message_count == 1
+
+
+def test_close_during_recovery_gives_up() -> None:
+    with restartable_broker() as broker:
+        conn = amqp_blocking.connect(broker.url, recovery=POLICY)
+        events = conn.recovery_events()
+        consumer = conn.channel().basic_consume(
+            conn.channel().queue_declare("", exclusive=True).queue
+        )
+        broker.kill()
+        assert isinstance(events.get(WAIT), RecoveryLost)
+        conn.close()
+        assert _state(conn) is RecoveryState.CLOSED
+        with pytest.raises(amqp_blocking.ConnectionClosedError):
+            consumer.get(WAIT)
