@@ -113,3 +113,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.spark)
             # Under pytest-xdist one worker runs every Spark test: one JVM for all of them.
             item.add_marker(pytest.mark.xdist_group("spark"))
+        elif item.name.startswith("test_rabbitmq_scenario[blocked"):
+            # Each sets and lifts RabbitMQ's memory alarm, which is broker-wide: one worker
+            # runs them in turn, so one test's lift never ends another's alarm.
+            item.add_marker(pytest.mark.xdist_group("rabbitmq_memory_alarm"))
