@@ -75,7 +75,7 @@ package-check: $(STAMP) .venv-3.12/.installed .venv-3.13/.installed
 	$(BIN)/python tools/check_package.py $(VENV) .venv-3.12 .venv-3.13
 
 docs: $(STAMP)
-	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs docs/_build/html
 
 # A publish/consume round trip through the Trio client with confirms, a progress bar and the
 # throughput: against AMQP_URL (default local RabbitMQ), else the embedded broker. Its own light
