@@ -54,15 +54,12 @@ from amqp_sansio.client import (
     ProtocolFallback,
     ProtocolVersionRefused,
     Recovered,
-    RecoveryAttempt,
     RecoveryEvent,
-    RecoveryGaveUp,
     RecoveryLost,
     RecoveryPlan,
     RecoveryPolicy,
     RecoveryState,
     Router,
-    TopologyRecoveryError,
     TopologyRestorer,
     connect_failed,
     connection_parameters,
@@ -660,31 +657,17 @@ class Connection:
                 recovered = await self._attempt(params, attempt, topology, channels, books)
             except (OSError, AMQPError, TimeoutError) as exc:
                 self._end_attempt()
-                last = (
-                    policy.gives_up(attempt, self._loop.time() - started)
-                    or (
-                        isinstance(exc, TopologyRecoveryError)
-                        and policy.on_topology_error == "give_up"
-                    )
-                    or (isinstance(exc, ConnectionClosedError) and exc.reply_code in (403, 530))
+                failed, gave_up = policy.failed_attempt(
+                    attempt,
+                    self._loop.time() - started,
+                    params.address,
+                    exc,
+                    address=self.params.address,
+                    logger=logger,
                 )
-                logger.info("recovery attempt %d to %s failed: %s", attempt, params.address, exc)
-                self._emit(
-                    RecoveryAttempt(
-                        attempt=attempt,
-                        url=params.address,
-                        error=exc,
-                        next_delay=None if last else policy.delay(attempt + 1),
-                    )
-                )
-                if last:
-                    logger.error(
-                        "gave up recovering the connection to %s after %d attempts: %s",
-                        self.params.address,
-                        attempt,
-                        exc,
-                    )
-                    self._emit(RecoveryGaveUp(attempts=attempt, cause=exc))
+                self._emit(failed)
+                if gave_up is not None:
+                    self._emit(gave_up)
                     self._give_up(cause, books)
                     return
                 continue

@@ -60,15 +60,12 @@ from amqp_sansio.client import (
     ProtocolFallback,
     ProtocolVersionRefused,
     Recovered,
-    RecoveryAttempt,
     RecoveryEvent,
-    RecoveryGaveUp,
     RecoveryLost,
     RecoveryPlan,
     RecoveryPolicy,
     RecoveryState,
     Router,
-    TopologyRecoveryError,
     TopologyRestorer,
     connect_failed,
     connection_parameters,
@@ -886,32 +883,18 @@ class Connection:
             try:
                 recovered = self._attempt(params, attempt, topology, channels, suspended)
             except (OSError, AMQPError, TimeoutError) as exc:
-                last = (
-                    policy.gives_up(attempt, time.monotonic() - started)
-                    or (
-                        isinstance(exc, TopologyRecoveryError)
-                        and policy.on_topology_error == "give_up"
-                    )
-                    or (isinstance(exc, ConnectionClosedError) and exc.reply_code in (403, 530))
+                failed, gave_up = policy.failed_attempt(
+                    attempt,
+                    time.monotonic() - started,
+                    params.address,
+                    exc,
+                    address=self._params.address,
+                    logger=logger,
                 )
-                logger.info("recovery attempt %d to %s failed: %s", attempt, params.address, exc)
                 with self._lock:
-                    self._emit_locked(
-                        RecoveryAttempt(
-                            attempt=attempt,
-                            url=params.address,
-                            error=exc,
-                            next_delay=None if last else policy.delay(attempt + 1),
-                        )
-                    )
-                    if last:
-                        logger.error(
-                            "gave up recovering the connection to %s after %d attempts: %s",
-                            self._params.address,
-                            attempt,
-                            exc,
-                        )
-                        self._emit_locked(RecoveryGaveUp(attempts=attempt, cause=exc))
+                    self._emit_locked(failed)
+                    if gave_up is not None:
+                        self._emit_locked(gave_up)
                         self._give_up_locked(cause, suspended)
                         return False
                 continue

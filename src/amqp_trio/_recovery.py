@@ -15,20 +15,16 @@ from amqp_sansio import ChannelOpened, Role
 from amqp_sansio.client import (
     AMQPError,
     ChannelBook,
-    ConnectionClosedError,
     ConnectionLostError,
     ConnectionParameters,
     Epoch,
     Recovered,
-    RecoveryAttempt,
     RecoveryEvent,
-    RecoveryGaveUp,
     RecoveryLost,
     RecoveryPlan,
     RecoveryPolicy,
     RecoveryState,
     Router,
-    TopologyRecoveryError,
     TopologyRestorer,
     connection_parameters,
 )
@@ -408,31 +404,17 @@ class Recovering:
                 error = running.error or self._router.error
                 await self._wire.close_transport()
             assert error is not None
-            last = (
-                policy.gives_up(attempt, trio.current_time() - started)
-                or (
-                    isinstance(error, TopologyRecoveryError)
-                    and policy.on_topology_error == "give_up"
-                )
-                or (isinstance(error, ConnectionClosedError) and error.reply_code in (403, 530))
+            failed, gave_up = policy.failed_attempt(
+                attempt,
+                trio.current_time() - started,
+                params.address,
+                error,
+                address=self.params.address,
+                logger=logger,
             )
-            logger.info("recovery attempt %d to %s failed: %s", attempt, params.address, error)
-            self._emit(
-                RecoveryAttempt(
-                    attempt=attempt,
-                    url=params.address,
-                    error=error,
-                    next_delay=None if last else policy.delay(attempt + 1),
-                )
-            )
-            if last:
-                logger.error(
-                    "gave up recovering the connection to %s after %d attempts: %s",
-                    self.params.address,
-                    attempt,
-                    error,
-                )
-                self._emit(RecoveryGaveUp(attempts=attempt, cause=error))
+            self._emit(failed)
+            if gave_up is not None:
+                self._emit(gave_up)
                 self._give_up(cause, books)
                 return False
 

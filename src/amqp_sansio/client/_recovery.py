@@ -37,6 +37,7 @@ from .. import (
 from ._errors import AMQPError, ConnectionClosedError, ConnectionLostError, error_from
 
 if TYPE_CHECKING:
+    import logging
     from collections.abc import Callable, Iterable, Mapping
 
     from .. import Connection, Event, Method, Topology
@@ -304,6 +305,43 @@ class RecoveryPolicy:
         if self.max_attempts is not None and attempts >= self.max_attempts:
             return True
         return self.max_duration is not None and elapsed >= self.max_duration
+
+    def failed_attempt(
+        self,
+        attempt: int,
+        elapsed: float,
+        endpoint: str,
+        error: BaseException,
+        *,
+        address: str,
+        logger: logging.Logger,
+    ) -> tuple[RecoveryAttempt, RecoveryGaveUp | None]:
+        """What attempt number *attempt* failing with *error* means, logged on the adapter's
+        *logger*: the event to emit and, when it was the last one, the give-up event after it.
+
+        The last attempt is the policy's limit, a refused topology step under ``"give_up"``, or
+        a refusal that no retry can change (403, 530)."""
+        last = (
+            self.gives_up(attempt, elapsed)
+            or (isinstance(error, TopologyRecoveryError) and self.on_topology_error == "give_up")
+            or (isinstance(error, ConnectionClosedError) and error.reply_code in (403, 530))
+        )
+        logger.info("recovery attempt %d to %s failed: %s", attempt, endpoint, error)
+        event = RecoveryAttempt(
+            attempt=attempt,
+            url=endpoint,
+            error=error,
+            next_delay=None if last else self.delay(attempt + 1),
+        )
+        if not last:
+            return event, None
+        logger.error(
+            "gave up recovering the connection to %s after %d attempts: %s",
+            address,
+            attempt,
+            error,
+        )
+        return event, RecoveryGaveUp(attempts=attempt, cause=error)
 
 
 # --- Events -----------------------------------------------------------------------------------
