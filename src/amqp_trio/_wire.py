@@ -83,6 +83,10 @@ class Wire:
         self._urgent = False
         # queue_output() calls since the last real yield.
         self._unyielded = 0
+        # A producer gave up its turn only because of YIELD_EVERY: it will queue more, so the
+        # writer lets it (gathers). Otherwise the queued output is all there is for now (the
+        # producer parked waiting for something else, e.g. a reply) and is written at once.
+        self._more_coming = False
         # A plain TCP stream is written with sendmsg (several buffers per system call).
         self._socket: trio.socket.SocketType | None = None
         if isinstance(stream, trio.SocketStream) and hasattr(stream.socket, "sendmsg"):
@@ -135,6 +139,7 @@ class Wire:
             with trio.CancelScope(shield=True):
                 await self.flush()
             return
+        self._more_coming = True
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def flush(self) -> None:
@@ -247,6 +252,9 @@ class Wire:
     async def _gather_output(self) -> None:
         # Woken by a publish or an ack: while the producers keep adding to the queued output
         # between two of our turns, let them (bounded), then write it all in one go.
+        if not self._more_coming:
+            return
+        self._more_coming = False
         core = self.core
         seen = core.outbound_size
         rounds = 0
