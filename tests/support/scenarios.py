@@ -445,18 +445,20 @@ async def scenario_blocked(connect: Connect, url: str) -> None:
         lifter = threading.Thread(target=lift_alarm_once_blocked, daemon=True)
         lifter.start()
         try:
-            await ch.basic_publish(b"triggers the block", routing_key=queue)
-            await ch.basic_publish(b"waits for unblock", routing_key=queue)
+            try:
+                await ch.basic_publish(b"triggers the block", routing_key=queue)
+                await ch.basic_publish(b"waits for unblock", routing_key=queue)
+            finally:
+                # Round trips until the lifter is done (never block the event loop on join()):
+                # while blocked the broker reads nothing, so these wait for the alarm to lift.
+                while lifter.is_alive():
+                    await ch.queue_declare(queue, passive=True)
+            assert saw_blocked.is_set()
+            ok = await ch.queue_declare(queue, passive=True)
+            assert ok.message_count == 2
+            assert not conn.blocked
         finally:
-            # Round trips until the lifter is done (never block the event loop on join()):
-            # while blocked the broker reads nothing, so these wait for the alarm to lift.
-            while lifter.is_alive():
-                await ch.queue_declare(queue, passive=True)
-        assert saw_blocked.is_set()
-        ok = await ch.queue_declare(queue, passive=True)
-        assert ok.message_count == 2
-        assert not conn.blocked
-        await ch.queue_delete(queue)
+            await ch.queue_delete(queue)  # the broker is shared: nothing left, pass or fail
 
 
 async def scenario_forced_close(connect: Connect, url: str) -> None:
