@@ -536,11 +536,9 @@ def connect(
         handshake did, with the reason (``ssl.SSLCertVerificationError``: certificate verify
         failed).
     """
-    if wants_0_10(protocol):
-        if tracer_provider is not None or meter_provider is not None:
-            raise ValueError("OpenTelemetry instruments AMQP 0-9-1, 0-9 and 0-8 connections only")
-        if recovery is not None:
-            raise ValueError("recovery is for AMQP 0-9-1, 0-9 and 0-8 connections")
+    if wants_0_10(
+        protocol, recovery=recovery, tracer_provider=tracer_provider, meter_provider=meter_provider
+    ):
         return connect_0_10(url_or_params, ssl_context=ssl_context, connection_name=connection_name)
     return _connect(
         url_or_params,

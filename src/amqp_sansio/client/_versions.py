@@ -122,6 +122,22 @@ class ProtocolFallback:
         return True
 
 
-def wants_0_10(protocol: str | ProtocolVersion | None) -> bool:
-    """Whether a ``connect(protocol=...)`` argument asks for 0-10 (checked like any other)."""
-    return protocol is not None and client_protocol(protocol) == "0-10"
+def wants_0_10(
+    protocol: str | ProtocolVersion | None,
+    *,
+    recovery: object = None,
+    tracer_provider: object = None,
+    meter_provider: object = None,
+) -> bool:
+    """Whether a ``connect(protocol=...)`` argument asks for 0-10 (checked like any other).
+
+    :raises ValueError: it does, with an option of ``connect()`` that only the 0-9 family has
+        (recovery, OpenTelemetry).
+    """
+    if protocol is None or client_protocol(protocol) != "0-10":
+        return False
+    if tracer_provider is not None or meter_provider is not None:
+        raise ValueError("OpenTelemetry instruments AMQP 0-9-1, 0-9 and 0-8 connections only")
+    if recovery is not None:
+        raise ValueError("recovery is for AMQP 0-9-1, 0-9 and 0-8 connections")
+    return True
