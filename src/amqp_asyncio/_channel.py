@@ -514,17 +514,22 @@ class Channel(ChannelMethods):
         method = BasicPublish(exchange=exchange, routing_key=routing_key, mandatory=mandatory)
         telemetry = self._conn._telemetry
         if telemetry is None:
-            return self._core.publish(
+            number = self._core.publish(
                 self.number, method, _NO_PROPERTIES if properties is None else properties, body
             )
-        return telemetry.publish(
-            self.number,
-            exchange,
-            routing_key,
-            properties,
-            memoryview(body).nbytes,
-            partial(self._core.publish, self.number, method, body=body),
-        )
+        else:
+            number = telemetry.publish(
+                self.number,
+                exchange,
+                routing_key,
+                properties,
+                memoryview(body).nbytes,
+                partial(self._core.publish, self.number, method, body=body),
+            )
+        book = self._book
+        if book.kept is not None and number is not None:
+            book.keep(number, method, _NO_PROPERTIES if properties is None else properties, body)
+        return number
 
     async def basic_publish(
         self,

@@ -64,6 +64,7 @@ from amqp_sansio.client import (
     connect_failed,
     connection_parameters,
     connection_telemetry,
+    end_suspended,
     error_from,
     wants_0_10,
 )
@@ -221,8 +222,7 @@ class Connection:
         self._core = CoreConnection(Role.CLIENT, params.to_config())
         self._book = Router(self._core, telemetry)
         if recovery is not None:
-            self._book.recover_on = self._recover_on
-            self._book.reconsume_on_cancel = recovery.reconsume_on_cancel
+            self._book.recover_with(recovery, self._recover_on)
         self._transport: asyncio.Transport | None = None
         self._opened: asyncio.Future[ConnectionOpened] = loop.create_future()
         self._finished: asyncio.Future[None] = loop.create_future()
@@ -673,7 +673,9 @@ class Connection:
                 continue
             self._state = RecoveryState.OPEN
             self._lost_books = {}
-            recovered = attrs.evolve(recovered, unknown_publishes=unknown)
+            recovered = attrs.evolve(
+                recovered, unknown_publishes=unknown + recovered.unknown_publishes
+            )
             logger.info(
                 "recovered the connection to %s (attempt %d, epoch %d)",
                 params.address,
@@ -700,8 +702,7 @@ class Connection:
         self._generation += 1
         self._core = CoreConnection(Role.CLIENT, params.to_config())
         router = self._book = Router(self._core, self._telemetry)
-        router.recover_on = self._recover_on
-        router.reconsume_on_cancel = policy.reconsume_on_cancel
+        router.recover_with(policy, self._recover_on)
         self._transport = None
         self._opened = loop.create_future()
         self._transport_gone = loop.create_future()
@@ -735,6 +736,7 @@ class Connection:
                 self._restoring = None
         # Back: the channels and consumers carry on on the new connection.
         restored = {tag for _, tag in self._core.topology.consumers}
+        republished = unknown = 0
         for old, ch in channels.items():
             number = restorer.channel_map[old]
             book = router.channels[number]
@@ -744,14 +746,21 @@ class Connection:
                 if tag not in restored:
                     del book.consumers[tag]
                     sink.finish(self._lost_cause(books), False)
+            lost = books.get(old)
+            if lost is not None and lost.confirms:
+                sent, ended = router.republish(lost, book)
+                republished += sent
+                unknown += ended
+        self._flush()
         for lost in books.values():  # channels opened after the loss was noticed: none
             lost.consumers = {}
         return Recovered(
             attempt=attempt,
             epoch=self._epoch.current,
             renamed_queues=dict(plan.renamed),
-            unknown_publishes=0,
+            unknown_publishes=unknown,
             skipped=tuple(plan.skipped),
+            republished=republished,
         )
 
     def _lost_cause(self, books: dict[int, ChannelBook]) -> AMQPError:
@@ -784,10 +793,7 @@ class Connection:
         """Recovery ends for good: the consumers end with *cause*, the connection is closed."""
         suspended = books if books is not None else self._lost_books
         self._lost_books = {}
-        for book in suspended.values():
-            consumers, book.consumers = book.consumers, {}
-            for sink in consumers.values():
-                sink.finish(cause, False)
+        end_suspended(suspended, cause)
         lost = Router(self._core)
         lost.fail(cause)
         self._book = lost
@@ -1041,14 +1047,7 @@ class _Restoring:
             assert isinstance(event, ChannelOpened)
             old = next(o for o, n in restorer.channel_map.items() if n == event.channel)
             lost = self.books.get(old)
-            book = ChannelBook(event.channel)
-            if lost is not None:
-                book.consumers = dict(lost.consumers)
-                book.consumes = dict(lost.consumes)
-                book.confirm_mode = lost.confirm_mode
-                book.prefetch_count = lost.prefetch_count
-                book.return_sink = lost.return_sink
-            self.conn._book.channels[event.channel] = book
+            self.conn._book.channel_reopened(event.channel, lost)
         if restorer.done and not self.done.done():
             self.done.set_result(None)
         return taken

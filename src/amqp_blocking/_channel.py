@@ -302,7 +302,10 @@ class Channel(ChannelMethods):
                 )
             if number is not None:
                 waiter = Waiter()
-                self._book.confirms[number] = waiter
+                book = self._book
+                book.confirms[number] = waiter
+                if book.kept is not None:
+                    book.keep(number, method, properties or _NO_PROPERTIES, body)
             conn._flush_locked()
         if waiter is not None:
             waiter.wait(timeout, conn._lock)
@@ -675,7 +678,10 @@ class Publisher(PublisherCounts):
             if number is None:
                 raise RuntimeError("the channel is not in confirm mode: call confirm_select()")
             ticket = PublishTicket(number, self, conn._lock)
-            channel._book.confirms[number] = ticket
+            book = channel._book
+            book.confirms[number] = ticket
+            if book.kept is not None:
+                book.keep(number, method, properties or _NO_PROPERTIES, body)
             self._count_published()
             conn._flush_locked()
         return ticket

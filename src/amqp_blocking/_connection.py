@@ -70,6 +70,7 @@ from amqp_sansio.client import (
     connect_failed,
     connection_parameters,
     connection_telemetry,
+    end_suspended,
     error_from,
     wants_0_10,
 )
@@ -364,8 +365,7 @@ class Connection:
         self._writable = threading.Condition(self._lock)
         self._book = Router(core, telemetry)
         if recovery is not None:
-            self._book.recover_on = self._recover_on
-            self._book.reconsume_on_cancel = recovery.reconsume_on_cancel
+            self._book.recover_with(recovery, self._recover_on)
         self._out = bytearray()
         self._wake_pending = False
         self._close_waiter: Waiter | None = None
@@ -911,7 +911,9 @@ class Connection:
                     attempt,
                     recovered.epoch,
                 )
-                self._emit_locked(attrs.evolve(recovered, unknown_publishes=unknown))
+                self._emit_locked(
+                    attrs.evolve(recovered, unknown_publishes=unknown + recovered.unknown_publishes)
+                )
             return True
 
     def _attempt(
@@ -935,8 +937,7 @@ class Connection:
         )
         restorer = TopologyRestorer(core, plan, policy)
         router = Router(core, self._telemetry)
-        router.recover_on = self._recover_on
-        router.reconsume_on_cancel = policy.reconsume_on_cancel
+        router.recover_with(policy, self._recover_on)
         try:
             with self._lock:
                 self._sock, self._core, self._book = sock, core, router
@@ -969,6 +970,7 @@ class Connection:
             raise
         sock.setblocking(False)
         restored = {tag for _, tag in core.topology.consumers}
+        republished = unknown = 0
         with self._lock:
             for old, ch in channels.items():
                 number = restorer.channel_map[old]
@@ -979,14 +981,22 @@ class Connection:
                     if tag not in restored:
                         del book.consumers[tag]
                         sink.finish(ConnectionLostError("its consumer was not restored"), False)
+                lost = books.get(old)
+                if lost is not None and lost.confirms:
+                    sent, ended = router.republish(lost, book)
+                    republished += sent
+                    unknown += ended
             for lost in books.values():
                 lost.consumers = {}
+            if republished:
+                self._flush_locked()
         return Recovered(
             attempt=attempt,
             epoch=self._epoch.current,
             renamed_queues=dict(plan.renamed),
-            unknown_publishes=0,
+            unknown_publishes=unknown,
             skipped=tuple(plan.skipped),
+            republished=republished,
         )
 
     def _restore_events_locked(
@@ -1000,15 +1010,7 @@ class Connection:
                 if type(event) is ChannelOpened:
                     assert isinstance(event, ChannelOpened)
                     old = next(o for o, n in restorer.channel_map.items() if n == event.channel)
-                    lost = books.get(old)
-                    book = ChannelBook(event.channel)
-                    if lost is not None:
-                        book.consumers = dict(lost.consumers)
-                        book.consumes = dict(lost.consumes)
-                        book.confirm_mode = lost.confirm_mode
-                        book.prefetch_count = lost.prefetch_count
-                        book.return_sink = lost.return_sink
-                    self._book.channels[event.channel] = book
+                    self._book.channel_reopened(event.channel, books.get(old))
                 continue
             self._book.handle(event)
 
@@ -1018,10 +1020,7 @@ class Connection:
         """Recovery ends for good: consumers end with *cause*, the connection is closed."""
         suspended = books if books is not None else self._lost_books
         self._lost_books = {}
-        for book in suspended.values():
-            consumers, book.consumers = book.consumers, {}
-            for sink in consumers.values():
-                sink.finish(cause, False)
+        end_suspended(suspended, cause)
         lost = Router(self._core)
         lost.fail(cause)
         self._book = lost

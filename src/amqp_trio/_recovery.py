@@ -27,6 +27,7 @@ from amqp_sansio.client import (
     Router,
     TopologyRestorer,
     connection_parameters,
+    end_suspended,
 )
 
 from ._wire import Wire
@@ -121,14 +122,7 @@ class _Attempt:
         if taken and type(event) is ChannelOpened:
             assert isinstance(event, ChannelOpened)
             old = next(o for o, n in restorer.channel_map.items() if n == event.channel)
-            lost = self.books.get(old)
-            book = ChannelBook(event.channel)
-            if lost is not None:
-                book.consumers = dict(lost.consumers)
-                book.consumes = dict(lost.consumes)
-                book.confirm_mode = lost.confirm_mode
-                book.prefetch_count = lost.prefetch_count
-            self.conn._router.channels[event.channel] = book
+            self.conn._router.channel_reopened(event.channel, self.books.get(old))
         if restorer.done:
             self.done.set()
         return taken
@@ -158,6 +152,7 @@ class _Attempt:
         core = conn._core
         restored = {tag for _, tag in core.topology.consumers}
         router = conn._router
+        republished = 0
         for old, ch in self.channels.items():
             number = self.restorer.channel_map[old]
             book = router.channels[number]
@@ -167,6 +162,11 @@ class _Attempt:
                 if tag not in restored:
                     del book.consumers[tag]
                     sink.finish(ConnectionLostError("its consumer was not restored"), False)
+            lost = self.books.get(old)
+            if lost is not None and lost.confirms:
+                sent, ended = router.republish(lost, book)
+                republished += sent
+                self.unknown += ended
         for lost in self.books.values():
             lost.consumers = {}
         self.recovered = Recovered(
@@ -175,6 +175,7 @@ class _Attempt:
             renamed_queues=dict(self.plan.renamed),
             unknown_publishes=self.unknown,
             skipped=tuple(self.plan.skipped),
+            republished=republished,
         )
         conn._recovering = False
         conn._lost_books = {}
@@ -234,8 +235,7 @@ class Recovering:
         self._lost: tuple[AMQPError, Topology, dict[int, Channel], dict[int, ChannelBook]] | None
         self._lost = None
         if policy is not None:
-            self._router.recover_on = self._recover_on
-            self._router.reconsume_on_cancel = policy.reconsume_on_cancel
+            self._router.recover_with(policy, self._recover_on)
 
     # --- public -------------------------------------------------------------------------------
 
@@ -392,8 +392,7 @@ class Recovering:
                 self._core = amqp_sansio.Connection(Role.CLIENT, params.to_config())
                 self._wire = Wire(self._core, stream)
                 self._router = Router(self._core, self._telemetry)
-                self._router.recover_on = self._recover_on
-                self._router.reconsume_on_cancel = policy.reconsume_on_cancel
+                self._router.recover_with(policy, self._recover_on)
                 self._opened = trio.Event()
                 self._handshaking = True
                 self._heartbeat_timed_out = False
@@ -423,10 +422,7 @@ class Recovering:
         suspended = books if books is not None else self._lost_books
         self._lost = None
         self._lost_books = {}
-        for book in suspended.values():
-            consumers, book.consumers = book.consumers, {}
-            for sink in consumers.values():
-                sink.finish(cause, False)
+        end_suspended(suspended, cause)
         lost = Router(self._core)
         lost.fail(cause)
         self._router = lost

@@ -69,8 +69,10 @@ class RestartableBroker:
         """SIGKILL it: sockets die without a close handshake."""
         process, self._process = self._process, None
         if process is not None:
-            process.send_signal(signal.SIGCONT)  # a paused one dies too
+            # SIGKILL first: continued first, a paused one could run (and answer what it was
+            # sent while stopped) before it dies.
             process.kill()
+            process.send_signal(signal.SIGCONT)
             process.wait()
 
 

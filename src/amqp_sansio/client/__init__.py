@@ -70,6 +70,7 @@ from ._router import (
     ReturnSink,
     Router,
     Waiter,
+    end_suspended,
 )
 from ._versions import (
     ADAPTER_VERSIONS,
@@ -127,6 +128,7 @@ __all__ = [
     "consumer_buffer_size",
     "consumer_tag",
     "declared_queue",
+    "end_suspended",
     "error_for_close",
     "error_from",
     "flow_state",

@@ -239,6 +239,11 @@ class RecoveryPolicy:
         come back; 0 fails fast with the loss's error.
     :ivar publish_buffer: octets of message bodies that may wait during recovery; a publish
         beyond that fails fast.
+    :ivar republish_unknown: publish again, on the new connection, the confirm-mode publishes
+        pending at the loss (in their order, before anything published after it), instead of
+        ending them with :class:`PublishOutcomeUnknownError`: their tickets and waiters get
+        the new publish's outcome. At least once: a message the broker had routed before the
+        loss arrives twice. Each publish's body is kept until its confirm.
     :ivar stale_settle: a settle of a delivery from before the loss ``"raise"``\\ s
         :class:`StaleDeliveryError` or is ``"ignore"``\\ d; it is never sent.
     """
@@ -258,6 +263,7 @@ class RecoveryPolicy:
     reconsume_on_cancel: bool = False
     publish_wait: float = attrs.field(default=10.0, validator=_non_negative("publish_wait"))
     publish_buffer: int = 1 << 20
+    republish_unknown: bool = False
     stale_settle: Literal["raise", "ignore"] = "raise"
 
     def __attrs_post_init__(self) -> None:
@@ -381,6 +387,8 @@ class Recovered:
     :ivar epoch: the new connection epoch (deliveries from older epochs cannot be settled).
     :ivar renamed_queues: old server-assigned queue name -> the new one.
     :ivar unknown_publishes: publishes pending at the loss, whose outcome is unknown.
+    :ivar republished: publishes pending at the loss that were published again
+        (:attr:`RecoveryPolicy.republish_unknown`).
     :ivar skipped: steps skipped by the filter, the policy or a refusal under ``"skip"``.
     """
 
@@ -389,6 +397,7 @@ class Recovered:
     renamed_queues: Mapping[str, str]
     unknown_publishes: int
     skipped: tuple[RecoveryStep, ...] = ()
+    republished: int = 0
 
 
 @final

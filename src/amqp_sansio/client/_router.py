@@ -54,10 +54,11 @@ from ._errors import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
-    from .. import Connection, Event, Method
+    from .. import Buffer, Connection, ContentProperties, Event, Method
     from ._instrument import Telemetry
+    from ._recovery import RecoveryPolicy
 
 __all__ = [
     "ChannelBook",
@@ -67,6 +68,7 @@ __all__ = [
     "ReturnSink",
     "Router",
     "Waiter",
+    "end_suspended",
 ]
 
 logger = logging.getLogger("amqp_sansio.client")
@@ -125,6 +127,9 @@ class ReturnSink(Protocol):
 
 _Entry: TypeAlias = "tuple[Waiter, ConsumerSink | None, Method | None]"
 
+#: What a kept publish sent: its ``basic.publish``, properties and body.
+Republish: TypeAlias = "tuple[Method, ContentProperties, bytes]"
+
 
 @final
 class ChannelBook:
@@ -138,6 +143,7 @@ class ChannelBook:
         "consumes",
         "error",
         "flow_active",
+        "kept",
         "number",
         "prefetch_count",
         "return_sink",
@@ -171,6 +177,35 @@ class ChannelBook:
         self.confirm_mode = False
         #: The ``prefetch_count`` of the last ``basic.qos`` the broker accepted.
         self.prefetch_count = 0
+        #: What each unconfirmed publish sent, by publish number, to send it again on the next
+        #: connection (``RecoveryPolicy.republish_unknown``); None: not kept.
+        self.kept: dict[int, Republish] | None = None
+
+    def keep(
+        self, publish_number: int, method: Method, properties: ContentProperties, body: Buffer
+    ) -> None:
+        """Remember what publish *publish_number* sent, until its confirm (only while
+        :attr:`kept` is a dict). A body that is not ``bytes`` is copied: the caller may reuse
+        its buffer once the publish returned."""
+        assert self.kept is not None
+        self.kept[publish_number] = (
+            method,
+            properties,
+            body if type(body) is bytes else bytes(body),
+        )
+
+    def reopened(self, number: int) -> ChannelBook:
+        """A book for this channel opened again as *number* on a new connection: its
+        consumers, confirm mode, QoS, return sink and publish keeping carry over (its waiters
+        and unconfirmed publishes do not: see :meth:`Router.republish`)."""
+        book = ChannelBook(number)
+        book.consumers = dict(self.consumers)
+        book.consumes = dict(self.consumes)
+        book.confirm_mode = self.confirm_mode
+        book.prefetch_count = self.prefetch_count
+        book.return_sink = self.return_sink
+        book.kept = None if self.kept is None else {}
+        return book
 
     def expect(self, request: Method, waiter: Waiter, consumer: ConsumerSink | None = None) -> None:
         """*request*, which expects a reply, was sent on this channel; *consumer* is the sink
@@ -288,6 +323,7 @@ class Router:
         "error",
         "reconsume_on_cancel",
         "recover_on",
+        "republish_unknown",
         "suspended",
         "telemetry",
         "unknown",
@@ -315,13 +351,38 @@ class Router:
         self.unknown = 0
         #: Consume again when the broker cancels a consumer (``RecoveryPolicy``).
         self.reconsume_on_cancel = False
+        #: Keep what each confirm-mode publish sent until its confirm, and on a loss keep the
+        #: publishes pending instead of ending them unknown, for :meth:`republish` on the next
+        #: connection (``RecoveryPolicy.republish_unknown``).
+        self.republish_unknown = False
+
+    def recover_with(self, policy: RecoveryPolicy, recover_on: Callable[[AMQPError], bool]) -> None:
+        """Route for a connection that *policy* recovers: *recover_on* says whether an error
+        suspends the connection (see :meth:`fail`), and the policy whether a cancelled
+        consumer consumes again and whether unconfirmed publishes are kept for
+        :meth:`republish`."""
+        self.recover_on = recover_on
+        self.reconsume_on_cancel = policy.reconsume_on_cancel
+        self.republish_unknown = policy.republish_unknown
 
     # --- registration (call right after the matching core call) --------------------------------
 
     def channel_opening(self, number: int, waiter: Waiter) -> ChannelBook:
         """``open_channel()`` returned *number*; *waiter* gets None at open-ok."""
         book = self.channels[number] = ChannelBook(number)
+        if self.republish_unknown:
+            book.kept = {}
         book.rpcs.append((waiter, None, None))
+        return book
+
+    def channel_reopened(self, number: int, lost: ChannelBook | None) -> ChannelBook:
+        """Recovery opened a channel again as *number* on this router's connection: its book,
+        carrying over what *lost* (the lost connection's book of it, if any) had (see
+        :meth:`ChannelBook.reopened`)."""
+        book = ChannelBook(number) if lost is None else lost.reopened(number)
+        if book.kept is None and self.republish_unknown:
+            book.kept = {}
+        self.channels[number] = book
         return book
 
     def expect(
@@ -488,11 +549,50 @@ class Router:
         self.error = error
         channels, self.channels = self.channels, {}
         for book in channels.values():
-            self.unknown += len(book.confirms)
             consumers, book.consumers = book.consumers, {}
+            # Publishes kept for republish stay pending; the others' outcome is unknown.
+            kept = book.kept or {}
+            pending = {n: sink for n, sink in book.confirms.items() if n in kept}
+            book.confirms = {n: sink for n, sink in book.confirms.items() if n not in kept}
+            self.unknown += len(book.confirms)
             _settle_all(book, error, by_us=False)
             book.consumers = consumers
+            book.confirms = pending
+            if self.telemetry is not None:
+                self.telemetry.channel_ended(book.number, error)
         self.suspended = channels
+
+    def republish(self, lost: ChannelBook, book: ChannelBook) -> tuple[int, int]:
+        """Send again, on the new connection's channel *book*, the publishes *lost* kept
+        pending at the loss (:meth:`suspend`), oldest first; each keeps its sink, so its ticket
+        or waiter gets the new publish's outcome. One that cannot be sent (the channel is not
+        open or not in confirm mode: the recovery filter left ``confirm.select`` out) ends
+        unknown. Returns how many were sent and how many ended unknown; the adapter flushes the
+        core."""
+        confirms, lost.confirms = lost.confirms, {}
+        kept, lost.kept = lost.kept or {}, None if lost.kept is None else {}
+        core = self._core
+        sendable = (
+            book.confirm_mode
+            and core.state is ConnectionState.OPEN
+            and core.channel_state(book.number) is ChannelState.OPEN
+        )
+        cause = lost.error or ConnectionLostError("the connection was lost")
+        sent = 0
+        for old in sorted(confirms):
+            sink = confirms[old]
+            record = kept.get(old)
+            if sendable and record is not None and book.kept is not None:
+                number = core.publish(book.number, *record)
+                if number is not None:
+                    book.kept[number] = record
+                    book.confirms[number] = sink
+                    sent += 1
+                    continue
+            sink.settle(old, PublishOutcomeUnknownError(old, cause))
+        if sent:
+            logger.info("published %d messages again on channel %d", sent, book.number)
+        return sent, len(confirms) - sent
 
     def _fail(self, error: AMQPError, *, by_us: bool) -> None:
         if self.error is None:
@@ -578,6 +678,10 @@ class Router:
             sink = confirms.pop(number, None)
             if sink is not None:
                 sink.settle(number, outcome)
+        kept = book.kept
+        if kept:
+            for number, _ in outcomes:
+                kept.pop(number, None)
 
     def _on_returned(self, event: Event) -> None:
         assert isinstance(event, PublishReturned)
@@ -606,6 +710,20 @@ class Router:
         _settle_all(book, error, by_us=not event.by_peer)
         if self.telemetry is not None:
             self.telemetry.channel_ended(book.number, error)
+
+
+def end_suspended(books: Mapping[int, ChannelBook], cause: AMQPError) -> None:
+    """Recovery gave up: the consumers kept in the lost connection's *books* end with *cause*,
+    and the publishes kept for republish end unknown."""
+    for book in books.values():
+        consumers, book.consumers = book.consumers, {}
+        for sink in consumers.values():
+            sink.finish(cause, False)
+        confirms, book.confirms = book.confirms, {}
+        for number, confirm in sorted(confirms.items()):
+            confirm.settle(number, PublishOutcomeUnknownError(number, cause))
+        if book.kept is not None:
+            book.kept = {}
 
 
 #: How :meth:`Router.handle` routes each event type but ``MessageReceived``; the others
