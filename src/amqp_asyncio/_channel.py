@@ -461,6 +461,7 @@ class Channel(ChannelMethods):
         if conn._policy is not None:
             message.epoch = conn._epoch.current
             message._epoch_cell = conn._epoch
+            message._came_on = self._book
         return message
 
     def _got_message(self, reply: Reply) -> Message | None:

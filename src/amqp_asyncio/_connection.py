@@ -45,6 +45,7 @@ from amqp_sansio.client import (
     DEFAULT_URL,
     AMQPError,
     ChannelBook,
+    ChannelReopened,
     ConnectionClosedError,
     ConnectionLostError,
     ConnectionParameters,
@@ -222,7 +223,7 @@ class Connection:
         self._core = CoreConnection(Role.CLIENT, params.to_config())
         self._book = Router(self._core, telemetry)
         if recovery is not None:
-            self._book.recover_with(recovery, self._recover_on)
+            self._book.recover_with(recovery, self._recover_on, self._channel_reopened)
         self._transport: asyncio.Transport | None = None
         self._opened: asyncio.Future[ConnectionOpened] = loop.create_future()
         self._finished: asyncio.Future[None] = loop.create_future()
@@ -456,7 +457,8 @@ class Connection:
             self._arm_timer()
         elif cls is ChannelClosed:
             assert isinstance(event, ChannelClosed)
-            self._channels.pop(event.channel, None)
+            if event.channel not in self._book.channels:  # else reopened under its number
+                self._channels.pop(event.channel, None)
             if event.by_peer:
                 logger.info(
                     "the broker closed channel %d: %d %s",
@@ -563,6 +565,15 @@ class Connection:
         if self._recovery_task is not None and not self._recovery_task.done():
             return True  # during an attempt: keep the consumers whatever went wrong
         return self._policy.triggers(error)
+
+    def _channel_reopened(self, old: int, book: ChannelBook, cause: AMQPError) -> None:
+        """The router opened channel *old* again as *book* after a channel error."""
+        ch = self._channels.pop(old, None)
+        if ch is not None:
+            ch._rebind(self._core, book)
+            self._channels[book.number] = ch
+        self._flush_soon()
+        self._emit(ChannelReopened(channel=old, new_channel=book.number, cause=cause))
 
     def _emit(self, event: RecoveryEvent) -> None:
         for subscriber in self._subscribers:
@@ -702,7 +713,7 @@ class Connection:
         self._generation += 1
         self._core = CoreConnection(Role.CLIENT, params.to_config())
         router = self._book = Router(self._core, self._telemetry)
-        router.recover_with(policy, self._recover_on)
+        router.recover_with(policy, self._recover_on, self._channel_reopened)
         self._transport = None
         self._opened = loop.create_future()
         self._transport_gone = loop.create_future()

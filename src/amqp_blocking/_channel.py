@@ -59,6 +59,8 @@ class Message(_BaseMessage):
     #: The epoch of the connection it came on (0 without recovery).
     epoch: int = attrs.field(default=0, eq=False)
     _epoch_cell: Epoch | None = attrs.field(default=None, repr=False, eq=False, alias="epoch_cell")
+    # The channel book it came on (under a recovery policy): see AsyncMessage.
+    _came_on: ChannelBook | None = attrs.field(default=None, repr=False, eq=False, alias="came_on")
 
     def _channel_object(self) -> Channel:
         if self._owner is None:
@@ -231,7 +233,12 @@ class Channel(ChannelMethods):
                 # A settle of *message*: checked under the lock once any recovery is over, so
                 # a tag of a connection since lost never slips through.
                 cell = message._epoch_cell
-                if cell is not None and not cell.allows(message.delivery_tag, message.epoch):
+                came_on = message._came_on
+                if cell is not None and not cell.allows(
+                    message.delivery_tag,
+                    message.epoch,
+                    superseded=came_on is not None and came_on.superseded,
+                ):
                     return  # stale, and the policy ignores those
             conn._core.send_method(self._number, conn._core.protocol.adapt(method))
             conn._flush_locked()
@@ -251,6 +258,7 @@ class Channel(ChannelMethods):
         if conn._policy is not None:
             message.epoch = conn._epoch.current
             message._epoch_cell = conn._epoch
+            message._came_on = self._book
         return message
 
     def _got_message(self, reply: Reply) -> Message | None:

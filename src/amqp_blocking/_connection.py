@@ -51,6 +51,7 @@ from amqp_sansio.client import (
     DEFAULT_URL,
     AMQPError,
     ChannelBook,
+    ChannelReopened,
     ConnectionClosedError,
     ConnectionLostError,
     ConnectionParameters,
@@ -365,7 +366,7 @@ class Connection:
         self._writable = threading.Condition(self._lock)
         self._book = Router(core, telemetry)
         if recovery is not None:
-            self._book.recover_with(recovery, self._recover_on)
+            self._book.recover_with(recovery, self._recover_on, self._channel_reopened_locked)
         self._out = bytearray()
         self._wake_pending = False
         self._close_waiter: Waiter | None = None
@@ -729,7 +730,8 @@ class Connection:
         elif cls is UnblockedByPeer or cls is ChannelFlowChanged or cls is ChannelClosed:
             if cls is ChannelClosed:
                 assert isinstance(event, ChannelClosed)
-                self._channel_objs.pop(event.channel, None)
+                if event.channel not in self._book.channels:  # else reopened under its number
+                    self._channel_objs.pop(event.channel, None)
             self._writable.notify_all()  # publishers waiting in _wait_publishable_locked
         elif cls is ConnectionLost:
             logger.warning("lost the connection to %s", self._params.address)
@@ -800,6 +802,15 @@ class Connection:
         if self._recovering and not self._suspend_pending:
             return True  # during an attempt: keep the consumers whatever went wrong
         return self._policy.triggers(error)
+
+    def _channel_reopened_locked(self, old: int, book: ChannelBook, cause: AMQPError) -> None:
+        """The router opened channel *old* again as *book* after a channel error (the I/O
+        thread flushes after routing)."""
+        ch = self._channel_objs.pop(old, None)
+        if ch is not None:
+            ch._rebind_locked(book)
+            self._channel_objs[book.number] = ch
+        self._emit_locked(ChannelReopened(channel=old, new_channel=book.number, cause=cause))
 
     def _emit_locked(self, event: RecoveryEvent) -> None:
         for listener in self._listeners:
@@ -937,7 +948,7 @@ class Connection:
         )
         restorer = TopologyRestorer(core, plan, policy)
         router = Router(core, self._telemetry)
-        router.recover_with(policy, self._recover_on)
+        router.recover_with(policy, self._recover_on, self._channel_reopened_locked)
         try:
             with self._lock:
                 self._sock, self._core, self._book = sock, core, router

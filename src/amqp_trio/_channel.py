@@ -215,6 +215,7 @@ class Consumer:
         if conn._policy is not None:
             message.epoch = conn._epoch.current
             message._epoch_cell = conn._epoch
+            message._came_on = channel._book
         try:
             self._send.send_nowait(message)
         except trio.WouldBlock:
@@ -511,6 +512,7 @@ class Channel(ChannelMethods):
         if conn._policy is not None:
             message.epoch = conn._epoch.current
             message._epoch_cell = conn._epoch
+            message._came_on = self._book
         return message
 
     def _got_message(self, reply: Reply) -> Message | None:

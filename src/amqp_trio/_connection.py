@@ -381,7 +381,9 @@ class Connection(Recovering):
 
     def _on_channel_closed(self, event: Event) -> bool:
         assert isinstance(event, ChannelClosed)
-        ch = self._channels.pop(event.channel, None)
+        # Unless the router reopened it under its own number (RecoveryPolicy.reopen_channels).
+        reopened = event.channel in self._router.channels
+        ch = None if reopened else self._channels.pop(event.channel, None)
         if event.by_peer:
             self._needs_flush = True  # the core answered with close-ok
             error = error_from(event, connection=False)

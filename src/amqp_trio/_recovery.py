@@ -15,6 +15,7 @@ from amqp_sansio import ChannelOpened, Role
 from amqp_sansio.client import (
     AMQPError,
     ChannelBook,
+    ChannelReopened,
     ConnectionLostError,
     ConnectionParameters,
     Epoch,
@@ -235,7 +236,7 @@ class Recovering:
         self._lost: tuple[AMQPError, Topology, dict[int, Channel], dict[int, ChannelBook]] | None
         self._lost = None
         if policy is not None:
-            self._router.recover_with(policy, self._recover_on)
+            self._router.recover_with(policy, self._recover_on, self._channel_reopened)
 
     # --- public -------------------------------------------------------------------------------
 
@@ -267,6 +268,15 @@ class Recovering:
         if self._recovering:
             return True  # during an attempt: keep the consumers whatever went wrong
         return self._policy.triggers(error)
+
+    def _channel_reopened(self, old: int, book: ChannelBook, cause: AMQPError) -> None:
+        """The router opened channel *old* again as *book* after a channel error."""
+        ch = self._channels.pop(old, None)
+        if ch is not None:
+            ch._rebind(book)
+            self._channels[book.number] = ch
+        self._needs_flush = True
+        self._emit(ChannelReopened(channel=old, new_channel=book.number, cause=cause))
 
     def _emit(self, event: RecoveryEvent) -> None:
         for subscriber in self._subscribers:
@@ -392,7 +402,7 @@ class Recovering:
                 self._core = amqp_sansio.Connection(Role.CLIENT, params.to_config())
                 self._wire = Wire(self._core, stream)
                 self._router = Router(self._core, self._telemetry)
-                self._router.recover_with(policy, self._recover_on)
+                self._router.recover_with(policy, self._recover_on, self._channel_reopened)
                 self._opened = trio.Event()
                 self._handshaking = True
                 self._heartbeat_timed_out = False

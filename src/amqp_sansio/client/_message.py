@@ -12,6 +12,7 @@ from .. import BasicDeliver, BasicGetOk, BasicProperties, BasicReturn, Int64
 if TYPE_CHECKING:
     from .. import ContentProperties, Method
     from ._recovery import Epoch
+    from ._router import ChannelBook
 
 __all__ = ["AsyncMessage", "AsyncSettler", "Message"]
 
@@ -136,14 +137,20 @@ class AsyncMessage(Message):
     #: The epoch of the connection it came on (0 without recovery; see :class:`Epoch`).
     epoch: int = attrs.field(default=0, eq=False)
     _epoch_cell: Epoch | None = attrs.field(default=None, repr=False, eq=False, alias="epoch_cell")
+    # The channel book it came on (under a recovery policy): superseded once the channel was
+    # opened again, when its tag names nothing on the new one.
+    _came_on: ChannelBook | None = attrs.field(default=None, repr=False, eq=False, alias="came_on")
 
     def _channel_obj(self) -> AsyncSettler | None:
         owner = self._owner
         if owner is None:
             raise RuntimeError("this message is not bound to a channel")
         cell = self._epoch_cell
-        if cell is not None and not cell.allows(self.delivery_tag, self.epoch):
-            return None  # from a lost connection: never sent with a stale tag
+        if cell is not None:
+            came_on = self._came_on
+            superseded = came_on is not None and came_on.superseded
+            if not cell.allows(self.delivery_tag, self.epoch, superseded=superseded):
+                return None  # from a lost connection or channel: never sent with a stale tag
         return owner
 
     async def ack(self, *, multiple: bool = False) -> None:

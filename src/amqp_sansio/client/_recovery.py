@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from .. import Connection, Event, Method, Topology
 
 __all__ = [
+    "ChannelReopened",
     "Epoch",
     "Recovered",
     "RecoveryAttempt",
@@ -127,18 +128,30 @@ class StaleDeliveryError(AMQPError):
     delivery_tag: int
     epoch: int
     current_epoch: int
+    #: True when the connection is the same but the channel was closed by the broker and
+    #: opened again (``RecoveryPolicy.reopen_channels``).
+    channel_reopened: bool
 
-    def __init__(self, delivery_tag: int, epoch: int, current_epoch: int) -> None:
+    def __init__(
+        self, delivery_tag: int, epoch: int, current_epoch: int, channel_reopened: bool = False
+    ) -> None:
+        if channel_reopened:
+            where = "a channel the broker closed since (it was opened again)"
+        else:
+            where = f"connection epoch {epoch}, which was lost (now {current_epoch})"
         super().__init__(
-            f"delivery {delivery_tag} came on connection epoch {epoch}, which was lost (now "
-            f"{current_epoch}): it is not settled, the broker redelivers it"
+            f"delivery {delivery_tag} came on {where}: it is not settled, the broker redelivers it"
         )
         self.delivery_tag = delivery_tag
         self.epoch = epoch
         self.current_epoch = current_epoch
+        self.channel_reopened = channel_reopened
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.delivery_tag, self.epoch, self.current_epoch))
+        return (
+            type(self),
+            (self.delivery_tag, self.epoch, self.current_epoch, self.channel_reopened),
+        )
 
 
 def check_settle(
@@ -173,11 +186,17 @@ class Epoch:
     def __repr__(self) -> str:
         return f"<Epoch {self.current}>"
 
-    def allows(self, delivery_tag: int, epoch: int) -> bool:
-        """Whether a delivery of *epoch* may be settled now (see :func:`check_settle`).
+    def allows(self, delivery_tag: int, epoch: int, *, superseded: bool = False) -> bool:
+        """Whether a delivery of *epoch* may be settled now (see :func:`check_settle`);
+        *superseded*: its channel was since opened again on the same connection
+        (``ChannelBook.superseded``), which makes it stale too.
 
         :raises StaleDeliveryError: it is stale and stale settles raise.
         """
+        if superseded and epoch == self.current:
+            if self.stale == "ignore":
+                return False
+            raise StaleDeliveryError(delivery_tag, epoch, self.current, channel_reopened=True)
         return check_settle(delivery_tag, epoch, self.current, stale=self.stale)
 
 
@@ -239,6 +258,14 @@ class RecoveryPolicy:
         come back; 0 fails fast with the loss's error.
     :ivar publish_buffer: octets of message bodies that may wait during recovery; a publish
         beyond that fails fast.
+    :ivar reopen_channels: open a channel again when the broker closes it with a channel error
+        (a 404 from a passive declare, a 406, ...), as Lyra does (the Java client does not): the
+        call that caused it still raises, and the channel object carries on under a new
+        channel with its ``basic.qos``, confirm mode and consumers (same tags, same
+        iterators); its unconfirmed publishes end unknown (or are published again, with
+        :attr:`republish_unknown`), and deliveries that came before can no longer be settled
+        (:class:`StaleDeliveryError`). A channel that closes again while being restored
+        stays closed.
     :ivar republish_unknown: publish again, on the new connection, the confirm-mode publishes
         pending at the loss (in their order, before anything published after it), instead of
         ending them with :class:`PublishOutcomeUnknownError`: their tickets and waiters get
@@ -263,6 +290,7 @@ class RecoveryPolicy:
     reconsume_on_cancel: bool = False
     publish_wait: float = attrs.field(default=10.0, validator=_non_negative("publish_wait"))
     publish_buffer: int = 1 << 20
+    reopen_channels: bool = False
     republish_unknown: bool = False
     stale_settle: Literal["raise", "ignore"] = "raise"
 
@@ -409,7 +437,25 @@ class RecoveryGaveUp:
     cause: BaseException
 
 
-RecoveryEvent: TypeAlias = RecoveryLost | RecoveryAttempt | Recovered | RecoveryGaveUp
+@final
+@attrs.frozen(kw_only=True)
+class ChannelReopened:
+    """The broker closed a channel with a channel error, and it was opened again
+    (:attr:`RecoveryPolicy.reopen_channels`): the same channel object carries on.
+
+    :ivar channel: its number before.
+    :ivar new_channel: its number now (the same one, when it was free again).
+    :ivar cause: the error that closed it (also raised by the call that caused it).
+    """
+
+    channel: int
+    new_channel: int
+    cause: AMQPError
+
+
+RecoveryEvent: TypeAlias = (
+    RecoveryLost | RecoveryAttempt | Recovered | RecoveryGaveUp | ChannelReopened
+)
 
 
 # --- The plan ---------------------------------------------------------------------------------

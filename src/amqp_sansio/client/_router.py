@@ -15,6 +15,8 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Final, Protocol, TypeAlias, final
 
+import attrs
+
 from .. import (
     AMQP_0_9_1,
     BasicCancel,
@@ -146,8 +148,10 @@ class ChannelBook:
         "kept",
         "number",
         "prefetch_count",
+        "qos",
         "return_sink",
         "rpcs",
+        "superseded",
         "tracker",
     )
 
@@ -177,6 +181,13 @@ class ChannelBook:
         self.confirm_mode = False
         #: The ``prefetch_count`` of the last ``basic.qos`` the broker accepted.
         self.prefetch_count = 0
+        #: The last ``basic.qos`` the broker accepted, per ``global_`` (to send again when
+        #: the channel is reopened).
+        self.qos: dict[bool, BasicQos] = {}
+        #: True once the channel was opened again under another book (recovery, or
+        #: ``RecoveryPolicy.reopen_channels``): deliveries that came on this one can no longer
+        #: be settled.
+        self.superseded = False
         #: What each unconfirmed publish sent, by publish number, to send it again on the next
         #: connection (``RecoveryPolicy.republish_unknown``); None: not kept.
         self.kept: dict[int, Republish] | None = None
@@ -203,6 +214,7 @@ class ChannelBook:
         book.consumes = dict(self.consumes)
         book.confirm_mode = self.confirm_mode
         book.prefetch_count = self.prefetch_count
+        book.qos = dict(self.qos)
         book.return_sink = self.return_sink
         book.kept = None if self.kept is None else {}
         return book
@@ -285,6 +297,8 @@ class _Keep:
 
 
 _KEEP: Final = _Keep()
+#: The waiter of each step that restores a reopened channel (see :meth:`Router._reopen`).
+_RESTORE: Final = _Keep()
 
 
 def _settle_all(book: ChannelBook, error: AMQPError, *, by_us: bool) -> None:
@@ -321,8 +335,10 @@ class Router:
         "blocked",
         "channels",
         "error",
+        "on_reopened",
         "reconsume_on_cancel",
         "recover_on",
+        "reopen_channels",
         "republish_unknown",
         "suspended",
         "telemetry",
@@ -355,15 +371,30 @@ class Router:
         #: publishes pending instead of ending them unknown, for :meth:`republish` on the next
         #: connection (``RecoveryPolicy.republish_unknown``).
         self.republish_unknown = False
+        #: Open a channel again when the broker closes it with a channel error
+        #: (``RecoveryPolicy.reopen_channels``); :attr:`on_reopened` is told.
+        self.reopen_channels = False
+        #: Called with the old channel number, the new book and the error that closed the
+        #: channel when it was reopened: the adapter moves its channel object to the new book
+        #: (it may have the old number) and reports it. Without it nothing is reopened.
+        self.on_reopened: Callable[[int, ChannelBook, AMQPError], None] | None = None
 
-    def recover_with(self, policy: RecoveryPolicy, recover_on: Callable[[AMQPError], bool]) -> None:
+    def recover_with(
+        self,
+        policy: RecoveryPolicy,
+        recover_on: Callable[[AMQPError], bool],
+        on_reopened: Callable[[int, ChannelBook, AMQPError], None],
+    ) -> None:
         """Route for a connection that *policy* recovers: *recover_on* says whether an error
-        suspends the connection (see :meth:`fail`), and the policy whether a cancelled
-        consumer consumes again and whether unconfirmed publishes are kept for
-        :meth:`republish`."""
+        suspends the connection (see :meth:`fail`), *on_reopened* is told of each channel
+        opened again after a channel error (see :attr:`on_reopened`), and the policy says
+        whether a cancelled consumer consumes again, whether unconfirmed publishes are kept
+        for :meth:`republish` and whether channels are reopened."""
         self.recover_on = recover_on
+        self.on_reopened = on_reopened
         self.reconsume_on_cancel = policy.reconsume_on_cancel
         self.republish_unknown = policy.republish_unknown
+        self.reopen_channels = policy.reopen_channels
 
     # --- registration (call right after the matching core call) --------------------------------
 
@@ -549,18 +580,25 @@ class Router:
         self.error = error
         channels, self.channels = self.channels, {}
         for book in channels.values():
-            consumers, book.consumers = book.consumers, {}
-            # Publishes kept for republish stay pending; the others' outcome is unknown.
-            kept = book.kept or {}
-            pending = {n: sink for n, sink in book.confirms.items() if n in kept}
-            book.confirms = {n: sink for n, sink in book.confirms.items() if n not in kept}
-            self.unknown += len(book.confirms)
-            _settle_all(book, error, by_us=False)
-            book.consumers = consumers
-            book.confirms = pending
-            if self.telemetry is not None:
-                self.telemetry.channel_ended(book.number, error)
+            self.unknown += self._set_aside(book, error)
         self.suspended = channels
+
+    def _set_aside(self, book: ChannelBook, error: AMQPError) -> int:
+        """*book*'s channel ended with *error* and will be opened again: waiting calls get the
+        error, publishes kept for republish stay pending and the other unconfirmed ones end
+        unknown (how many is returned), consumers are kept, unfinished."""
+        consumers, book.consumers = book.consumers, {}
+        kept = book.kept or {}
+        pending = {n: sink for n, sink in book.confirms.items() if n in kept}
+        book.confirms = {n: sink for n, sink in book.confirms.items() if n not in kept}
+        unknown = len(book.confirms)
+        _settle_all(book, error, by_us=False)
+        book.consumers = consumers
+        book.confirms = pending
+        book.superseded = True
+        if self.telemetry is not None:
+            self.telemetry.channel_ended(book.number, error)
+        return unknown
 
     def republish(self, lost: ChannelBook, book: ChannelBook) -> tuple[int, int]:
         """Send again, on the new connection's channel *book*, the publishes *lost* kept
@@ -602,6 +640,58 @@ class Router:
             _settle_all(book, error, by_us=by_us)
             if self.telemetry is not None:
                 self.telemetry.channel_ended(book.number, error)
+
+    def _reopen(self, book: ChannelBook, error: AMQPError) -> bool:
+        """The broker closed *book*'s channel with *error*: open it again (``channel.open``,
+        then its ``basic.qos``, ``confirm.select`` and consumers with their tags, pipelined,
+        then the publishes kept for republish), and tell :attr:`on_reopened`. The call that
+        caused the error still gets it. False (the channel stays closed) while the connection
+        is not open, while our own close of it was pending, and when it closed again before
+        its restore was answered: the restore itself was refused, and trying again would
+        loop."""
+        core = self._core
+        if (
+            self.on_reopened is None
+            or core.state is not ConnectionState.OPEN
+            or book.close_waiter is not None
+            or any(waiter is _RESTORE for waiter, _, _ in book.rpcs)
+        ):
+            return False
+        unknown = self._set_aside(book, error)
+        number = core.open_channel()
+        new = self.channel_reopened(number, book)
+        new.rpcs.append((_RESTORE, None, None))
+        for qos in book.qos.values():
+            self._restore(new, qos)
+        if book.confirm_mode:
+            self._restore(new, ConfirmSelect())
+        for tag, sink in book.consumers.items():
+            consume = book.consumes.get(tag)
+            if consume is None:
+                sink.finish(error, False)
+                continue
+            self._restore(new, attrs.evolve(consume, consumer_tag=tag), sink)
+        book.consumers = {}
+        republished = self.republish(book, new)[0] if book.confirms else 0
+        logger.info(
+            "the broker closed channel %d (%s): opened it again as %d, %d consumers and %d "
+            "publishes carried over, %d publishes unknown",
+            book.number,
+            error,
+            number,
+            len(new.consumers),
+            republished,
+            unknown,
+        )
+        self.on_reopened(book.number, new, error)
+        return True
+
+    def _restore(
+        self, book: ChannelBook, request: Method, sink: ConsumerSink | None = None
+    ) -> None:
+        request = self._core.protocol.adapt(request)
+        self._core.send_method(book.number, request)
+        book.expect(request, _RESTORE, sink)
 
     def _send_unawaited(self, channel: int, request: Method) -> bool:
         """Send *request*, whose reply nobody waits for, while the channel is open."""
@@ -668,6 +758,7 @@ class Router:
             request = AMQP_0_9_1.adapt(request)
             assert isinstance(request, BasicQos)
             book.prefetch_count = request.prefetch_count
+            book.qos[request.global_] = request
         if not waiter.done():
             waiter.set_result(method)
 
@@ -705,6 +796,8 @@ class Router:
             return
         if event.by_peer:
             error: AMQPError = error_from(event, connection=False)
+            if self.reopen_channels and self._reopen(book, error):
+                return
         else:
             error = ChannelClosedError("the channel was closed", reply_code=200)
         _settle_all(book, error, by_us=not event.by_peer)

@@ -49,6 +49,7 @@ from ._errors import (
 )
 from ._params import ConnectionParameters
 from ._recovery import (
+    ChannelReopened,
     Recovered,
     RecoveryAttempt,
     RecoveryGaveUp,
@@ -67,6 +68,7 @@ __all__ = [
     "BasicProperties",
     "ChannelClosedError",
     "ChannelError",
+    "ChannelReopened",
     "CommandInvalid",
     "ConnectionClosedError",
     "ConnectionForced",

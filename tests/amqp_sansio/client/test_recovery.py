@@ -13,29 +13,36 @@ import pytest
 from amqp_broker import memory_server
 from amqp_sansio import (
     BasicConsume,
+    BasicConsumeOk,
     BasicQos,
     ConfirmSelect,
     ConnectionLost,
     ExchangeBind,
     ExchangeDeclare,
     ExchangeDelete,
+    MessageReceived,
+    MethodReceived,
     QueueBind,
     QueueDeclare,
     QueueDeclareOk,
 )
 from amqp_sansio.client import (
+    AccessRefused,
+    AMQPError,
     ConnectionLostError,
+    NotFound,
     PreconditionFailed,
     RecoveryPlan,
     RecoveryPolicy,
     RecoveryStep,
     ResourceLocked,
+    Router,
     StaleDeliveryError,
     TopologyRecoveryError,
     check_settle,
     error_for_close,
 )
-from amqp_sansio.testing import MemoryConnection
+from amqp_sansio.testing import ConnectionPair, MemoryConnection
 
 if TYPE_CHECKING:
     from amqp_sansio import Method
@@ -355,3 +362,87 @@ def test_an_exclusive_queue_still_held_is_retried_not_fatal() -> None:
     recovered = conn.recover()
     assert recovered.skipped == ()
     assert "held" in conn.core.topology.queues
+
+
+# --- Reopening a channel after a channel error (RecoveryPolicy.reopen_channels) ---------------
+
+
+class _Waiter:
+    """The smallest :class:`~amqp_sansio.client.Waiter`: keeps what it got."""
+
+    def __init__(self) -> None:
+        self.result: object = None
+        self.error: BaseException | None = None
+        self.finished = False
+
+    def done(self) -> bool:
+        return self.finished
+
+    def set_result(self, result: object, /) -> None:
+        self.result, self.finished = result, True
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        self.error, self.finished = exception, True
+
+
+class _Sink:
+    """A consumer sink that records how it ended."""
+
+    def __init__(self) -> None:
+        self.ended: list[tuple[AMQPError | None, bool]] = []
+
+    def deliver(self, event: MessageReceived, /) -> bool:
+        return True
+
+    def finish(self, error: AMQPError | None, by_us: bool, /) -> None:
+        self.ended.append((error, by_us))
+
+    def cancelling(self) -> None:
+        pass
+
+
+def test_a_channel_error_reopens_the_channel_once_and_a_refused_restore_ends_it() -> None:
+    pair = ConnectionPair()
+    pair.handshake()
+    router = Router(pair.client)
+    reopened: list[tuple[int, int, AMQPError]] = []
+    router.recover_with(
+        RecoveryPolicy(reopen_channels=True),
+        lambda _error: False,
+        lambda old, book, cause: reopened.append((old, book.number, cause)),
+    )
+
+    def to_client() -> None:
+        for event in pair.transfer(pair.server):
+            router.handle(event)
+
+    number = pair.client.open_channel()
+    router.channel_opening(number, _Waiter())
+    pair.transfer(pair.client)
+    to_client()
+    consume = BasicConsume(queue="q", consumer_tag="c")
+    sink = _Sink()
+    pair.client.send_method(number, consume)
+    router.expect(number, consume, _Waiter(), sink)
+    pair.transfer(pair.client)
+    pair.server.send_method(number, BasicConsumeOk(consumer_tag="c"))
+    to_client()
+
+    # A channel error: the channel opens again and consumes again, with the same tag.
+    pair.server.close_channel(number, 404, "NOT_FOUND - no queue 'missing'")
+    to_client()
+    ((old, new, cause),) = reopened
+    assert (old, type(cause)) == (number, NotFound)
+    assert sink.ended == []
+    sent = [e for e in pair.transfer(pair.client) if isinstance(e, MethodReceived)]
+    assert [(e.channel, e.method) for e in sent][-1] == (new, consume)
+
+    # Refused while being restored (someone else consumes exclusively meanwhile): it stays
+    # closed, and the consumer ends with the refusal.
+    pair.server.close_channel(new, 403, "ACCESS_REFUSED - queue 'q' in exclusive use")
+    to_client()
+    assert len(reopened) == 1
+    assert new not in router.channels
+    ((error, by_us),) = sink.ended
+    assert isinstance(error, AccessRefused)
+    assert not by_us
