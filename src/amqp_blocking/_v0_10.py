@@ -24,24 +24,6 @@ from amqp_sansio.client import (
     ConnectionTimeoutError,
     connection_parameters,
 )
-from amqp_sansio.v0_10 import (
-    ExchangeBind,
-    ExchangeBound,
-    ExchangeBoundResult,
-    ExchangeDeclare,
-    ExchangeDelete,
-    ExchangeQuery,
-    ExchangeQueryResult,
-    ExchangeUnbind,
-    QueueDeclare,
-    QueueDelete,
-    QueuePurge,
-    QueueQuery,
-    QueueQueryResult,
-    TxCommit,
-    TxRollback,
-    TxSelect,
-)
 from amqp_sansio.v0_10.client import (
     DEFAULT_PREFETCH,
     ClientCore,
@@ -52,6 +34,8 @@ from amqp_sansio.v0_10.client import (
     Properties,
     SubscriptionCore,
 )
+
+from ._generated_session import SessionMethods
 
 if TYPE_CHECKING:
     import ssl
@@ -201,7 +185,7 @@ class Connection010:
 
 
 @final
-class Session010:
+class Session010(SessionMethods):
     """An attached 0-10 session: declare, bind, query and delete (results are return values;
     an ``execution.exception`` raises its typed :class:`~amqp_sansio.v0_10.client.ExecutionError`
     and ends the session), transfer, subscribe, transactions, :meth:`sync` and :meth:`close`."""
@@ -240,98 +224,6 @@ class Session010:
     def sync(self) -> None:
         """``execution.sync``: returns once every earlier command is complete."""
         self._call(self._core.sync)
-
-    def exchange_declare(
-        self,
-        exchange: str,
-        type: str = "direct",
-        *,
-        alternate_exchange: str | None = None,
-        passive: bool = False,
-        durable: bool = False,
-        auto_delete: bool = False,
-        arguments: Map | None = None,
-    ) -> None:
-        self.execute(
-            ExchangeDeclare(
-                exchange=exchange,
-                type=type,
-                alternate_exchange=alternate_exchange,
-                passive=passive,
-                durable=durable,
-                auto_delete=auto_delete,
-                arguments=arguments,
-            )
-        )
-
-    def exchange_delete(self, exchange: str, *, if_unused: bool = False) -> None:
-        self.execute(ExchangeDelete(exchange=exchange, if_unused=if_unused))
-
-    def exchange_query(self, name: str) -> ExchangeQueryResult:
-        result = self.execute(ExchangeQuery(name=name))
-        assert isinstance(result, ExchangeQueryResult)
-        return result
-
-    def exchange_bind(
-        self, queue: str, exchange: str, binding_key: str = "", arguments: Map | None = None
-    ) -> None:
-        self.execute(
-            ExchangeBind(
-                queue=queue, exchange=exchange, binding_key=binding_key, arguments=arguments
-            )
-        )
-
-    def exchange_unbind(self, queue: str, exchange: str, binding_key: str = "") -> None:
-        self.execute(ExchangeUnbind(queue=queue, exchange=exchange, binding_key=binding_key))
-
-    def exchange_bound(
-        self,
-        exchange: str = "",
-        queue: str | None = None,
-        binding_key: str | None = None,
-        arguments: Map | None = None,
-    ) -> ExchangeBoundResult:
-        result = self.execute(
-            ExchangeBound(
-                exchange=exchange, queue=queue, binding_key=binding_key, arguments=arguments
-            )
-        )
-        assert isinstance(result, ExchangeBoundResult)
-        return result
-
-    def queue_declare(
-        self,
-        queue: str,
-        *,
-        alternate_exchange: str | None = None,
-        passive: bool = False,
-        durable: bool = False,
-        exclusive: bool = False,
-        auto_delete: bool = False,
-        arguments: Map | None = None,
-    ) -> None:
-        self.execute(
-            QueueDeclare(
-                queue=queue,
-                alternate_exchange=alternate_exchange,
-                passive=passive,
-                durable=durable,
-                exclusive=exclusive,
-                auto_delete=auto_delete,
-                arguments=arguments,
-            )
-        )
-
-    def queue_delete(self, queue: str, *, if_unused: bool = False, if_empty: bool = False) -> None:
-        self.execute(QueueDelete(queue=queue, if_unused=if_unused, if_empty=if_empty))
-
-    def queue_purge(self, queue: str) -> None:
-        self.execute(QueuePurge(queue=queue))
-
-    def queue_query(self, queue: str) -> QueueQueryResult:
-        result = self.execute(QueueQuery(queue=queue))
-        assert isinstance(result, QueueQueryResult)
-        return result
 
     def transfer(
         self,
@@ -389,15 +281,6 @@ class Session010:
 
         self._call(send)
         return Subscription010(self, subs[0])
-
-    def tx_select(self) -> None:
-        self.execute(TxSelect())
-
-    def tx_commit(self) -> None:
-        self.execute(TxCommit())
-
-    def tx_rollback(self) -> None:
-        self.execute(TxRollback())
 
     def close(self) -> None:
         """Detach the session (after syncing, when it is usable)."""

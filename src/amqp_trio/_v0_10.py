@@ -23,24 +23,6 @@ from amqp_sansio.client import (
     ConnectionTimeoutError,
     connection_parameters,
 )
-from amqp_sansio.v0_10 import (
-    ExchangeBind,
-    ExchangeBound,
-    ExchangeBoundResult,
-    ExchangeDeclare,
-    ExchangeDelete,
-    ExchangeQuery,
-    ExchangeQueryResult,
-    ExchangeUnbind,
-    QueueDeclare,
-    QueueDelete,
-    QueuePurge,
-    QueueQuery,
-    QueueQueryResult,
-    TxCommit,
-    TxRollback,
-    TxSelect,
-)
 from amqp_sansio.v0_10.client import (
     DEFAULT_PREFETCH,
     ClientCore,
@@ -51,6 +33,8 @@ from amqp_sansio.v0_10.client import (
     Properties,
     SubscriptionCore,
 )
+
+from ._generated_session import SessionMethods
 
 if TYPE_CHECKING:
     import ssl
@@ -171,7 +155,7 @@ class Connection010:
 
 
 @final
-class Session010:
+class Session010(SessionMethods):
     """An attached 0-10 session: declare, bind, query and delete (results are return values;
     an ``execution.exception`` raises its typed :class:`~amqp_sansio.v0_10.client.ExecutionError`
     and ends the session), transfer, subscribe, transactions, :meth:`sync` and :meth:`close`."""
@@ -208,100 +192,6 @@ class Session010:
         pending, event = _pending()
         self._core.sync(pending)
         await self._conn._wait(pending, event)
-
-    async def exchange_declare(
-        self,
-        exchange: str,
-        type: str = "direct",
-        *,
-        alternate_exchange: str | None = None,
-        passive: bool = False,
-        durable: bool = False,
-        auto_delete: bool = False,
-        arguments: Map | None = None,
-    ) -> None:
-        await self.execute(
-            ExchangeDeclare(
-                exchange=exchange,
-                type=type,
-                alternate_exchange=alternate_exchange,
-                passive=passive,
-                durable=durable,
-                auto_delete=auto_delete,
-                arguments=arguments,
-            )
-        )
-
-    async def exchange_delete(self, exchange: str, *, if_unused: bool = False) -> None:
-        await self.execute(ExchangeDelete(exchange=exchange, if_unused=if_unused))
-
-    async def exchange_query(self, name: str) -> ExchangeQueryResult:
-        result = await self.execute(ExchangeQuery(name=name))
-        assert isinstance(result, ExchangeQueryResult)
-        return result
-
-    async def exchange_bind(
-        self, queue: str, exchange: str, binding_key: str = "", arguments: Map | None = None
-    ) -> None:
-        await self.execute(
-            ExchangeBind(
-                queue=queue, exchange=exchange, binding_key=binding_key, arguments=arguments
-            )
-        )
-
-    async def exchange_unbind(self, queue: str, exchange: str, binding_key: str = "") -> None:
-        await self.execute(ExchangeUnbind(queue=queue, exchange=exchange, binding_key=binding_key))
-
-    async def exchange_bound(
-        self,
-        exchange: str = "",
-        queue: str | None = None,
-        binding_key: str | None = None,
-        arguments: Map | None = None,
-    ) -> ExchangeBoundResult:
-        result = await self.execute(
-            ExchangeBound(
-                exchange=exchange, queue=queue, binding_key=binding_key, arguments=arguments
-            )
-        )
-        assert isinstance(result, ExchangeBoundResult)
-        return result
-
-    async def queue_declare(
-        self,
-        queue: str,
-        *,
-        alternate_exchange: str | None = None,
-        passive: bool = False,
-        durable: bool = False,
-        exclusive: bool = False,
-        auto_delete: bool = False,
-        arguments: Map | None = None,
-    ) -> None:
-        await self.execute(
-            QueueDeclare(
-                queue=queue,
-                alternate_exchange=alternate_exchange,
-                passive=passive,
-                durable=durable,
-                exclusive=exclusive,
-                auto_delete=auto_delete,
-                arguments=arguments,
-            )
-        )
-
-    async def queue_delete(
-        self, queue: str, *, if_unused: bool = False, if_empty: bool = False
-    ) -> None:
-        await self.execute(QueueDelete(queue=queue, if_unused=if_unused, if_empty=if_empty))
-
-    async def queue_purge(self, queue: str) -> None:
-        await self.execute(QueuePurge(queue=queue))
-
-    async def queue_query(self, queue: str) -> QueueQueryResult:
-        result = await self.execute(QueueQuery(queue=queue))
-        assert isinstance(result, QueueQueryResult)
-        return result
 
     async def transfer(
         self,
@@ -357,15 +247,6 @@ class Session010:
         result = Subscription010(self, sub)
         await self._conn._wait(pending, event)
         return result
-
-    async def tx_select(self) -> None:
-        await self.execute(TxSelect())
-
-    async def tx_commit(self) -> None:
-        await self.execute(TxCommit())
-
-    async def tx_rollback(self) -> None:
-        await self.execute(TxRollback())
 
     async def close(self) -> None:
         """Detach the session (after syncing, when it is usable)."""

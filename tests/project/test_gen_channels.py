@@ -1,6 +1,6 @@
-"""The adapters' channel methods, generated from the client layer's requests table by
-``tools/gen_channels.py``: the checked-in modules are fresh, and every adapter uses them as
-generated (the three cannot drift apart)."""
+"""The adapters' channel methods and 0-10 session methods, generated from the client layer's
+requests tables by ``tools/gen_channels.py``: the checked-in modules are fresh, and every adapter
+uses them as generated (the three cannot drift apart)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import amqp_asyncio
 import amqp_blocking
 import amqp_trio
 from amqp_sansio.client import REQUESTS
+from amqp_sansio.v0_10.client import SESSION_REQUESTS
 
 if TYPE_CHECKING:
     import types
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[2]
 ADAPTERS = [amqp_trio, amqp_asyncio, amqp_blocking]
 GENERATED = "_generated_channel.py"
+GENERATED_SESSION = "_generated_session.py"
 
 
 def test_checked_in_modules_are_fresh() -> None:
@@ -42,9 +44,8 @@ def test_check_fails_on_a_stale_module(tmp_path: Path) -> None:
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
     for adapter in ADAPTERS:
         (tmp_path / "src" / adapter.__name__).mkdir(parents=True)
-        shutil.copy(
-            ROOT / "src" / adapter.__name__ / GENERATED, tmp_path / "src" / adapter.__name__
-        )
+        for name in (GENERATED, GENERATED_SESSION):
+            shutil.copy(ROOT / "src" / adapter.__name__ / name, tmp_path / "src" / adapter.__name__)
     stale = tmp_path / "src" / "amqp_asyncio" / GENERATED
     stale.write_text(stale.read_text().replace('"""Delete an exchange."""', '"""Delete it."""'))
     result = subprocess.run(
@@ -57,6 +58,7 @@ def test_check_fails_on_a_stale_module(tmp_path: Path) -> None:
     assert "stale" in result.stdout
     assert f"src/amqp_asyncio/{GENERATED}" in result.stdout
     assert f"src/amqp_trio/{GENERATED}" not in result.stdout
+    assert GENERATED_SESSION not in result.stdout
 
 
 @pytest.mark.parametrize("adapter", ADAPTERS, ids=lambda m: m.__name__)
@@ -73,3 +75,17 @@ def test_channels_use_the_generated_methods(adapter: types.ModuleType) -> None:
         if adapter is amqp_blocking and request.expects_reply:
             expected.append("timeout")
         assert names == expected, request.name
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS, ids=lambda m: m.__name__)
+def test_0_10_sessions_use_the_generated_methods(adapter: types.ModuleType) -> None:
+    generated = importlib.import_module(f"{adapter.__name__}._generated_session").SessionMethods
+    session = importlib.import_module(f"{adapter.__name__}._v0_10").Session010
+    assert issubclass(session, generated)
+    for request in SESSION_REQUESTS:
+        method = getattr(session, request.name)
+        assert method is getattr(generated, request.name), f"{request.name} is overridden"
+        assert inspect.getdoc(method) == request.doc
+        assert inspect.iscoroutinefunction(method) is (adapter is not amqp_blocking)
+        names = list(inspect.signature(method).parameters)[1:]
+        assert names == [param.name for param in request.params], request.name

@@ -4,7 +4,9 @@ share for AMQP 0-10 without doing any I/O.
 For users: :class:`Message` (a received transfer and its settlement), :class:`Properties`
 (what a transfer carries), and the errors: :class:`ExecutionError` and its subclasses by
 ``execution.exception`` code, :class:`SessionEndedError`. For adapters: :class:`ClientCore`,
-:class:`ClientSession`, :class:`SubscriptionCore` and :class:`Pending` (see ``_core``).
+:class:`ClientSession`, :class:`SubscriptionCore` and :class:`Pending` (see ``_core``), and
+the session API as data (:data:`SESSION_REQUESTS`, from which ``tools/gen_channels.py`` writes
+the adapters' methods).
 """
 
 from __future__ import annotations
@@ -39,9 +41,11 @@ from ._errors import (
     execution_error,
 )
 from ._message import Message, Properties, Settler, plain, plain_map
+from ._requests import SESSION_REQUESTS, SessionRequest
 
 __all__ = [
     "DEFAULT_PREFETCH",
+    "SESSION_REQUESTS",
     "ClientCore",
     "ClientSession",
     "ExecutionError",
@@ -62,6 +66,7 @@ __all__ = [
     "ResourceLockedError",
     "SessionBusy",
     "SessionEndedError",
+    "SessionRequest",
     "Settler",
     "SubscriptionCore",
     "UnauthorizedAccess",
