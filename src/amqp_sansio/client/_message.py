@@ -12,7 +12,6 @@ from .. import BasicDeliver, BasicGetOk, BasicProperties, BasicReturn, Int64
 if TYPE_CHECKING:
     from .. import ContentProperties, Method
     from ._recovery import Epoch
-    from ._router import ChannelBook
 
 __all__ = ["AsyncMessage", "AsyncSettler", "Message"]
 
@@ -128,6 +127,14 @@ class AsyncSettler(Protocol):
     async def basic_reject(self, delivery_tag: int, *, requeue: bool = True) -> None: ...
 
 
+class CameOn(Protocol):
+    """What a message keeps of the channel it came on (a
+    :class:`~amqp_sansio.client.ChannelBook`): whether it was opened again since."""
+
+    @property
+    def superseded(self) -> bool: ...
+
+
 @attrs.define(kw_only=True, slots=True, weakref_slot=False)
 class AsyncMessage(Message):
     """A message with awaitable ``ack()``, ``nack()`` and ``reject()`` on the channel it
@@ -139,7 +146,7 @@ class AsyncMessage(Message):
     _epoch_cell: Epoch | None = attrs.field(default=None, repr=False, eq=False, alias="epoch_cell")
     # The channel book it came on (under a recovery policy): superseded once the channel was
     # opened again, when its tag names nothing on the new one.
-    _came_on: ChannelBook | None = attrs.field(default=None, repr=False, eq=False, alias="came_on")
+    _came_on: CameOn | None = attrs.field(default=None, repr=False, eq=False, alias="came_on")
 
     def _channel_obj(self) -> AsyncSettler | None:
         owner = self._owner
