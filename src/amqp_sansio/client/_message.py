@@ -11,7 +11,6 @@ from .. import BasicDeliver, BasicGetOk, BasicProperties, BasicReturn, Int64
 
 if TYPE_CHECKING:
     from .. import ContentProperties, Method
-    from ._recovery import Epoch
 
 __all__ = ["AsyncMessage", "AsyncSettler", "Message"]
 
@@ -127,6 +126,13 @@ class AsyncSettler(Protocol):
     async def basic_reject(self, delivery_tag: int, *, requeue: bool = True) -> None: ...
 
 
+class EpochCell(Protocol):
+    """The connection's epoch a message checks its settle against (an
+    :class:`~amqp_sansio.client.Epoch`)."""
+
+    def allows(self, delivery_tag: int, epoch: int, *, superseded: bool = False) -> bool: ...
+
+
 class CameOn(Protocol):
     """What a message keeps of the channel it came on (a
     :class:`~amqp_sansio.client.ChannelBook`): whether it was opened again since."""
@@ -143,7 +149,9 @@ class AsyncMessage(Message):
     _owner: AsyncSettler | None = attrs.field(default=None, repr=False, eq=False, alias="owner")
     #: The epoch of the connection it came on (0 without recovery; see :class:`Epoch`).
     epoch: int = attrs.field(default=0, eq=False)
-    _epoch_cell: Epoch | None = attrs.field(default=None, repr=False, eq=False, alias="epoch_cell")
+    _epoch_cell: EpochCell | None = attrs.field(
+        default=None, repr=False, eq=False, alias="epoch_cell"
+    )
     # The channel book it came on (under a recovery policy): superseded once the channel was
     # opened again, when its tag names nothing on the new one.
     _came_on: CameOn | None = attrs.field(default=None, repr=False, eq=False, alias="came_on")
