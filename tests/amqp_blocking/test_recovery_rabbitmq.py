@@ -30,7 +30,7 @@ pytestmark = pytest.mark.rabbitmq
 
 #: Forced closes: each costs two rabbitmqctl calls (find the connection, close it), about a
 #: second of CPU each.
-CLOSES: Final = 10
+CLOSES: Final = 20
 MESSAGES: Final = 2000
 WAIT: Final = 60.0
 

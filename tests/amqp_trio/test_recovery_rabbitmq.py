@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.rabbitmq, pytest.mark.trio]
 
 #: Forced closes: each costs two rabbitmqctl calls (find the connection, close it), about a
 #: second of CPU each.
-CLOSES: Final = 10
+CLOSES: Final = 20
 MESSAGES: Final = 2000
 _TIMEOUT: Final = 300
 
