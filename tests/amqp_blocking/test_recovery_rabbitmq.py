@@ -21,7 +21,8 @@ from amqp_blocking import (
     StaleDeliveryError,
 )
 
-from ..support.scenarios import connection_pid, rabbitmqctl, unique
+from ..support.rabbitmqctl import connection_pid, rabbitmqctl
+from ..support.scenarios import unique
 
 if TYPE_CHECKING:
     from amqp_blocking import PublishTicket
