@@ -1,5 +1,6 @@
 """How fast a consumer resumes after its broker restarts: the time from the broker accepting
-connections again to the first delivery to the consumer iterator made before the restart.
+connections again to the first delivery to the consumer iterator made before the restart; and,
+with ``--forced-closes N``, what N forced closes cost a pipelined confirmed workload.
 
 The broker is the embedded one (``python -m amqp_broker``) in a subprocess, SIGKILLed and started
 again on the same port; it forgets everything, so the client must declare the queue and consume
@@ -8,7 +9,19 @@ and publishes one message. Every client retries at the same fixed interval (``--
 aio-pika's ``connect_robust`` waits 5 s by default), so the figure is about half the interval
 plus the reconnection itself.
 
-Usage: ``.venv/bin/python bench/recovery.py [--rounds 10] [--interval 0.5]``
+Forced closes (``--forced-closes N``, issue 17): against RabbitMQ (``--url``, default
+``$AMQP_URL`` or the local one), each adapter publishes with confirms through a publisher
+(window 50, at most ``--rate`` publishes a second, 1000 by default: the broker is shared) and
+consumes with acks (prefetch 100) on one connection, while ``rabbitmqctl
+close_connection`` closes that connection (found by its connection name) N times, each after
+``--gap`` more publishes and once the previous recovery finished. A publish whose outcome a close
+made unknown is published again (at least once). Printed per adapter: confirmed messages that
+never arrived (must be 0), unknown outcomes, stale settles (acks refused because their delivery
+came before a close; the broker redelivers those), recoveries, wall time. Every close costs two
+rabbitmqctl calls, about a second of CPU each.
+
+Usage: ``.venv/bin/python bench/recovery.py [--rounds 10] [--interval 0.5]``, or
+``.venv/bin/python bench/recovery.py --forced-closes [N] [--gap 50] [--rate 1000] [--clients trio]``
 """
 
 from __future__ import annotations
@@ -16,25 +29,39 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
+import os
 import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
-from typing import TYPE_CHECKING, Final
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, Protocol, final
 
 import trio
 
 import amqp_asyncio
 import amqp_blocking
 import amqp_trio
-from amqp_sansio.client import Recovered, RecoveryPolicy
+from amqp_sansio.client import (
+    AMQPError,
+    PublishOutcomeUnknownError,
+    Recovered,
+    RecoveryEvent,
+    RecoveryPolicy,
+    StaleDeliveryError,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
 QUEUE: Final = "bench-recovery"
 WAIT: Final = 30.0
+ROOT: Final = Path(__file__).resolve().parent.parent
+DEFAULT_URL: Final = "amqp://guest:guest@127.0.0.1:5672/"
 
 
 class Broker:
@@ -170,14 +197,334 @@ def run_aio_pika(broker: Broker, rounds: int, interval: float) -> list[float]:
     return asyncio.run(main())
 
 
+# --- forced closes ------------------------------------------------------------------------------
+
+#: Publishes in flight at once (the publisher's window) and new ones per batch.
+WINDOW: Final = 50
+#: Messages published before the closes start; then batches of WINDOW until they end.
+FIRST_BATCH: Final = 2000
+
+
+def close_connection(connection_name: str) -> None:
+    """``rabbitmqctl close_connection`` on the connection with this name, with the tests'
+    helpers (shared rather than copied)."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from tests.support.rabbitmqctl import connection_pid, rabbitmqctl
+    finally:
+        sys.path.remove(str(ROOT))
+    rabbitmqctl("close_connection", connection_pid(connection_name), "bench")
+
+
+class _Ticket(Protocol):
+    @property
+    def done(self) -> bool: ...
+    @property
+    def error(self) -> AMQPError | None: ...
+
+
+@final
+class Workload:
+    """What one adapter's run counts, and the closer: a thread that closes the connection
+    named :attr:`name` each time :attr:`published` grew by *gap*, once the previous recovery
+    ended."""
+
+    def __init__(self, closes: int, gap: int, rate: float) -> None:
+        self.name = f"bench-recovery-{uuid.uuid4().hex[:12]}"
+        self.queue = f"{self.name}-q"
+        self.closes = closes
+        self.gap = gap
+        self.rate = rate
+        self.started = time.monotonic()
+        self.published = 0
+        self.confirmed: set[int] = set()
+        self.received: set[int] = set()
+        self.unknown = 0
+        self.stale = 0
+        self.recoveries: list[Recovered] = []
+        self.next_ident = FIRST_BATCH
+        self._recovered = threading.Semaphore(0)
+        self.closing = threading.Thread(target=self._close_repeatedly, daemon=True)
+        self.closer_error: BaseException | None = None
+
+    def policy(self) -> RecoveryPolicy:
+        return RecoveryPolicy(initial_delay=0.05, multiplier=1, jitter=0, max_duration=60)
+
+    def on_event(self, event: RecoveryEvent) -> None:
+        if isinstance(event, Recovered):
+            self.recoveries.append(event)
+            self._recovered.release()
+
+    def _close_repeatedly(self) -> None:
+        try:
+            for done in range(self.closes):
+                mark = self.published
+                while self.published < mark + self.gap:
+                    time.sleep(0.01)
+                close_connection(self.name)
+                if not self._recovered.acquire(timeout=120):
+                    raise RuntimeError(f"no recovery after close {done + 1}")
+        except BaseException as exc:
+            self.closer_error = exc
+
+    @property
+    def closing_ended(self) -> bool:
+        return not self.closing.is_alive()
+
+    def settled(self, tickets: Sequence[tuple[int, _Ticket]]) -> list[int]:
+        """Count a batch's outcomes; the publishes to make again (their outcome is unknown)."""
+        again: list[int] = []
+        for ident, ticket in tickets:
+            if not ticket.done:
+                raise RuntimeError(f"publish {ident} still pending after wait_for_confirms")
+            if ticket.error is None:
+                self.confirmed.add(ident)
+            elif isinstance(ticket.error, PublishOutcomeUnknownError):
+                self.unknown += 1
+                again.append(ident)
+            else:
+                raise ticket.error
+        return again
+
+    def next_batch(self, again: list[int]) -> list[int]:
+        """The unknown ones again, else new messages while the closes go on, else none."""
+        if again or self.closing_ended:
+            return again
+        start, self.next_ident = self.next_ident, self.next_ident + WINDOW
+        return list(range(start, self.next_ident))
+
+    def pause(self) -> float:
+        """Seconds to wait before the next publish, to publish at most :attr:`rate` a second
+        (the broker is shared): spread out, so that publishes are in flight most of the time."""
+        ahead = self.published / self.rate - (time.monotonic() - self.started)
+        return ahead if ahead > 0.005 else 0.0
+
+    def all_received(self) -> bool:
+        return self.confirmed <= self.received
+
+    def check_closer(self) -> None:
+        if self.closer_error is not None:
+            raise self.closer_error
+
+
+def forced_asyncio(url: str, work: Workload) -> None:
+    async def main() -> None:
+        async with amqp_asyncio.connect(
+            url, connection_name=work.name, recovery=work.policy()
+        ) as conn:
+            pub_ch = await conn.open_channel()
+            sub_ch = await conn.open_channel()
+            await pub_ch.queue_declare(work.queue)
+            try:
+                await sub_ch.basic_qos(100)
+
+                async def consume() -> None:
+                    async with sub_ch.basic_consume(work.queue) as consumer:
+                        async for message in consumer:
+                            work.received.add(int(message.body))
+                            try:
+                                await message.ack()
+                            except StaleDeliveryError:
+                                work.stale += 1
+
+                async def watch() -> None:
+                    async for event in conn.recovery_events():
+                        work.on_event(event)
+
+                tasks = [asyncio.create_task(consume()), asyncio.create_task(watch())]
+                work.closing.start()
+                batch = list(range(FIRST_BATCH))
+                async with pub_ch.publisher(window=WINDOW) as publisher:
+                    while batch:
+                        tickets: list[tuple[int, amqp_asyncio.PublishTicket]] = []
+                        for ident in batch:
+                            ticket = await publisher.publish(b"%d" % ident, routing_key=work.queue)
+                            tickets.append((ident, ticket))
+                            work.published += 1
+                            await asyncio.sleep(work.pause())
+                        await publisher.wait_for_confirms()
+                        batch = work.next_batch(work.settled(tickets))
+                        publisher.take_failures()
+                await asyncio.to_thread(work.closing.join)
+                work.check_closer()
+                async with asyncio.timeout(WAIT):
+                    while not work.all_received():
+                        await asyncio.sleep(0.05)
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            finally:
+                async with conn.channel() as cleanup:
+                    await cleanup.queue_delete(work.queue)
+
+    asyncio.run(main())
+
+
+def forced_trio(url: str, work: Workload) -> None:
+    async def main() -> None:
+        async with amqp_trio.connect(
+            url, connection_name=work.name, recovery=work.policy()
+        ) as conn:
+            pub_ch = await conn.open_channel()
+            sub_ch = await conn.open_channel()
+            await pub_ch.queue_declare(work.queue)
+            try:
+                await sub_ch.basic_qos(100)
+
+                async def consume() -> None:
+                    async with sub_ch.basic_consume(work.queue) as consumer:
+                        async for message in consumer:
+                            work.received.add(int(message.body))
+                            try:
+                                await message.ack()
+                            except StaleDeliveryError:
+                                work.stale += 1
+
+                async def watch() -> None:
+                    async for event in conn.recovery_events():
+                        work.on_event(event)
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(consume)
+                    nursery.start_soon(watch)
+                    work.closing.start()
+                    batch = list(range(FIRST_BATCH))
+                    async with pub_ch.publisher(window=WINDOW) as publisher:
+                        while batch:
+                            tickets: list[tuple[int, amqp_trio.PublishTicket]] = []
+                            for ident in batch:
+                                ticket = await publisher.publish(
+                                    b"%d" % ident, routing_key=work.queue
+                                )
+                                tickets.append((ident, ticket))
+                                work.published += 1
+                                await trio.sleep(work.pause())
+                            await publisher.wait_for_confirms()
+                            batch = work.next_batch(work.settled(tickets))
+                            publisher.take_failures()
+                    await trio.to_thread.run_sync(work.closing.join)
+                    work.check_closer()
+                    with trio.fail_after(WAIT):
+                        while not work.all_received():
+                            await trio.sleep(0.05)
+                    nursery.cancel_scope.cancel()
+            finally:
+                with trio.CancelScope(shield=True):
+                    async with conn.channel() as cleanup:
+                        await cleanup.queue_delete(work.queue)
+
+    trio.run(main)
+
+
+def forced_blocking(url: str, work: Workload) -> None:
+    with amqp_blocking.connect(url, connection_name=work.name, recovery=work.policy()) as conn:
+        conn.on_recovery(work.on_event)
+        pub_ch = conn.channel()
+        sub_ch = conn.channel()
+        pub_ch.queue_declare(work.queue)
+        try:
+            sub_ch.basic_qos(100)
+            consumer = sub_ch.basic_consume(work.queue)
+
+            def consume() -> None:
+                while (message := consumer.get(WAIT)) is not None:
+                    work.received.add(int(message.body))
+                    try:
+                        message.ack()
+                    except StaleDeliveryError:
+                        work.stale += 1
+
+            consuming = threading.Thread(target=consume, daemon=True)
+            consuming.start()
+            work.closing.start()
+            batch = list(range(FIRST_BATCH))
+            with pub_ch.publisher(window=WINDOW) as publisher:
+                while batch:
+                    tickets: list[tuple[int, amqp_blocking.PublishTicket]] = []
+                    for ident in batch:
+                        tickets.append(
+                            (ident, publisher.publish(b"%d" % ident, routing_key=work.queue))
+                        )
+                        work.published += 1
+                        time.sleep(work.pause())
+                    publisher.wait_for_confirms(WAIT)
+                    batch = work.next_batch(work.settled(tickets))
+                    publisher.take_failures()
+            work.closing.join()
+            work.check_closer()
+            deadline = time.monotonic() + WAIT
+            while not work.all_received() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            consumer.close()
+            consuming.join(WAIT)
+        finally:
+            with conn.channel() as cleanup:
+                cleanup.queue_delete(work.queue)
+
+
+def forced_closes(args: argparse.Namespace) -> None:
+    runners: dict[str, Callable[[str, Workload], None]] = {
+        "asyncio": forced_asyncio,
+        "trio": forced_trio,
+        "blocking": forced_blocking,
+    }
+    clients = args.clients.split(",") if args.clients else list(runners)
+    print(
+        f"{args.forced_closes} forced closes (rabbitmqctl close_connection) per adapter during "
+        f"pipelined confirmed publishing (window {WINDOW}) and consuming, one close per "
+        f"{args.gap} publishes, at most {args.rate:.0f} publishes/s, against {args.url}"
+    )
+    print(
+        f"{'client':<10} {'lost':>5} {'unknown':>8} {'stale':>6} {'recoveries':>10} "
+        f"{'confirmed':>10} {'wall':>8}"
+    )
+    for name in clients:
+        work = Workload(args.forced_closes, args.gap, args.rate)
+        started = time.monotonic()
+        try:
+            runners[name](args.url, work)
+        except Exception as exc:  # a client that loses its way is a result, not a crash
+            print(f"{name:<10} failed after {len(work.recoveries)} recoveries: {exc!r}")
+            continue
+        wall = time.monotonic() - started
+        lost = len(work.confirmed - work.received)
+        unknown_reported = sum(r.unknown_publishes for r in work.recoveries)
+        note = "" if unknown_reported == work.unknown else f" (events: {unknown_reported})"
+        print(
+            f"{name:<10} {lost:>5} {work.unknown:>8}{note} {work.stale:>6} "
+            f"{len(work.recoveries):>10} {len(work.confirmed):>10} {wall:>7.1f}s"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--interval", type=float, default=0.5)
     parser.add_argument(
-        "--clients", default="asyncio,trio,blocking,aio-pika", help="comma-separated"
+        "--clients",
+        default="",
+        help="comma-separated (default: asyncio,trio,blocking,aio-pika; with --forced-closes "
+        "the three adapters)",
     )
+    parser.add_argument(
+        "--forced-closes",
+        type=int,
+        nargs="?",
+        const=100,
+        metavar="N",
+        help="instead of restarts: N forced closes (100 if N is left out) against RabbitMQ",
+    )
+    parser.add_argument("--gap", type=int, default=50, help="publishes between forced closes")
+    parser.add_argument(
+        "--rate", type=float, default=1000, help="at most this many publishes a second"
+    )
+    parser.add_argument("--url", default=os.environ.get("AMQP_URL", DEFAULT_URL))
     args = parser.parse_args()
+    if args.forced_closes is not None:
+        logging.basicConfig(level=logging.ERROR)  # not a warning per close
+        forced_closes(args)
+        return
+    args.clients = args.clients or "asyncio,trio,blocking,aio-pika"
     policy = RecoveryPolicy(initial_delay=args.interval, multiplier=1, jitter=0)
     runners: dict[str, Callable[[Broker], list[float]]] = {
         "asyncio": lambda b: run_asyncio(b, args.rounds, policy),

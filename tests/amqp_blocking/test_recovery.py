@@ -5,6 +5,7 @@ a delivery of the lost connection cannot be settled on the new one."""
 
 from __future__ import annotations
 
+import socket
 import threading
 from typing import TYPE_CHECKING
 
@@ -125,6 +126,57 @@ def test_a_call_during_recovery_waits_or_fails_fast() -> None:
             assert not publisher.is_alive()
             assert errors == []
             assert ch.queue_declare("waits", passive=True).message_count == 1
+
+
+def test_endpoints_are_tried_in_turn_and_what_waits_is_bounded() -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = f"amqp://guest:guest@127.0.0.1:{sock.getsockname()[1]}/"
+    with restartable_broker() as broker:
+        policy = RecoveryPolicy(
+            initial_delay=0.05,
+            multiplier=1,
+            jitter=0,
+            endpoints=[dead, broker.url],
+            publish_buffer=10,
+            max_duration=60,  # not a count of attempts: the restart may take a while
+        )
+        with amqp_blocking.connect(broker.url, recovery=policy) as conn:
+            events = conn.recovery_events()
+            ch = conn.channel()
+            broker.kill()
+            assert isinstance(events.get(WAIT), RecoveryLost)
+            with pytest.raises(ConnectionLostError, match="publish_buffer is full"):
+                ch.basic_publish(b"eleven byte", routing_key="q")
+            broker.start()
+            event = events.get(WAIT)
+            while isinstance(event, RecoveryAttempt):
+                if event.attempt % 2:
+                    assert dead.endswith(f"{event.url}/")  # odd attempts: the first endpoint
+                event = events.get(WAIT)
+            assert isinstance(event, Recovered)
+            assert event.attempt % 2 == 0  # the second endpoint, the live one
+            ch.basic_publish(b"eleven byte", routing_key="q")
+
+
+def test_a_heartbeat_timeout_starts_recovery() -> None:
+    with (
+        restartable_broker() as broker,
+        amqp_blocking.connect(f"{broker.url}&heartbeat=1", recovery=POLICY) as conn,
+    ):
+        events = conn.recovery_events()
+        ch = conn.channel()
+        ch.queue_declare("beats")
+        broker.pause()
+        lost = events.get(WAIT)
+        assert isinstance(lost, RecoveryLost)
+        assert isinstance(lost.cause, amqp_blocking.HeartbeatTimeoutError)
+        broker.resume()
+        event = events.get(WAIT)
+        while isinstance(event, RecoveryAttempt):
+            event = events.get(WAIT)
+        assert isinstance(event, Recovered)
+        assert ch.queue_declare("beats", passive=True).queue == "beats"
 
 
 def test_close_during_recovery_gives_up() -> None:

@@ -21,7 +21,8 @@ from amqp_blocking import (
     StaleDeliveryError,
 )
 
-from ..support.scenarios import connection_pid, rabbitmqctl, unique
+from ..support.rabbitmqctl import connection_pid, rabbitmqctl
+from ..support.scenarios import unique
 
 if TYPE_CHECKING:
     from amqp_blocking import PublishTicket
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.rabbitmq
 
 #: Forced closes: each costs two rabbitmqctl calls (find the connection, close it), about a
 #: second of CPU each.
-CLOSES: Final = 10
+CLOSES: Final = 20
 MESSAGES: Final = 2000
 WAIT: Final = 60.0
 

@@ -19,7 +19,7 @@ from amqp_sansio.client import (
     NotAllowed,
     NotFound,
 )
-from tests.support.scenarios import rabbitmqctl
+from tests.support.rabbitmqctl import rabbitmqctl
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator

@@ -23,7 +23,7 @@ from amqp_spark._offsets import OffsetRange
 from amqp_spark._queue_reader import QueueStreamReader
 from amqp_spark._range_reader import RangeConsumer
 from amqp_spark._stream_reader import StreamQueueBatchReader, StreamQueueStreamReader
-from tests.support.scenarios import connection_pid, rabbitmqctl
+from tests.support.rabbitmqctl import connection_pid, rabbitmqctl
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence

@@ -5,6 +5,8 @@ delivery of the lost connection cannot be settled on the new one."""
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 import trio
 
@@ -111,6 +113,56 @@ async def test_a_publish_during_recovery_fails_fast_or_waits() -> None:
                 await trio.to_thread.run_sync(broker.start)
             ok = await ch.queue_declare("waits", passive=True)
             assert ok.message_count == 1
+
+
+async def test_endpoints_are_tried_in_turn_and_what_waits_is_bounded() -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = f"amqp://guest:guest@127.0.0.1:{sock.getsockname()[1]}/"
+    with restartable_broker() as broker, trio.fail_after(120):
+        policy = RecoveryPolicy(
+            initial_delay=0.05,
+            multiplier=1,
+            jitter=0,
+            endpoints=[dead, broker.url],
+            publish_buffer=10,
+            max_duration=60,  # not a count of attempts: the restart may take a while
+        )
+        async with amqp_trio.connect(broker.url, recovery=policy) as conn:
+            events = conn.recovery_events()
+            ch = await conn.open_channel()
+            await trio.to_thread.run_sync(broker.kill)
+            assert isinstance(await anext(events), RecoveryLost)
+            with pytest.raises(ConnectionLostError, match="publish_buffer is full"):
+                await ch.basic_publish(b"eleven byte", routing_key="q")
+            await trio.to_thread.run_sync(broker.start)
+            event = await anext(events)
+            while isinstance(event, RecoveryAttempt):
+                if event.attempt % 2:
+                    assert dead.endswith(f"{event.url}/")  # odd attempts: the first endpoint
+                event = await anext(events)
+            assert isinstance(event, Recovered)
+            assert event.attempt % 2 == 0  # the second endpoint, the live one
+            await ch.basic_publish(b"eleven byte", routing_key="q")
+
+
+async def test_a_heartbeat_timeout_starts_recovery() -> None:
+    with restartable_broker() as broker, trio.fail_after(120):
+        async with amqp_trio.connect(f"{broker.url}&heartbeat=1", recovery=POLICY) as conn:
+            events = conn.recovery_events()
+            ch = await conn.open_channel()
+            await ch.queue_declare("beats")
+            await trio.to_thread.run_sync(broker.pause)
+            lost = await anext(events)
+            assert isinstance(lost, RecoveryLost)
+            assert isinstance(lost.cause, amqp_trio.HeartbeatTimeoutError)
+            await trio.to_thread.run_sync(broker.resume)
+            event = await anext(events)
+            while isinstance(event, RecoveryAttempt):
+                event = await anext(events)
+            assert isinstance(event, Recovered)
+            ok = await ch.queue_declare("beats", passive=True)
+            assert ok.queue == "beats"
 
 
 async def test_close_during_recovery_gives_up() -> None:

@@ -20,7 +20,8 @@ from amqp_trio import (
     StaleDeliveryError,
 )
 
-from ..support.scenarios import connection_pid, rabbitmqctl, unique
+from ..support.rabbitmqctl import connection_pid, rabbitmqctl
+from ..support.scenarios import unique
 
 if TYPE_CHECKING:
     from amqp_trio import Message, PublishTicket
@@ -29,7 +30,7 @@ pytestmark = [pytest.mark.rabbitmq, pytest.mark.trio]
 
 #: Forced closes: each costs two rabbitmqctl calls (find the connection, close it), about a
 #: second of CPU each.
-CLOSES: Final = 10
+CLOSES: Final = 20
 MESSAGES: Final = 2000
 _TIMEOUT: Final = 300
 

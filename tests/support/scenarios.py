@@ -13,7 +13,6 @@ against them, which keeps the adapters' surfaces from drifting apart.
 from __future__ import annotations
 
 import socket
-import subprocess
 import threading
 import time
 import uuid
@@ -49,6 +48,8 @@ from amqp_sansio.client import (
 )
 from amqp_sansio.framing import PROTOCOL_HEADER_0_9_1, FrameReader, MethodFrame
 from amqp_sansio.testing import method_frame
+
+from .rabbitmqctl import connection_pid, rabbitmqctl
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -175,27 +176,6 @@ class Connect(Protocol):
 def unique(prefix: str) -> str:
     """A queue or exchange name no other test uses."""
     return f"test-{prefix}-{uuid.uuid4().hex[:12]}"
-
-
-# --- rabbitmqctl ------------------------------------------------------------------------------
-
-_CTL_TIMEOUT: Final = 60.0
-
-
-def rabbitmqctl(*args: str) -> str:
-    """Run ``rabbitmqctl`` (about a second per call: it starts an Erlang VM)."""
-    done = subprocess.run(
-        ["rabbitmqctl", *args], capture_output=True, text=True, timeout=_CTL_TIMEOUT, check=True
-    )
-    return done.stdout
-
-
-def connection_pid(connection_name: str) -> str:
-    """The broker's pid for the connection whose client properties carry this name."""
-    for line in rabbitmqctl("list_connections", "pid", "client_properties").splitlines():
-        if f'"{connection_name}"' in line:
-            return line.split("\t", 1)[0]
-    raise AssertionError(f"no connection named {connection_name!r} on the broker")
 
 
 # --- Scenarios --------------------------------------------------------------------------------
