@@ -364,14 +364,25 @@ class Publisher(PublisherCounts):
         if len(self._failures) >= self.window:
             self._raise_failures()
         channel = self._channel
-        if channel._conn._recovered is not None:
-            await channel._conn._wait_recovered(len(body))
-        while self._in_flight >= self.window or not channel._may_publish():
-            if self._in_flight >= self.window:
-                await self._room.park()
-            else:
-                await channel._wait_publishable()
-        channel._check_open()
+        conn = channel._conn
+        if conn._recovered is not None:
+            await conn._wait_recovered(len(body))
+        book = channel._book
+        # The checks below inline _may_publish and _check_open: once per publish.
+        if self._in_flight >= self.window or conn._blocked is not None or not book.flow_active:
+            while self._in_flight >= self.window or not channel._may_publish():
+                if self._in_flight >= self.window:
+                    await self._room.park()
+                else:
+                    await channel._wait_publishable()
+            book = channel._book
+        if (
+            book.error is not None
+            or channel._closing
+            or conn._router.error is not None
+            or conn._closing
+        ):
+            channel._check_open()
         # Checked before anything is queued: a cancelled publish is not sent.
         await trio.lowlevel.checkpoint_if_cancelled()
         ticket = channel._publish_tracked(
@@ -389,9 +400,12 @@ class Publisher(PublisherCounts):
             await self._idle.park()
 
     def _settled(self, outcome: PublishOutcome) -> None:
+        # Once per publish number (a multiple ack settles many): a lot's unpark costs more
+        # than the check that anyone is parked.
         self._count_settled(outcome)
-        self._room.unpark()
-        if not self._in_flight:
+        if self._room:
+            self._room.unpark()
+        if not self._in_flight and self._idle:
             self._idle.unpark_all()
 
     async def __aenter__(self) -> Publisher:
