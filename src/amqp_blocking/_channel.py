@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["Channel", "Consumer", "Message", "PublishTicket", "Publisher"]
 
 _NO_PROPERTIES: Final = BasicProperties()
+_bound_message: Final = client.bound_message
 
 logger = logging.getLogger("amqp_blocking")
 
@@ -245,13 +246,8 @@ class Channel(ChannelMethods):
             self._check_locked()
 
     def _message(self, event: MessageReceived) -> Message:
-        message = Message.from_content(event.channel, event.method, event.properties, event.body)
-        message._owner = self
         conn = self._connection
-        if conn._policy is not None:
-            message.epoch = conn._epoch.current
-            message._epoch_cell = conn._epoch
-        return message
+        return _bound_message(Message, event, self, None if conn._policy is None else conn._epoch)
 
     def _got_message(self, reply: Reply) -> Message | None:
         event = client.got_message(reply, MessageReceived)
@@ -436,8 +432,12 @@ class Consumer:
     def deliver(self, event: MessageReceived, /) -> bool:
         self._buffer.append(self._channel._message(event))
         if self._waiting:
+            # One wake-up per wait, not per delivery: the rest of the read goes into the
+            # buffer while the iterating thread gets going (it re-arms _waiting to wait again).
             with self._cond:
-                self._cond.notify()
+                if self._waiting:
+                    self._waiting = False
+                    self._cond.notify()
         return True  # never full: the buffer is bounded by the channel's prefetch
 
     def cancelling(self) -> None:
@@ -485,10 +485,14 @@ class Consumer:
             message = buffer.popleft()
             return message if self._telemetry is None else self._process(message)
         with self._cond:
-            self._waiting = True
             try:
                 deadline = None if timeout is None else time.monotonic() + timeout
-                while not buffer:
+                while True:
+                    # Set before the buffer is looked at (deliver appends, then looks at it):
+                    # a delivery either is seen here or wakes us.
+                    self._waiting = True
+                    if buffer:
+                        break
                     if self._ended:
                         if self._error is not None:
                             raise self._error
@@ -622,10 +626,14 @@ class Publisher(PublisherCounts):
         self._waiting = 0
 
     def _settled(self, outcome: AMQPError | None) -> None:
-        # The I/O thread, connection lock held.
+        # The I/O thread, connection lock held; once per publish number (a multiple ack
+        # settles many). Waiters wait for room in the window, for none in flight, or for an
+        # error: wake them as one of those may have come true, not for every plain ack.
         self._count_settled(outcome)
         if self._waiting:
-            self._cond.notify_all()
+            in_flight = self._in_flight
+            if outcome is not None or in_flight == self.window - 1 or not in_flight:
+                self._cond.notify_all()
 
     def publish(
         self,
