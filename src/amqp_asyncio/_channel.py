@@ -47,6 +47,7 @@ __all__ = ["Channel", "Consumer", "Message", "PublishTicket", "Publisher"]
 logger: Final = logging.getLogger("amqp_asyncio")
 
 _NO_PROPERTIES: Final = BasicProperties()
+_bound_message: Final = client.bound_message
 
 
 @final
@@ -455,13 +456,8 @@ class Channel(ChannelMethods):
         self._conn._flush_soon()
 
     def _message(self, event: MessageReceived) -> Message:
-        message = Message.from_content(event.channel, event.method, event.properties, event.body)
-        message._owner = self
         conn = self._conn
-        if conn._policy is not None:
-            message.epoch = conn._epoch.current
-            message._epoch_cell = conn._epoch
-        return message
+        return _bound_message(Message, event, self, None if conn._policy is None else conn._epoch)
 
     def _got_message(self, reply: Reply) -> Message | None:
         event = client.got_message(reply, MessageReceived)
