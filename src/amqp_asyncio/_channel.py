@@ -386,6 +386,9 @@ class Channel(ChannelMethods):
         #: The channel id (on the current connection: a recovered channel may get another).
         self.number = book.number
         self._flow_resumed: asyncio.Future[None] | None = None
+        # The last publish's method, used again while the next has the same fields (an
+        # attrs instance per publish costs about as much as encoding it).
+        self._last_publish = BasicPublish()
 
     def _rebind(self, core: CoreConnection, book: ChannelBook) -> None:
         """The connection was recovered: carry on as channel *book* of its new core."""
@@ -507,7 +510,14 @@ class Channel(ChannelMethods):
         properties: BasicProperties | None,
         mandatory: bool,
     ) -> int | None:
-        method = BasicPublish(exchange=exchange, routing_key=routing_key, mandatory=mandatory)
+        method = self._last_publish
+        if (
+            method.routing_key != routing_key
+            or method.exchange != exchange
+            or method.mandatory != mandatory
+        ):
+            method = BasicPublish(exchange=exchange, routing_key=routing_key, mandatory=mandatory)
+            self._last_publish = method
         telemetry = self._conn._telemetry
         if telemetry is None:
             return self._core.publish(

@@ -101,6 +101,8 @@ class Channel(ChannelMethods):
         self._connection = connection
         self._book = book
         self._number = book.number
+        # The last publish's method, used again while the next has the same fields.
+        self._last_publish = BasicPublish()
 
     def _rebind_locked(self, book: ChannelBook) -> None:
         """The connection was recovered: carry on as channel *book* of its new core."""
@@ -255,6 +257,19 @@ class Channel(ChannelMethods):
 
     # --- publishing and consuming --------------------------------------------------------------
 
+    def _publish_method(self, exchange: str, routing_key: str, mandatory: bool) -> BasicPublish:
+        """The ``basic.publish`` for these fields: the last one when they are the same (an
+        attrs instance per publish costs about as much as encoding it)."""
+        method = self._last_publish
+        if (
+            method.routing_key != routing_key
+            or method.exchange != exchange
+            or method.mandatory != mandatory
+        ):
+            method = BasicPublish(exchange=exchange, routing_key=routing_key, mandatory=mandatory)
+            self._last_publish = method
+        return method
+
     def basic_publish(
         self,
         body: bytes | bytearray | memoryview,
@@ -276,13 +291,14 @@ class Channel(ChannelMethods):
         :raises ConnectionLostError: the connection was lost before the confirm.
         """
         conn = self._connection
-        method = BasicPublish(exchange=exchange, routing_key=routing_key, mandatory=mandatory)
+        method = self._publish_method(exchange, routing_key, mandatory)
         waiter: Waiter | None = None
         telemetry = conn._telemetry
         with conn._lock:
-            if conn._recovering:
-                conn._wait_recovered_locked(len(body))
-            self._wait_publishable_locked(timeout)
+            if not conn._publishable_locked(self._book):
+                if conn._recovering:
+                    conn._wait_recovered_locked(len(body))
+                self._wait_publishable_locked(timeout)
             if telemetry is None:
                 number = conn._core.publish(
                     self._number, method, _NO_PROPERTIES if properties is None else properties, body
@@ -653,16 +669,17 @@ class Publisher(PublisherCounts):
         """
         channel = self._channel
         conn = channel._connection
-        method = BasicPublish(exchange=exchange, routing_key=routing_key, mandatory=mandatory)
+        method = channel._publish_method(exchange, routing_key, mandatory)
         with conn._lock:
             if len(self._failures) >= self.window:
                 self._raise_failures()
             deadline = None if timeout is None else time.monotonic() + timeout
             if self._in_flight >= self.window:
                 self._wait_locked(lambda: self._in_flight < self.window, timeout)
-            if conn._recovering:
-                conn._wait_recovered_locked(len(body))
-            channel._wait_publishable_locked(_remaining(deadline))
+            if not conn._publishable_locked(channel._book):
+                if conn._recovering:
+                    conn._wait_recovered_locked(len(body))
+                channel._wait_publishable_locked(_remaining(deadline))
             telemetry = conn._telemetry
             if telemetry is None:
                 number = conn._core.publish(
