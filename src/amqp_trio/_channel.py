@@ -115,12 +115,13 @@ class Consumer:
         self.consumer_tag: Final = consumer_tag
         self.no_ack: Final = no_ack
         self.buffer_size: Final = buffer_size
-        # Deliveries not handed out yet. The reader appends (deliver), the iterator takes
-        # (_take); the iterator parks on _readable while it is empty, the reader on _room
-        # while it is full, holding the delivery it could not buffer in _pending. A plain
-        # deque: a memory channel's send and receive cost more than the rest of the path.
+        # Deliveries not handed out yet. The reader appends (deliver), the iterator takes;
+        # the iterator parks on _readable while it is empty, the reader on _room while it is
+        # full, holding the delivery it could not buffer in _pending. A plain deque: a
+        # memory channel's send and receive cost more than the rest of the path.
         self._buffer: deque[Message] = deque()
         self._readable = trio.lowlevel.ParkingLot()
+        self._parked_readers = 0  # len(self._readable) without a call per delivery
         self._room = trio.lowlevel.ParkingLot()
         self._receive_closed = False
         self._error: AMQPError | None = None
@@ -151,32 +152,39 @@ class Consumer:
         # buffer from one read); the iterator still yields every YIELD_EVERY messages and is
         # checked for cancellation before anything is taken, so no message is lost to it.
         await trio.lowlevel.checkpoint_if_cancelled()
-        if self._buffer:
-            message = self._take()
+        buffer = self._buffer
+        if buffer:
+            message = buffer.popleft()
+            if self._pending is not None:
+                self._let_pending_in()
             self._unyielded += 1
             if self._unyielded >= YIELD_EVERY:
                 self._unyielded = 0
                 await trio.lowlevel.cancel_shielded_checkpoint()
             return message if self._telemetry is None else self._process(message)
         self._unyielded = 0
-        while not self._buffer:
+        while not buffer:
             if self._ended or self._receive_closed:
                 self._stop()
             # The reader's deliver() wakes us: once per read, since it buffers the rest of
             # the read's deliveries before we run.
-            await self._readable.park()
-        message = self._take()
+            self._parked_readers += 1
+            try:
+                await self._readable.park()
+            finally:
+                self._parked_readers -= 1
+        message = buffer.popleft()
+        if self._pending is not None:
+            self._let_pending_in()
         return message if self._telemetry is None else self._process(message)
 
-    def _take(self) -> Message:
-        """The oldest buffered message; the reader's pending delivery takes its place."""
-        message = self._buffer.popleft()
+    def _let_pending_in(self) -> None:
+        """A message was taken: the delivery the reader waits with takes its place."""
         pending = self._pending
         if pending is not None and not self._stopping:
             self._pending = None
             self._buffer.append(pending)
             self._room.unpark()
-        return message
 
     def _process(self, message: Message) -> Message:
         """OpenTelemetry: the "process" span of *message*, current until the next one."""
@@ -237,7 +245,7 @@ class Consumer:
             self._pending = message
             return False
         buffer.append(message)
-        if self._readable:
+        if self._parked_readers:
             self._readable.unpark()
         return True
 
@@ -266,7 +274,7 @@ class Consumer:
             with trio.CancelScope() as scope:
                 self._send_scope = scope
                 await trio.lowlevel.checkpoint_if_cancelled()
-                # _take() moves the pending delivery into the buffer and wakes us.
+                # _let_pending_in() moves the delivery into the buffer and wakes us.
                 while self._must_wait_for_room():
                     await self._room.park()
         except BaseException:
@@ -287,7 +295,8 @@ class Consumer:
         if self.no_ack:
             return
         while self._buffer:
-            self._take()
+            self._buffer.popleft()
+            self._let_pending_in()
 
     def _stop_buffering(self) -> None:
         self._stopping = True
