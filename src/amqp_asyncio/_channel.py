@@ -47,6 +47,7 @@ __all__ = ["Channel", "Consumer", "Message", "PublishTicket", "Publisher"]
 logger: Final = logging.getLogger("amqp_asyncio")
 
 _NO_PROPERTIES: Final = BasicProperties()
+_bound_message: Final = client.bound_message
 
 
 @final
@@ -385,6 +386,9 @@ class Channel(ChannelMethods):
         #: The channel id (on the current connection: a recovered channel may get another).
         self.number = book.number
         self._flow_resumed: asyncio.Future[None] | None = None
+        # The last publish's method, used again while the next has the same fields (an
+        # attrs instance per publish costs about as much as encoding it).
+        self._last_publish = BasicPublish()
 
     def _rebind(self, core: CoreConnection, book: ChannelBook) -> None:
         """The connection was recovered: carry on as channel *book* of its new core."""
@@ -455,14 +459,10 @@ class Channel(ChannelMethods):
         self._conn._flush_soon()
 
     def _message(self, event: MessageReceived) -> Message:
-        message = Message.from_content(event.channel, event.method, event.properties, event.body)
-        message._owner = self
         conn = self._conn
-        if conn._policy is not None:
-            message.epoch = conn._epoch.current
-            message._epoch_cell = conn._epoch
-            message._came_on = self._book
-        return message
+        if conn._policy is None:
+            return _bound_message(Message, event, self, None)
+        return _bound_message(Message, event, self, conn._epoch, self._book)
 
     def _got_message(self, reply: Reply) -> Message | None:
         event = client.got_message(reply, MessageReceived)
@@ -512,7 +512,14 @@ class Channel(ChannelMethods):
         properties: BasicProperties | None,
         mandatory: bool,
     ) -> int | None:
-        method = BasicPublish(exchange=exchange, routing_key=routing_key, mandatory=mandatory)
+        method = self._last_publish
+        if (
+            method.routing_key != routing_key
+            or method.exchange != exchange
+            or method.mandatory != mandatory
+        ):
+            method = BasicPublish(exchange=exchange, routing_key=routing_key, mandatory=mandatory)
+            self._last_publish = method
         telemetry = self._conn._telemetry
         if telemetry is None:
             number = self._core.publish(

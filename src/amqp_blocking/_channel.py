@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["Channel", "Consumer", "Message", "PublishTicket", "Publisher"]
 
 _NO_PROPERTIES: Final = BasicProperties()
+_bound_message: Final = client.bound_message
 
 logger = logging.getLogger("amqp_blocking")
 
@@ -102,6 +103,8 @@ class Channel(ChannelMethods):
         self._connection = connection
         self._book = book
         self._number = book.number
+        # The last publish's method, used again while the next has the same fields.
+        self._last_publish = BasicPublish()
 
     def _rebind_locked(self, book: ChannelBook) -> None:
         """The connection was recovered: carry on as channel *book* of its new core."""
@@ -252,20 +255,29 @@ class Channel(ChannelMethods):
             self._check_locked()
 
     def _message(self, event: MessageReceived) -> Message:
-        message = Message.from_content(event.channel, event.method, event.properties, event.body)
-        message._owner = self
         conn = self._connection
-        if conn._policy is not None:
-            message.epoch = conn._epoch.current
-            message._epoch_cell = conn._epoch
-            message._came_on = self._book
-        return message
+        if conn._policy is None:
+            return _bound_message(Message, event, self, None)
+        return _bound_message(Message, event, self, conn._epoch, self._book)
 
     def _got_message(self, reply: Reply) -> Message | None:
         event = client.got_message(reply, MessageReceived)
         return None if event is None else self._message(event)
 
     # --- publishing and consuming --------------------------------------------------------------
+
+    def _publish_method(self, exchange: str, routing_key: str, mandatory: bool) -> BasicPublish:
+        """The ``basic.publish`` for these fields: the last one when they are the same (an
+        attrs instance per publish costs about as much as encoding it)."""
+        method = self._last_publish
+        if (
+            method.routing_key != routing_key
+            or method.exchange != exchange
+            or method.mandatory != mandatory
+        ):
+            method = BasicPublish(exchange=exchange, routing_key=routing_key, mandatory=mandatory)
+            self._last_publish = method
+        return method
 
     def basic_publish(
         self,
@@ -288,13 +300,14 @@ class Channel(ChannelMethods):
         :raises ConnectionLostError: the connection was lost before the confirm.
         """
         conn = self._connection
-        method = BasicPublish(exchange=exchange, routing_key=routing_key, mandatory=mandatory)
+        method = self._publish_method(exchange, routing_key, mandatory)
         waiter: Waiter | None = None
         telemetry = conn._telemetry
         with conn._lock:
-            if conn._recovering:
-                conn._wait_recovered_locked(len(body))
-            self._wait_publishable_locked(timeout)
+            if not conn._publishable_locked(self._book):
+                if conn._recovering:
+                    conn._wait_recovered_locked(len(body))
+                self._wait_publishable_locked(timeout)
             if telemetry is None:
                 number = conn._core.publish(
                     self._number, method, _NO_PROPERTIES if properties is None else properties, body
@@ -447,8 +460,12 @@ class Consumer:
     def deliver(self, event: MessageReceived, /) -> bool:
         self._buffer.append(self._channel._message(event))
         if self._waiting:
+            # One wake-up per wait, not per delivery: the rest of the read goes into the
+            # buffer while the iterating thread gets going (it re-arms _waiting to wait again).
             with self._cond:
-                self._cond.notify()
+                if self._waiting:
+                    self._waiting = False
+                    self._cond.notify()
         return True  # never full: the buffer is bounded by the channel's prefetch
 
     def cancelling(self) -> None:
@@ -496,10 +513,14 @@ class Consumer:
             message = buffer.popleft()
             return message if self._telemetry is None else self._process(message)
         with self._cond:
-            self._waiting = True
             try:
                 deadline = None if timeout is None else time.monotonic() + timeout
-                while not buffer:
+                while True:
+                    # Set before the buffer is looked at (deliver appends, then looks at it):
+                    # a delivery either is seen here or wakes us.
+                    self._waiting = True
+                    if buffer:
+                        break
                     if self._ended:
                         if self._error is not None:
                             raise self._error
@@ -633,10 +654,14 @@ class Publisher(PublisherCounts):
         self._waiting = 0
 
     def _settled(self, outcome: AMQPError | None) -> None:
-        # The I/O thread, connection lock held.
+        # The I/O thread, connection lock held; once per publish number (a multiple ack
+        # settles many). Waiters wait for room in the window, for none in flight, or for an
+        # error: wake them as one of those may have come true, not for every plain ack.
         self._count_settled(outcome)
         if self._waiting:
-            self._cond.notify_all()
+            in_flight = self._in_flight
+            if outcome is not None or in_flight == self.window - 1 or not in_flight:
+                self._cond.notify_all()
 
     def publish(
         self,
@@ -656,16 +681,17 @@ class Publisher(PublisherCounts):
         """
         channel = self._channel
         conn = channel._connection
-        method = BasicPublish(exchange=exchange, routing_key=routing_key, mandatory=mandatory)
+        method = channel._publish_method(exchange, routing_key, mandatory)
         with conn._lock:
             if len(self._failures) >= self.window:
                 self._raise_failures()
             deadline = None if timeout is None else time.monotonic() + timeout
             if self._in_flight >= self.window:
                 self._wait_locked(lambda: self._in_flight < self.window, timeout)
-            if conn._recovering:
-                conn._wait_recovered_locked(len(body))
-            channel._wait_publishable_locked(_remaining(deadline))
+            if not conn._publishable_locked(channel._book):
+                if conn._recovering:
+                    conn._wait_recovered_locked(len(body))
+                channel._wait_publishable_locked(_remaining(deadline))
             telemetry = conn._telemetry
             if telemetry is None:
                 number = conn._core.publish(

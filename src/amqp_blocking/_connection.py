@@ -557,6 +557,22 @@ class Connection:
             self._out += memoryview(data)[sent:]
             self._wake_locked()
 
+    def _publishable_locked(self, book: ChannelBook) -> bool:
+        """Whether a publish on *book*'s channel may go at once: nothing the publish path
+        would wait for or raise (recovery, a close, a block, flow, a full outbound queue).
+        One call per publish instead of the four checks that say so one by one."""
+        return (
+            not self._recovering
+            and book.error is None
+            and book.close_waiter is None
+            and book.flow_active
+            and self._book.error is None
+            and self._book.blocked is None
+            and self._close_waiter is None
+            and not self._finished
+            and len(self._out) <= _HIGH_WATER
+        )
+
     def _wait_writable_locked(self, timeout: float | None) -> None:
         """Backpressure for publishers: wait while the outbound queue is over the high water."""
         if len(self._out) <= _HIGH_WATER:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import deque
 from contextlib import asynccontextmanager, suppress
 from functools import partial
 from typing import TYPE_CHECKING, Final, NoReturn, final
@@ -114,14 +115,23 @@ class Consumer:
         self.consumer_tag: Final = consumer_tag
         self.no_ack: Final = no_ack
         self.buffer_size: Final = buffer_size
-        self._send, self._receive = trio.open_memory_channel[Message](buffer_size)
+        # Deliveries not handed out yet. The reader appends (deliver), the iterator takes;
+        # the iterator parks on _readable while it is empty, the reader on _room while it is
+        # full, holding the delivery it could not buffer in _pending. A plain deque: a
+        # memory channel's send and receive cost more than the rest of the path.
+        self._buffer: deque[Message] = deque()
+        self._readable = trio.lowlevel.ParkingLot()
+        self._parked_readers = 0  # len(self._readable) without a call per delivery
+        self._room = trio.lowlevel.ParkingLot()
+        self._receive_closed = False
         self._error: AMQPError | None = None
         self._fatal = False
         #: Set when the client asked to stop: deliveries no longer wait for buffer space.
         self._stopping = False
         self._ended = False
         self._send_scope: trio.CancelScope | None = None
-        # The delivery deliver() could not buffer: the reader lets it in (_wait_for_room).
+        # The delivery deliver() could not buffer: the reader waits with it (_wait_for_room)
+        # and the iterator moves it into the buffer when it takes a message.
         self._pending: Message | None = None
         self._unyielded = 0
         #: Deliveries received but dropped undelivered (after the consumer was stopped).
@@ -142,22 +152,39 @@ class Consumer:
         # buffer from one read); the iterator still yields every YIELD_EVERY messages and is
         # checked for cancellation before anything is taken, so no message is lost to it.
         await trio.lowlevel.checkpoint_if_cancelled()
-        try:
-            message = self._receive.receive_nowait()
-        except trio.WouldBlock:
-            self._unyielded = 0
-            try:
-                message = await self._receive.receive()
-            except (trio.EndOfChannel, trio.ClosedResourceError):
-                self._stop()
+        buffer = self._buffer
+        if buffer:
+            message = buffer.popleft()
+            if self._pending is not None:
+                self._let_pending_in()
+            self._unyielded += 1
+            if self._unyielded >= YIELD_EVERY:
+                self._unyielded = 0
+                await trio.lowlevel.cancel_shielded_checkpoint()
             return message if self._telemetry is None else self._process(message)
-        except (trio.EndOfChannel, trio.ClosedResourceError):
-            self._stop()
-        self._unyielded += 1
-        if self._unyielded >= YIELD_EVERY:
-            self._unyielded = 0
-            await trio.lowlevel.cancel_shielded_checkpoint()
+        self._unyielded = 0
+        while not buffer:
+            if self._ended or self._receive_closed:
+                self._stop()
+            # The reader's deliver() wakes us: once per read, since it buffers the rest of
+            # the read's deliveries before we run.
+            self._parked_readers += 1
+            try:
+                await self._readable.park()
+            finally:
+                self._parked_readers -= 1
+        message = buffer.popleft()
+        if self._pending is not None:
+            self._let_pending_in()
         return message if self._telemetry is None else self._process(message)
+
+    def _let_pending_in(self) -> None:
+        """A message was taken: the delivery the reader waits with takes its place."""
+        pending = self._pending
+        if pending is not None and not self._stopping:
+            self._pending = None
+            self._buffer.append(pending)
+            self._room.unpark()
 
     def _process(self, message: Message) -> Message:
         """OpenTelemetry: the "process" span of *message*, current until the next one."""
@@ -198,31 +225,29 @@ class Consumer:
     @property
     def buffered(self) -> int:
         """Messages received from the broker and not handed out yet."""
-        return self._receive.statistics().current_buffer_used
+        return len(self._buffer)
 
     # --- The router's ConsumerSink, called in the reader task ------------------------------
 
     def deliver(self, event: MessageReceived, /) -> bool:
         """Buffer or drop a delivery without waiting; False when the buffer is full (then the
         reader awaits :meth:`_wait_for_room`)."""
-        if self._stopping:
+        if self._stopping or self._receive_closed:
             self.dropped += 1
             return True
         channel = self._channel
-        message = _from_content(event.channel, event.method, event.properties, event.body)
-        message._owner = channel
         conn = channel._conn
-        if conn._policy is not None:
-            message.epoch = conn._epoch.current
-            message._epoch_cell = conn._epoch
-            message._came_on = channel._book
-        try:
-            self._send.send_nowait(message)
-        except trio.WouldBlock:
+        if conn._policy is None:
+            message = _bound_message(Message, event, channel, None)
+        else:
+            message = _bound_message(Message, event, channel, conn._epoch, channel._book)
+        buffer = self._buffer
+        if len(buffer) >= self.buffer_size:
             self._pending = message
             return False
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            self.dropped += 1
+        buffer.append(message)
+        if self._parked_readers:
+            self._readable.unpark()
         return True
 
     def finish(self, error: AMQPError | None, by_us: bool, /) -> None:
@@ -245,30 +270,34 @@ class Consumer:
         """The reader, after :meth:`deliver` said the buffer is full: wait until the
         application takes a message (or the consumer stops, which cancels this wait) while the
         socket stays unread. Backpressure: a slow consumer slows the broker down."""
-        message = self._pending
-        assert message is not None
-        self._pending = None
-        with trio.CancelScope() as scope:
-            self._send_scope = scope
-            try:
-                await self._send.send(message)
-                return
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
-            finally:
-                self._send_scope = None
-        self.dropped += 1
+        assert self._pending is not None
+        try:
+            with trio.CancelScope() as scope:
+                self._send_scope = scope
+                await trio.lowlevel.checkpoint_if_cancelled()
+                # _let_pending_in() moves the delivery into the buffer and wakes us.
+                while self._must_wait_for_room():
+                    await self._room.park()
+        except BaseException:
+            self._pending = None
+            raise
+        finally:
+            self._send_scope = None
+        if self._pending is not None:  # the consumer stopped first
+            self._pending = None
+            self.dropped += 1
+
+    def _must_wait_for_room(self) -> bool:
+        return self._pending is not None and not self._ended and not self._receive_closed
 
     def _forget_unhanded(self) -> None:
         """The connection was lost: deliveries not handed out yet can no longer be acked, and
         the broker requeued them (they come again); no_ack ones were settled and stay."""
         if self.no_ack:
             return
-        while True:
-            try:
-                self._receive.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                return
+        while self._buffer:
+            self._buffer.popleft()
+            self._let_pending_in()
 
     def _stop_buffering(self) -> None:
         self._stopping = True
@@ -284,11 +313,16 @@ class Consumer:
         self._error = error
         self._fatal = fatal
         self._stop_buffering()
-        self._send.close()
+        self._readable.unpark_all()
+        self._room.unpark_all()
 
     async def _close_receiving(self) -> None:
         left = self.buffered
-        await self._receive.aclose()
+        self._receive_closed = True
+        self._buffer.clear()
+        self._readable.unpark_all()
+        self._room.unpark_all()
+        await trio.lowlevel.checkpoint()
         self.dropped += left
 
     def _report_dropped(self) -> None:
@@ -340,14 +374,25 @@ class Publisher(PublisherCounts):
         if len(self._failures) >= self.window:
             self._raise_failures()
         channel = self._channel
-        if channel._conn._recovered is not None:
-            await channel._conn._wait_recovered(len(body))
-        while self._in_flight >= self.window or not channel._may_publish():
-            if self._in_flight >= self.window:
-                await self._room.park()
-            else:
-                await channel._wait_publishable()
-        channel._check_open()
+        conn = channel._conn
+        if conn._recovered is not None:
+            await conn._wait_recovered(len(body))
+        book = channel._book
+        # The checks below inline _may_publish and _check_open: once per publish.
+        if self._in_flight >= self.window or conn._blocked is not None or not book.flow_active:
+            while self._in_flight >= self.window or not channel._may_publish():
+                if self._in_flight >= self.window:
+                    await self._room.park()
+                else:
+                    await channel._wait_publishable()
+            book = channel._book
+        if (
+            book.error is not None
+            or channel._closing
+            or conn._router.error is not None
+            or conn._closing
+        ):
+            channel._check_open()
         # Checked before anything is queued: a cancelled publish is not sent.
         await trio.lowlevel.checkpoint_if_cancelled()
         ticket = channel._publish_tracked(
@@ -365,9 +410,12 @@ class Publisher(PublisherCounts):
             await self._idle.park()
 
     def _settled(self, outcome: PublishOutcome) -> None:
+        # Once per publish number (a multiple ack settles many): a lot's unpark costs more
+        # than the check that anyone is parked.
         self._count_settled(outcome)
-        self._room.unpark()
-        if not self._in_flight:
+        if self._room:
+            self._room.unpark()
+        if not self._in_flight and self._idle:
             self._idle.unpark_all()
 
     async def __aenter__(self) -> Publisher:
@@ -506,14 +554,10 @@ class Channel(ChannelMethods):
             raise ChannelClosedError("the channel is closing", reply_code=200) from exc
 
     def _message(self, event: MessageReceived) -> Message:
-        message = _from_content(event.channel, event.method, event.properties, event.body)
-        message._owner = self
         conn = self._conn
-        if conn._policy is not None:
-            message.epoch = conn._epoch.current
-            message._epoch_cell = conn._epoch
-            message._came_on = self._book
-        return message
+        if conn._policy is None:
+            return _bound_message(Message, event, self, None)
+        return _bound_message(Message, event, self, conn._epoch, self._book)
 
     def _got_message(self, reply: Reply) -> Message | None:
         event = client.got_message(reply, MessageReceived)
@@ -787,4 +831,4 @@ class _LogReturns:
 
 _LOG_RETURNS: Final = _LogReturns()
 _NO_PROPERTIES: Final = BasicProperties()
-_from_content: Final = Message.from_content
+_bound_message: Final = client.bound_message

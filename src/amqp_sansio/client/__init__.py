@@ -37,7 +37,7 @@ from ._instrument import (
     is_instrumented,
     uninstrument,
 )
-from ._message import AsyncMessage, AsyncSettler, Message
+from ._message import AsyncMessage, AsyncSettler, Message, bound_message
 from ._params import DEFAULT_URL, AuthMechanism
 from ._recovery import (
     Epoch,
@@ -119,6 +119,7 @@ __all__ = [
     "Telemetry",
     "TopologyRestorer",
     "Waiter",
+    "bound_message",
     "check_settle",
     "check_window",
     "client_protocol",

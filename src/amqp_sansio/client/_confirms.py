@@ -64,6 +64,11 @@ class ConfirmTracker:
             self._returned[publish_number] = error
         return error
 
+    @property
+    def holds_returns(self) -> bool:
+        """Whether a return waits for its ack (else every ack is a plain confirm)."""
+        return bool(self._returned)
+
     def confirmed(self, publish_numbers: tuple[int, ...]) -> list[tuple[int, PublishOutcome]]:
         """Outcomes for a broker ack: None, or the return recorded for that number."""
         if not self._returned:

@@ -3,16 +3,16 @@ awaitable settlement of the two async adapters."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final, Protocol, Self
+from typing import TYPE_CHECKING, Final, Protocol, Self, TypeVar
 
 import attrs
 
 from .. import BasicDeliver, BasicGetOk, BasicProperties, BasicReturn, Int64
 
 if TYPE_CHECKING:
-    from .. import ContentProperties, Method
+    from .. import ContentProperties, MessageReceived, Method
 
-__all__ = ["AsyncMessage", "AsyncSettler", "Message"]
+__all__ = ["AsyncMessage", "AsyncSettler", "Message", "bound_message"]
 
 STREAM_OFFSET_HEADER: Final = "x-stream-offset"
 
@@ -113,6 +113,78 @@ class Message:
 
 _new: Final = object.__new__
 
+_M = TypeVar("_M", bound=Message)
+
+#: The fields every adapter's message adds to :class:`Message`, which bound_message sets.
+_BOUND_FIELDS: Final = (
+    ("_owner", None),
+    ("epoch", 0),
+    ("_epoch_cell", None),
+    ("_came_on", None),
+)
+#: Message classes checked to add exactly those.
+_BINDABLE: set[type[Message]] = set()
+
+
+def bound_message(
+    cls: type[_M],
+    event: MessageReceived,
+    owner: object,
+    epoch: EpochCell | None,
+    came_on: CameOn | None = None,
+) -> _M:
+    """*event* (a ``basic.deliver`` or ``basic.get-ok``) as the adapter's message class
+    *cls*, bound to the channel *owner* it is settled on and, under recovery, to the
+    connection's *epoch* (None without recovery: epoch 0, never stale) and the channel book
+    it *came_on* (stale once the channel was reopened).
+
+    A delivery is built with slot stores alone, each field set once: once per message, this
+    is most of what an adapter adds to the core's delivery path.
+    """
+    method = event.method
+    # The three bound fields are the subclass's (checked once per class by _bindable).
+    if type(method) is BasicDeliver and (cls in _BINDABLE or _bindable(cls)):
+        assert isinstance(method, BasicDeliver)
+        body = event.body
+        if type(body) is not bytes:
+            body = bytes(body)  # a multi-frame body arrives as a bytearray
+        assert isinstance(event.properties, BasicProperties)
+        message = _new(cls)
+        message.body = body
+        message.properties = event.properties
+        message.exchange = method.exchange
+        message.routing_key = method.routing_key
+        message.delivery_tag = method.delivery_tag
+        message.redelivered = method.redelivered
+        message.consumer_tag = method.consumer_tag
+        message.message_count = None
+        message.channel = event.channel
+        message._owner = owner  # type: ignore[attr-defined]
+        if epoch is None:
+            message.epoch = 0  # type: ignore[attr-defined]
+            message._epoch_cell = None  # type: ignore[attr-defined]
+        else:
+            message.epoch = epoch.current  # type: ignore[attr-defined]
+            message._epoch_cell = epoch  # type: ignore[attr-defined]
+        message._came_on = came_on  # type: ignore[attr-defined]
+        return message
+    message = cls.from_content(event.channel, method, event.properties, event.body)
+    message._owner = owner  # type: ignore[attr-defined]
+    if epoch is not None:
+        message.epoch = epoch.current  # type: ignore[attr-defined]
+        message._epoch_cell = epoch  # type: ignore[attr-defined]
+        message._came_on = came_on  # type: ignore[attr-defined]
+    return message
+
+
+def _bindable(cls: type[Message]) -> bool:
+    if _ADDED_FIELDS.get(cls) is None:
+        _ADDED_FIELDS[cls] = _added_fields(cls)
+    if _ADDED_FIELDS[cls] != _BOUND_FIELDS:
+        raise TypeError(f"{cls.__name__} must add exactly _owner, epoch, _epoch_cell and _came_on")
+    _BINDABLE.add(cls)
+    return True
+
 
 class AsyncSettler(Protocol):
     """The channel an async adapter's message is settled on."""
@@ -129,6 +201,9 @@ class AsyncSettler(Protocol):
 class EpochCell(Protocol):
     """The connection's epoch a message checks its settle against (an
     :class:`~amqp_sansio.client.Epoch`)."""
+
+    @property
+    def current(self) -> int: ...
 
     def allows(self, delivery_tag: int, epoch: int, *, superseded: bool = False) -> bool: ...
 

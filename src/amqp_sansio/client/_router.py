@@ -467,6 +467,14 @@ class Router:
         assert isinstance(event, PublishConfirmed)
         book = self.channels.get(event.channel)
         if book is not None:
+            if self.telemetry is None and not book.tracker.holds_returns:
+                # The common case (every number acked, no return to report): no outcome list.
+                confirms = book.confirms
+                for number in event.publish_numbers:
+                    sink = confirms.pop(number, None)
+                    if sink is not None:
+                        sink.settle(number, None)
+                return
             outcomes = book.tracker.confirmed(event.publish_numbers)
             self._settle(book, outcomes)
             if self.telemetry is not None:
