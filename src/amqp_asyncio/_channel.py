@@ -144,9 +144,12 @@ class Publisher(PublisherCounts):
         """
         if len(self._failures) >= self.window:
             self._raise_failures()
-        if self._conn._recovered is not None:
-            await self._conn._wait_recovered(len(body))
-        while self._in_flight >= self.window:
+        while True:
+            # Also when the connection was lost while this publish waited for room.
+            if self._conn._recovered is not None:
+                await self._conn._wait_recovered(len(body))
+            if self._in_flight < self.window:
+                break
             if self._room is None:
                 self._room = asyncio.get_running_loop().create_future()
             await asyncio.shield(self._room)

@@ -339,13 +339,17 @@ class Publisher(PublisherCounts):
         if len(self._failures) >= self.window:
             self._raise_failures()
         channel = self._channel
-        if channel._conn._recovered is not None:
-            await channel._conn._wait_recovered(len(body))
-        while self._in_flight >= self.window or not channel._may_publish():
+        conn = channel._conn
+        while True:
+            # Also when the connection was lost while this publish waited for room.
+            if conn._recovered is not None:
+                await conn._wait_recovered(len(body))
             if self._in_flight >= self.window:
                 await self._room.park()
-            else:
+            elif not channel._may_publish():
                 await channel._wait_publishable()
+            else:
+                break
         channel._check_open()
         # Checked before anything is queued: a cancelled publish is not sent.
         await trio.lowlevel.checkpoint_if_cancelled()

@@ -155,6 +155,40 @@ async def _a_publish_during_recovery_fails_fast_or_waits() -> None:
             assert ok.message_count == 1
 
 
+def test_a_publish_waiting_for_the_window_waits_for_recovery() -> None:
+    _run(_a_publish_waiting_for_the_window_waits_for_recovery)
+
+
+async def _a_publish_waiting_for_the_window_waits_for_recovery() -> None:
+    # The window is full when the connection is lost: the publish that waited for room is
+    # a publish during recovery (it waits, under publish_wait), not a failure of the old
+    # connection.
+    waiting = RecoveryPolicy(initial_delay=0.1, multiplier=1, jitter=0, publish_wait=30)
+    with restartable_broker() as broker:
+        async with amqp_asyncio.connect(broker.url, recovery=waiting) as conn:
+            events = conn.recovery_events()
+            ch = await conn.open_channel()
+            await ch.queue_declare("room")
+            async with ch.publisher(window=1) as publisher:
+                await _in_thread(broker.pause)  # no confirm comes
+                first = await publisher.publish(b"first", routing_key="room")
+                second = asyncio.create_task(publisher.publish(b"second", routing_key="room"))
+                await asyncio.sleep(0.2)
+                assert not second.done()  # waiting for room
+                await _in_thread(broker.kill)
+                assert isinstance(await anext(events), RecoveryLost)
+                await asyncio.sleep(0.2)
+                assert not second.done()  # still waiting
+                await _in_thread(broker.start)
+                ticket = await second
+                await publisher.wait_for_confirms()
+                assert isinstance(first.error, amqp_asyncio.PublishOutcomeUnknownError)
+                assert ticket.error is None  # confirmed by the new connection
+                publisher.take_failures()
+            ok = await ch.queue_declare("room", passive=True)
+            assert ok.message_count == 1
+
+
 def test_endpoints_are_tried_in_turn_and_what_waits_is_bounded() -> None:
     _run(_endpoints_are_tried_in_turn_and_what_waits_is_bounded)
 

@@ -128,6 +128,49 @@ def test_a_call_during_recovery_waits_or_fails_fast() -> None:
             assert ch.queue_declare("waits", passive=True).message_count == 1
 
 
+def test_a_publish_waiting_for_the_window_waits_for_recovery() -> None:
+    # The window is full when the connection is lost: the publish that waited for room is
+    # a publish during recovery (it waits, under publish_wait), not a failure of the old
+    # connection.
+    waiting = RecoveryPolicy(initial_delay=0.1, multiplier=1, jitter=0, publish_wait=30)
+    with (
+        restartable_broker() as broker,
+        amqp_blocking.connect(broker.url, recovery=waiting) as conn,
+    ):
+        events = conn.recovery_events()
+        ch = conn.channel()
+        ch.queue_declare("room")
+        with ch.publisher(window=1) as publisher:
+            broker.pause()  # no confirm comes
+            first = publisher.publish(b"first", routing_key="room")
+            results: list[amqp_blocking.PublishTicket | BaseException] = []
+
+            def second() -> None:
+                try:
+                    results.append(publisher.publish(b"second", routing_key="room"))
+                except BaseException as exc:
+                    results.append(exc)
+
+            publishing = threading.Thread(target=second)
+            publishing.start()
+            publishing.join(0.2)
+            assert publishing.is_alive()  # waiting for room
+            broker.kill()
+            assert isinstance(events.get(WAIT), RecoveryLost)
+            publishing.join(0.2)
+            assert publishing.is_alive()  # still waiting
+            broker.start()
+            publishing.join(WAIT)
+            assert not publishing.is_alive()
+            ticket = results[0]
+            assert isinstance(ticket, amqp_blocking.PublishTicket), ticket
+            publisher.wait_for_confirms(WAIT)
+            assert isinstance(first.error, amqp_blocking.PublishOutcomeUnknownError)
+            assert ticket.error is None  # confirmed by the new connection
+            publisher.take_failures()
+        assert ch.queue_declare("room", passive=True).message_count == 1
+
+
 def test_endpoints_are_tried_in_turn_and_what_waits_is_bounded() -> None:
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))

@@ -9,6 +9,7 @@ import socket
 
 import pytest
 import trio
+import trio.testing
 
 import amqp_trio
 from amqp_trio import (
@@ -112,6 +113,40 @@ async def test_a_publish_during_recovery_fails_fast_or_waits() -> None:
                 assert not done.is_set()
                 await trio.to_thread.run_sync(broker.start)
             ok = await ch.queue_declare("waits", passive=True)
+            assert ok.message_count == 1
+
+
+async def test_a_publish_waiting_for_the_window_waits_for_recovery() -> None:
+    # The window is full when the connection is lost: the publish that waited for room is
+    # a publish during recovery (it waits, under publish_wait), not a failure of the old
+    # connection.
+    waiting = RecoveryPolicy(initial_delay=0.1, multiplier=1, jitter=0, publish_wait=30)
+    with restartable_broker() as broker, trio.fail_after(120):
+        async with amqp_trio.connect(broker.url, recovery=waiting) as conn:
+            events = conn.recovery_events()
+            ch = await conn.open_channel()
+            await ch.queue_declare("room")
+            async with ch.publisher(window=1) as publisher:
+                await trio.to_thread.run_sync(broker.pause)  # no confirm comes
+                first = await publisher.publish(b"first", routing_key="room")
+                tickets: list[amqp_trio.PublishTicket] = []
+
+                async def second() -> None:
+                    tickets.append(await publisher.publish(b"second", routing_key="room"))
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(second)
+                    await trio.testing.wait_all_tasks_blocked()
+                    await trio.to_thread.run_sync(broker.kill)
+                    assert isinstance(await anext(events), RecoveryLost)
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert tickets == []  # still waiting
+                    await trio.to_thread.run_sync(broker.start)
+                await publisher.wait_for_confirms()
+                assert isinstance(first.error, amqp_trio.PublishOutcomeUnknownError)
+                assert tickets[0].error is None  # confirmed by the new connection
+                publisher.take_failures()
+            ok = await ch.queue_declare("room", passive=True)
             assert ok.message_count == 1
 
 
