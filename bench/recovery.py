@@ -37,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol, final
@@ -484,6 +485,7 @@ def forced_closes(args: argparse.Namespace) -> None:
         try:
             runners[name](args.url, work)
         except Exception as exc:  # a client that loses its way is a result, not a crash
+            traceback.print_exc()
             print(f"{name:<10} failed after {len(work.recoveries)} recoveries: {exc!r}")
             continue
         wall = time.monotonic() - started

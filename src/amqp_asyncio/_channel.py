@@ -145,14 +145,17 @@ class Publisher(PublisherCounts):
         """
         if len(self._failures) >= self.window:
             self._raise_failures()
-        if self._conn._recovered is not None:
-            await self._conn._wait_recovered(len(body))
-        while self._in_flight >= self.window:
+        while True:
+            # Also when the connection was lost while this publish waited for room.
+            if self._conn._recovered is not None:
+                await self._conn._wait_recovered(len(body))
+            if self._in_flight < self.window:
+                break
             if self._room is None:
                 self._room = asyncio.get_running_loop().create_future()
             await asyncio.shield(self._room)
         channel = self._channel
-        await channel._wait_publishable()
+        await channel._wait_publishable(len(body))
         number = channel._publish_now(body, exchange, routing_key, properties, mandatory)
         if number is None:
             raise RuntimeError("the channel is not in confirm mode: call confirm_select()")
@@ -494,15 +497,19 @@ class Channel(ChannelMethods):
 
     # --- basic: publishing --------------------------------------------------------------------
 
-    async def _wait_publishable(self) -> None:
-        self._check_open()
+    async def _wait_publishable(self, octets: int = 0) -> None:
         conn = self._conn
-        while conn._unblocked is not None or self._flow_resumed is not None:
+        while True:
+            # A connection lost while this publish waited: wait for it as during recovery.
+            if conn._recovered is not None:
+                await conn._wait_recovered(octets)
+            self._check_open()
             if conn._unblocked is not None:
                 await asyncio.shield(conn._unblocked)
             elif self._flow_resumed is not None:
                 await asyncio.shield(self._flow_resumed)
-            self._check_open()
+            else:
+                return
 
     def _publish_now(
         self,
@@ -561,7 +568,7 @@ class Channel(ChannelMethods):
         if conn._recovered is not None:
             await conn._wait_recovered(len(body))
         if conn._unblocked is not None or self._flow_resumed is not None:
-            await self._wait_publishable()
+            await self._wait_publishable(len(body))
         else:
             self._check_open()
         number = self._publish_now(body, exchange, routing_key, properties, mandatory)

@@ -375,16 +375,24 @@ class Publisher(PublisherCounts):
             self._raise_failures()
         channel = self._channel
         conn = channel._conn
-        if conn._recovered is not None:
-            await conn._wait_recovered(len(body))
         book = channel._book
         # The checks below inline _may_publish and _check_open: once per publish.
-        if self._in_flight >= self.window or conn._blocked is not None or not book.flow_active:
-            while self._in_flight >= self.window or not channel._may_publish():
+        if (
+            conn._recovered is not None
+            or self._in_flight >= self.window
+            or conn._blocked is not None
+            or not book.flow_active
+        ):
+            while True:
+                # Also when the connection was lost while this publish waited for room.
+                if conn._recovered is not None:
+                    await conn._wait_recovered(len(body))
                 if self._in_flight >= self.window:
                     await self._room.park()
+                elif not channel._may_publish():
+                    await channel._wait_publishable(len(body))
                 else:
-                    await channel._wait_publishable()
+                    break
             book = channel._book
         if (
             book.error is not None
@@ -603,17 +611,20 @@ class Channel(ChannelMethods):
     def _may_publish(self) -> bool:
         return self._conn._blocked is None and self._book.flow_active
 
-    async def _wait_publishable(self) -> None:
-        self._check_open()
+    async def _wait_publishable(self, octets: int = 0) -> None:
         conn = self._conn
-        book = self._book
-        while conn._blocked is not None or not book.flow_active:
+        while True:
+            # A connection lost while this publish waited: wait for it as during recovery.
+            if conn._recovered is not None:
+                await conn._wait_recovered(octets)
+            self._check_open()
             blocked = conn._blocked
             if blocked is not None:
                 await blocked.wait()
-            else:
+            elif not self._book.flow_active:  # the recovered channel's own book
                 await self._flow_resumed.wait()
-            self._check_open()
+            else:
+                return
 
     def _publish_now(
         self,
@@ -677,7 +688,8 @@ class Channel(ChannelMethods):
             await conn._wait_recovered(len(body))
         book = self._book
         if conn._blocked is not None or not book.flow_active:
-            await self._wait_publishable()
+            await self._wait_publishable(len(body))
+            book = self._book  # a recovered connection's
         elif book.error is not None or self._closing or conn._closing:
             self._check_open()  # raises the error (a dead connection fails every book)
         # Checked before anything is queued: a cancelled publish is not sent. After this

@@ -22,7 +22,7 @@ from amqp_asyncio import (
     StaleDeliveryError,
 )
 
-from ..support.restartable import restartable_broker
+from ..support.restartable import RestartableBroker, restartable_broker
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -153,6 +153,76 @@ async def _a_publish_during_recovery_fails_fast_or_waits() -> None:
             await publish
             ok = await ch.queue_declare("waits", passive=True)
             assert ok.message_count == 1
+
+
+def test_a_publish_waiting_for_the_window_waits_for_recovery() -> None:
+    _run(_a_publish_waiting_for_the_window_waits_for_recovery)
+
+
+async def _a_publish_waiting_for_the_window_waits_for_recovery() -> None:
+    # The window is full when the connection is lost: the publish that waited for room is
+    # a publish during recovery (it waits, under publish_wait), not a failure of the old
+    # connection.
+    waiting = RecoveryPolicy(initial_delay=0.1, multiplier=1, jitter=0, publish_wait=30)
+    with restartable_broker() as broker:
+        async with amqp_asyncio.connect(broker.url, recovery=waiting) as conn:
+            events = conn.recovery_events()
+            ch = await conn.open_channel()
+            await ch.queue_declare("room")
+            async with ch.publisher(window=1) as publisher:
+                await _in_thread(broker.pause)  # no confirm comes
+                first = await publisher.publish(b"first", routing_key="room")
+                second = asyncio.create_task(publisher.publish(b"second", routing_key="room"))
+                await asyncio.sleep(0.2)
+                assert not second.done()  # waiting for room
+                await _in_thread(broker.kill)
+                assert isinstance(await anext(events), RecoveryLost)
+                await asyncio.sleep(0.2)
+                assert not second.done()  # still waiting
+                await _in_thread(broker.start)
+                ticket = await second
+                await publisher.wait_for_confirms()
+                assert isinstance(first.error, amqp_asyncio.PublishOutcomeUnknownError)
+                assert ticket.error is None  # confirmed by the new connection
+                publisher.take_failures()
+            ok = await ch.queue_declare("room", passive=True)
+            assert ok.message_count == 1
+
+
+def test_a_publish_the_broker_blocked_waits_for_recovery() -> None:
+    _run(_a_publish_the_broker_blocked_waits_for_recovery)
+
+
+async def _a_publish_the_broker_blocked_waits_for_recovery() -> None:
+    # The broker blocks publishers (a 1-octet memory watermark) when the connection is lost:
+    # the publish that waited for it to unblock is a publish during recovery.
+    waiting = RecoveryPolicy(initial_delay=0.1, multiplier=1, jitter=0, publish_wait=30)
+    broker = RestartableBroker()
+    broker.start("--memory-high-watermark-bytes", "1")
+    try:
+        async with amqp_asyncio.connect(broker.url, recovery=waiting) as conn:
+            events = conn.recovery_events()
+            ch = await conn.open_channel()
+            await ch.queue_declare("held")
+            async with ch.publisher() as publisher:
+                await publisher.publish(b"first", routing_key="held")  # the alarm's
+                while not conn.blocked:
+                    await asyncio.sleep(0.01)
+                held = asyncio.create_task(publisher.publish(b"held", routing_key="held"))
+                await asyncio.sleep(0.2)
+                assert not held.done()  # blocked
+                await _in_thread(broker.kill)
+                assert isinstance(await anext(events), RecoveryLost)
+                await asyncio.sleep(0.2)
+                assert not held.done()  # still waiting
+                await _in_thread(broker.start)  # no alarm now
+                ticket = await held
+                await publisher.wait_for_confirms()
+                assert ticket.error is None
+            ok = await ch.queue_declare("held", passive=True)
+            assert ok.message_count == 1
+    finally:
+        broker.kill()
 
 
 def test_endpoints_are_tried_in_turn_and_what_waits_is_bounded() -> None:

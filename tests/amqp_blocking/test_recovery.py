@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from typing import TYPE_CHECKING
 
 import pytest
@@ -22,7 +23,7 @@ from amqp_blocking import (
     StaleDeliveryError,
 )
 
-from ..support.restartable import restartable_broker
+from ..support.restartable import RestartableBroker, restartable_broker
 
 if TYPE_CHECKING:
     from amqp_sansio.client import RecoveryEvent
@@ -126,6 +127,92 @@ def test_a_call_during_recovery_waits_or_fails_fast() -> None:
             assert not publisher.is_alive()
             assert errors == []
             assert ch.queue_declare("waits", passive=True).message_count == 1
+
+
+def test_a_publish_waiting_for_the_window_waits_for_recovery() -> None:
+    # The window is full when the connection is lost: the publish that waited for room is
+    # a publish during recovery (it waits, under publish_wait), not a failure of the old
+    # connection.
+    waiting = RecoveryPolicy(initial_delay=0.1, multiplier=1, jitter=0, publish_wait=30)
+    with (
+        restartable_broker() as broker,
+        amqp_blocking.connect(broker.url, recovery=waiting) as conn,
+    ):
+        events = conn.recovery_events()
+        ch = conn.channel()
+        ch.queue_declare("room")
+        with ch.publisher(window=1) as publisher:
+            broker.pause()  # no confirm comes
+            first = publisher.publish(b"first", routing_key="room")
+            results: list[amqp_blocking.PublishTicket | BaseException] = []
+
+            def second() -> None:
+                try:
+                    results.append(publisher.publish(b"second", routing_key="room"))
+                except BaseException as exc:
+                    results.append(exc)
+
+            publishing = threading.Thread(target=second)
+            publishing.start()
+            publishing.join(0.2)
+            assert publishing.is_alive()  # waiting for room
+            broker.kill()
+            assert isinstance(events.get(WAIT), RecoveryLost)
+            publishing.join(0.2)
+            assert publishing.is_alive()  # still waiting
+            broker.start()
+            publishing.join(WAIT)
+            assert not publishing.is_alive()
+            ticket = results[0]
+            assert isinstance(ticket, amqp_blocking.PublishTicket), ticket
+            publisher.wait_for_confirms(WAIT)
+            assert isinstance(first.error, amqp_blocking.PublishOutcomeUnknownError)
+            assert ticket.error is None  # confirmed by the new connection
+            publisher.take_failures()
+        assert ch.queue_declare("room", passive=True).message_count == 1
+
+
+def test_a_publish_the_broker_blocked_waits_for_recovery() -> None:
+    # The broker blocks publishers (a 1-octet memory watermark) when the connection is lost:
+    # the publish that waited for it to unblock is a publish during recovery.
+    waiting = RecoveryPolicy(initial_delay=0.1, multiplier=1, jitter=0, publish_wait=30)
+    broker = RestartableBroker()
+    broker.start("--memory-high-watermark-bytes", "1")
+    try:
+        with amqp_blocking.connect(broker.url, recovery=waiting) as conn:
+            events = conn.recovery_events()
+            ch = conn.channel()
+            ch.queue_declare("held")
+            with ch.publisher() as publisher:
+                publisher.publish(b"first", routing_key="held")  # the alarm's
+                deadline = time.monotonic() + WAIT
+                while not conn.blocked and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                results: list[amqp_blocking.PublishTicket | BaseException] = []
+
+                def held_back() -> None:
+                    try:
+                        results.append(publisher.publish(b"held", routing_key="held"))
+                    except BaseException as exc:
+                        results.append(exc)
+
+                publishing = threading.Thread(target=held_back)
+                publishing.start()
+                publishing.join(0.2)
+                assert publishing.is_alive()  # blocked
+                broker.kill()
+                assert isinstance(events.get(WAIT), RecoveryLost)
+                publishing.join(0.2)
+                assert publishing.is_alive()  # still waiting
+                broker.start()  # no alarm now
+                publishing.join(WAIT)
+                ticket = results[0]
+                assert isinstance(ticket, amqp_blocking.PublishTicket), ticket
+                publisher.wait_for_confirms(WAIT)
+                assert ticket.error is None
+            assert ch.queue_declare("held", passive=True).message_count == 1
+    finally:
+        broker.kill()
 
 
 def test_endpoints_are_tried_in_turn_and_what_waits_is_bounded() -> None:

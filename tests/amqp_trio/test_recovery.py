@@ -9,6 +9,7 @@ import socket
 
 import pytest
 import trio
+import trio.testing
 
 import amqp_trio
 from amqp_trio import (
@@ -21,7 +22,7 @@ from amqp_trio import (
     StaleDeliveryError,
 )
 
-from ..support.restartable import restartable_broker
+from ..support.restartable import RestartableBroker, restartable_broker
 
 pytestmark = pytest.mark.trio
 
@@ -113,6 +114,77 @@ async def test_a_publish_during_recovery_fails_fast_or_waits() -> None:
                 await trio.to_thread.run_sync(broker.start)
             ok = await ch.queue_declare("waits", passive=True)
             assert ok.message_count == 1
+
+
+async def test_a_publish_waiting_for_the_window_waits_for_recovery() -> None:
+    # The window is full when the connection is lost: the publish that waited for room is
+    # a publish during recovery (it waits, under publish_wait), not a failure of the old
+    # connection.
+    waiting = RecoveryPolicy(initial_delay=0.1, multiplier=1, jitter=0, publish_wait=30)
+    with restartable_broker() as broker, trio.fail_after(120):
+        async with amqp_trio.connect(broker.url, recovery=waiting) as conn:
+            events = conn.recovery_events()
+            ch = await conn.open_channel()
+            await ch.queue_declare("room")
+            async with ch.publisher(window=1) as publisher:
+                await trio.to_thread.run_sync(broker.pause)  # no confirm comes
+                first = await publisher.publish(b"first", routing_key="room")
+                tickets: list[amqp_trio.PublishTicket] = []
+
+                async def second() -> None:
+                    tickets.append(await publisher.publish(b"second", routing_key="room"))
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(second)
+                    await trio.testing.wait_all_tasks_blocked()
+                    await trio.to_thread.run_sync(broker.kill)
+                    assert isinstance(await anext(events), RecoveryLost)
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert tickets == []  # still waiting
+                    await trio.to_thread.run_sync(broker.start)
+                await publisher.wait_for_confirms()
+                assert isinstance(first.error, amqp_trio.PublishOutcomeUnknownError)
+                assert tickets[0].error is None  # confirmed by the new connection
+                publisher.take_failures()
+            ok = await ch.queue_declare("room", passive=True)
+            assert ok.message_count == 1
+
+
+async def test_a_publish_the_broker_blocked_waits_for_recovery() -> None:
+    # The broker blocks publishers (a 1-octet memory watermark) when the connection is lost:
+    # the publish that waited for it to unblock is a publish during recovery.
+    waiting = RecoveryPolicy(initial_delay=0.1, multiplier=1, jitter=0, publish_wait=30)
+    broker = RestartableBroker()
+    broker.start("--memory-high-watermark-bytes", "1")
+    try:
+        with trio.fail_after(120):
+            async with amqp_trio.connect(broker.url, recovery=waiting) as conn:
+                events = conn.recovery_events()
+                ch = await conn.open_channel()
+                await ch.queue_declare("held")
+                async with ch.publisher() as publisher:
+                    await publisher.publish(b"first", routing_key="held")  # the alarm's
+                    while not conn.blocked:
+                        await trio.sleep(0.01)
+                    tickets: list[amqp_trio.PublishTicket] = []
+
+                    async def held_back() -> None:
+                        tickets.append(await publisher.publish(b"held", routing_key="held"))
+
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(held_back)
+                        await trio.testing.wait_all_tasks_blocked()
+                        await trio.to_thread.run_sync(broker.kill)
+                        assert isinstance(await anext(events), RecoveryLost)
+                        await trio.testing.wait_all_tasks_blocked()
+                        assert tickets == []  # still waiting
+                        await trio.to_thread.run_sync(broker.start)  # no alarm now
+                    await publisher.wait_for_confirms()
+                    assert tickets[0].error is None
+                ok = await ch.queue_declare("held", passive=True)
+                assert ok.message_count == 1
+    finally:
+        broker.kill()
 
 
 async def test_endpoints_are_tried_in_turn_and_what_waits_is_bounded() -> None:

@@ -33,12 +33,13 @@ class RestartableBroker:
         self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/?connection_timeout=5000"
         self._process: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
-        """Start it and wait until it accepts connections (the port may linger a moment)."""
+    def start(self, *options: str) -> None:
+        """Start it (with these ``amqp_broker`` command-line *options*) and wait until it
+        accepts connections (the port may linger a moment)."""
         deadline = time.monotonic() + _START_TIMEOUT
         while True:
             process = subprocess.Popen(
-                [sys.executable, "-m", "amqp_broker", "--port", str(self.port)],
+                [sys.executable, "-m", "amqp_broker", "--port", str(self.port), *options],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
@@ -69,8 +70,8 @@ class RestartableBroker:
         """SIGKILL it: sockets die without a close handshake."""
         process, self._process = self._process, None
         if process is not None:
-            # SIGKILL first: continued first, a paused one could run (and answer what it was
-            # sent while stopped) before it dies.
+            # SIGKILL ends a paused one too; no SIGCONT first, which would let it answer
+            # what it had read (a confirm the test wants never to come).
             process.kill()
             process.send_signal(signal.SIGCONT)
             process.wait()
