@@ -628,20 +628,13 @@ class Connection:
         policy = self._policy
         assert policy is not None
         error = self._book.error
-        if not policy.publish_wait or self._waiting_bytes + octets > policy.publish_buffer:
-            why = "publish_wait is 0" if not policy.publish_wait else "publish_buffer is full"
-            raise ConnectionLostError(
-                f"the connection to {self.params.address} is recovering ({why}): {error}"
-            )
+        policy.admit_wait(self._waiting_bytes, octets, self.params.address, error)
         self._waiting_bytes += octets
         try:
             async with asyncio.timeout(policy.publish_wait):
                 await asyncio.shield(recovered)
         except TimeoutError:
-            raise ConnectionLostError(
-                f"the connection to {self.params.address} did not recover within "
-                f"{policy.publish_wait} s: {error}"
-            ) from None
+            raise policy.wait_expired(self.params.address, error) from None
         finally:
             self._waiting_bytes -= octets
 
@@ -746,22 +739,15 @@ class Connection:
             finally:
                 self._restoring = None
         # Back: the channels and consumers carry on on the new connection.
-        restored = {tag for _, tag in self._core.topology.consumers}
         republished = unknown = 0
         for old, ch in channels.items():
             number = restorer.channel_map[old]
             book = router.channels[number]
             ch._rebind(self._core, book)
             self._channels[number] = ch
-            for tag, sink in list(book.consumers.items()):
-                if tag not in restored:
-                    del book.consumers[tag]
-                    sink.finish(self._lost_cause(books), False)
-            lost = books.get(old)
-            if lost is not None and lost.confirms:
-                sent, ended = router.republish(lost, book)
-                republished += sent
-                unknown += ended
+            sent, ended = router.resume(books.get(old), book)
+            republished += sent
+            unknown += ended
         self._flush()
         for lost in books.values():  # channels opened after the loss was noticed: none
             lost.consumers = {}
@@ -773,12 +759,6 @@ class Connection:
             skipped=tuple(plan.skipped),
             republished=republished,
         )
-
-    def _lost_cause(self, books: dict[int, ChannelBook]) -> AMQPError:
-        for book in books.values():
-            if book.error is not None:
-                return book.error
-        return ConnectionLostError("the connection was lost")
 
     def _end_attempt(self) -> None:
         """An attempt failed (or its connection ended): close its transport."""

@@ -851,18 +851,11 @@ class Connection:
         policy = self._policy
         assert policy is not None
         error = self._book.error
-        if not policy.publish_wait or self._waiting_bytes + octets > policy.publish_buffer:
-            why = "publish_wait is 0" if not policy.publish_wait else "publish_buffer is full"
-            raise ConnectionLostError(
-                f"the connection to {self._params.address} is recovering ({why}): {error}"
-            )
+        policy.admit_wait(self._waiting_bytes, octets, self._params.address, error)
         self._waiting_bytes += octets
         try:
             if not self._writable.wait_for(lambda: not self._recovering, policy.publish_wait):
-                raise ConnectionLostError(
-                    f"the connection to {self._params.address} did not recover within "
-                    f"{policy.publish_wait} s: {error}"
-                )
+                raise policy.wait_expired(self._params.address, error)
         finally:
             self._waiting_bytes -= octets
 
@@ -996,7 +989,6 @@ class Connection:
                 sock.close()
             raise
         sock.setblocking(False)
-        restored = {tag for _, tag in core.topology.consumers}
         republished = unknown = 0
         with self._lock:
             for old, ch in channels.items():
@@ -1004,15 +996,9 @@ class Connection:
                 book = router.channels[number]
                 ch._rebind_locked(book)
                 self._channel_objs[number] = ch
-                for tag, sink in list(book.consumers.items()):
-                    if tag not in restored:
-                        del book.consumers[tag]
-                        sink.finish(ConnectionLostError("its consumer was not restored"), False)
-                lost = books.get(old)
-                if lost is not None and lost.confirms:
-                    sent, ended = router.republish(lost, book)
-                    republished += sent
-                    unknown += ended
+                sent, ended = router.resume(books.get(old), book)
+                republished += sent
+                unknown += ended
             for lost in books.values():
                 lost.consumers = {}
             if republished:

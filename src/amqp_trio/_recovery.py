@@ -16,7 +16,6 @@ from amqp_sansio.client import (
     AMQPError,
     ChannelBook,
     ChannelReopened,
-    ConnectionLostError,
     ConnectionParameters,
     Epoch,
     Recovered,
@@ -150,8 +149,6 @@ class _Attempt:
             conn._wire.end_of_stream()
             return
         conn._restoring = None
-        core = conn._core
-        restored = {tag for _, tag in core.topology.consumers}
         router = conn._router
         republished = 0
         for old, ch in self.channels.items():
@@ -159,15 +156,9 @@ class _Attempt:
             book = router.channels[number]
             ch._rebind(book)
             conn._channels[number] = ch
-            for tag, sink in list(book.consumers.items()):
-                if tag not in restored:
-                    del book.consumers[tag]
-                    sink.finish(ConnectionLostError("its consumer was not restored"), False)
-            lost = self.books.get(old)
-            if lost is not None and lost.confirms:
-                sent, ended = router.republish(lost, book)
-                republished += sent
-                self.unknown += ended
+            sent, ended = router.resume(self.books.get(old), book)
+            republished += sent
+            self.unknown += ended
         for lost in self.books.values():
             lost.consumers = {}
         self.recovered = Recovered(
@@ -326,11 +317,7 @@ class Recovering:
         policy = self._policy
         assert policy is not None
         error = self._router.error
-        if not policy.publish_wait or self._waiting_bytes + octets > policy.publish_buffer:
-            why = "publish_wait is 0" if not policy.publish_wait else "publish_buffer is full"
-            raise ConnectionLostError(
-                f"the connection to {self.params.address} is recovering ({why}): {error}"
-            )
+        policy.admit_wait(self._waiting_bytes, octets, self.params.address, error)
         self._waiting_bytes += octets
         try:
             with trio.move_on_after(policy.publish_wait):
@@ -338,10 +325,7 @@ class Recovering:
                 return
         finally:
             self._waiting_bytes -= octets
-        raise ConnectionLostError(
-            f"the connection to {self.params.address} did not recover within "
-            f"{policy.publish_wait} s: {error}"
-        )
+        raise policy.wait_expired(self.params.address, error)
 
     if TYPE_CHECKING:
 

@@ -340,6 +340,23 @@ class RecoveryPolicy:
             return True
         return self.max_duration is not None and elapsed >= self.max_duration
 
+    def admit_wait(self, waiting: int, octets: int, address: str, error: AMQPError | None) -> None:
+        """A call made while recovering wants to wait for the connection with *octets* of
+        body, *waiting* octets already waiting: fine under :attr:`publish_wait` and
+        :attr:`publish_buffer`.
+
+        :raises ConnectionLostError: ``publish_wait`` is 0 or the buffer would overflow.
+        """
+        if not self.publish_wait or waiting + octets > self.publish_buffer:
+            why = "publish_wait is 0" if not self.publish_wait else "publish_buffer is full"
+            raise ConnectionLostError(f"the connection to {address} is recovering ({why}): {error}")
+
+    def wait_expired(self, address: str, error: AMQPError | None) -> ConnectionLostError:
+        """The error of a call that waited :attr:`publish_wait` seconds in vain."""
+        return ConnectionLostError(
+            f"the connection to {address} did not recover within {self.publish_wait} s: {error}"
+        )
+
     def failed_attempt(
         self,
         attempt: int,

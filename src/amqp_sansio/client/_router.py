@@ -608,6 +608,21 @@ class Router:
             self.telemetry.channel_ended(book.number, error)
         return unknown
 
+    def resume(self, lost: ChannelBook | None, book: ChannelBook) -> tuple[int, int]:
+        """Recovery restored the topology and the adapter moved its channel object to *book*,
+        the new connection's channel that replaces *lost*: consumers the restore left out
+        (filtered, or refused and skipped) end, and *lost*'s kept publishes go out again
+        (:meth:`republish`). Returns how many were published again and how many ended
+        unknown; the adapter flushes the core."""
+        restored = {tag for _, tag in self._core.topology.consumers}
+        for tag, sink in list(book.consumers.items()):
+            if tag not in restored:
+                del book.consumers[tag]
+                sink.finish(ConnectionLostError("its consumer was not restored"), False)
+        if lost is None or not lost.confirms:
+            return 0, 0
+        return self.republish(lost, book)
+
     def republish(self, lost: ChannelBook, book: ChannelBook) -> tuple[int, int]:
         """Send again, on the new connection's channel *book*, the publishes *lost* kept
         pending at the loss (:meth:`suspend`), oldest first; each keeps its sink, so its ticket
