@@ -695,6 +695,9 @@ class Session:
             or not isinstance(properties, BasicProperties)
         ):
             return
+        body = event.body
+        if isinstance(body, memoryview):  # only under body_view_threshold, never set here
+            body = body.tobytes()
         try:
             if method.immediate:
                 raise BrokerError(540, "immediate=true")
@@ -703,7 +706,7 @@ class Session:
                 method.exchange,
                 method.routing_key,
                 properties,
-                event.body,
+                body,
                 mandatory=method.mandatory,
             )
         except BrokerError as exc:
@@ -720,7 +723,7 @@ class Session:
                 method.exchange,
                 method.routing_key,
                 properties,
-                event.body,
+                body,
             )
         if sequence:
             self._confirm(number, sequence, nack=outcome.rejected)

@@ -530,7 +530,9 @@ class ChannelMachine:
         if assembly.request is not None:
             _forget(self.requests_out, assembly.request)
 
-    def _message_done(self, assembly: Assembly, body: bytes | bytearray) -> Event | None:
+    def _message_done(
+        self, assembly: Assembly, body: bytes | bytearray | memoryview
+    ) -> Event | None:
         self.content = None
         properties = assembly.properties
         assert properties is not None
@@ -554,7 +556,10 @@ class ChannelMachine:
         return event
 
     def _returned(
-        self, method: BasicReturn, properties: BasicProperties, body: bytes | bytearray
+        self,
+        method: BasicReturn,
+        properties: BasicProperties,
+        body: bytes | bytearray | memoryview,
     ) -> PublishReturned | None:
         """Client role: hand a return out now, or hold it for the confirm that covers it."""
         event = PublishReturned(

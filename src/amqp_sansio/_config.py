@@ -81,7 +81,12 @@ class ConnectionConfig:
 
     ``max_message_size``: a content header announcing more is a 506 before anything is
     buffered. ``chunk_threshold`` (None: bodies always arrive whole; otherwise bodies larger
-    than it arrive as chunk events).
+    than it arrive as chunk events). ``body_view_threshold`` (None, the default: every body is
+    ``bytes``): a body (or chunk) of at least this many octets that arrived in one body frame
+    within one read is handed out as a read-only ``memoryview`` of the received octets instead
+    of a copy; each such view keeps its whole read (up to what the adapter asks per ``recv``)
+    alive until it is released. For large bodies written on or parsed in place; see
+    :doc:`/codec`.
 
     Server role: ``server_properties``, ``mechanisms``, ``locales``.
 
@@ -109,6 +114,7 @@ class ConnectionConfig:
     heartbeat: int | None = None
     max_message_size: int = 128 * 1024 * 1024
     chunk_threshold: int | None = None
+    body_view_threshold: int | None = None
     server_properties: FieldTable | None = None
     mechanisms: tuple[str, ...] = ("PLAIN", "AMQPLAIN")
     locales: tuple[str, ...] = ("en_US",)
@@ -126,3 +132,4 @@ class ConnectionConfig:
         _check("heartbeat", self.heartbeat, 0, 0xFFFF)
         _check("max_message_size", self.max_message_size, 0, 2**64 - 1)
         _check("chunk_threshold", self.chunk_threshold, 0, 2**64 - 1)
+        _check("body_view_threshold", self.body_view_threshold, 0, 2**64 - 1)

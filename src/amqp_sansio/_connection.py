@@ -253,6 +253,7 @@ class Connection:
             slack=8 if self.role is Role.SERVER else 0,
             methods=spec.methods,
             properties=spec.properties,
+            view_threshold=self.config.body_view_threshold,
         )
         self._outbox = Outbox(spec)
         tables = self._tables = compile_tables(spec, self.role)

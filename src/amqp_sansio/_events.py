@@ -321,7 +321,7 @@ class PublishReturned:
     publish_number: int | None
     method: BasicReturn
     properties: BasicProperties
-    body: bytes | bytearray
+    body: bytes | bytearray | memoryview
 
 
 # --- Content ----------------------------------------------------------------------------------
@@ -336,7 +336,9 @@ class MessageReceived:
     properties and its body.
 
     The body is ``bytes`` when it arrived in one frame (no copy beyond the frame reader's) and a
-    ``bytearray`` filled in place when it arrived in several (never copied again).
+    ``bytearray`` filled in place when it arrived in several (never copied again). With
+    :attr:`ConnectionConfig.body_view_threshold` set, a large body that arrived in one frame
+    within one read is a read-only ``memoryview`` of the received octets (no copy at all).
 
     ``request`` is the ``basic.get`` a ``basic.get-ok`` answers (as :attr:`MethodReceived.request`
     names the request of other replies), None for every other message. It is context, not
@@ -346,7 +348,7 @@ class MessageReceived:
     channel: int
     method: Method
     properties: ContentProperties
-    body: bytes | bytearray
+    body: bytes | bytearray | memoryview
     request: Method | None = attrs.field(default=None, eq=False)
 
     @property
@@ -386,10 +388,12 @@ class MessageStarted:
 @final
 @attrs.frozen(kw_only=True, slots=True)
 class MessageBodyReceived:
-    """Chunk mode: the next piece of a message body, in order."""
+    """Chunk mode: the next piece of a message body, in order (a read-only ``memoryview`` of the
+    received octets under :attr:`ConnectionConfig.body_view_threshold`, see
+    :class:`MessageReceived`)."""
 
     channel: int
-    data: bytes
+    data: bytes | memoryview
 
 
 @final

@@ -193,12 +193,16 @@ class ContentHeaderFrame:
 @final
 @attrs.define(slots=True, weakref_slot=False)
 class ContentBodyFrame:
-    """A content body frame (type 3): one chunk of a message body."""
+    """A content body frame (type 3): one chunk of a message body.
+
+    ``payload`` is ``bytes``, or a read-only ``memoryview`` of the received octets when the
+    reader was asked for views (``view_threshold``) and the frame was whole in one read.
+    """
 
     TYPE: ClassVar[int] = FRAME_BODY
 
     channel: int
-    payload: bytes
+    payload: bytes | memoryview
 
 
 @final
@@ -236,6 +240,8 @@ _FRAME_NAMES: Final[Mapping[int, str]] = {
 # it the single copy through a memoryview wins (measured on CPython 3.11: crossover near 2.5 KiB).
 # A body frame at least this large that is still arriving is collected piece by piece.
 _SMALL_BODY: Final = 2048
+# view_threshold=None: larger than any frame payload, so no body frame is a view.
+_NO_VIEWS: Final = 1 << 32
 # What the generated decoders and the table codec raise on malformed input.
 _DECODE_ERRORS: Final = (struct.error, IndexError, ValueError, OverflowError, RemoteProtocolError)
 
@@ -258,6 +264,10 @@ class FrameReader:
         octets over ("quite a few [clients] get it wrong", ``rabbit_reader.erl``): AMQPStorm,
         rabbitpy, aioamqp and async_amqp split bodies at ``frame_max`` instead of
         ``frame_max - 8``. The server role uses 8 so those clients work; the client role is strict.
+    :param view_threshold: body frames of at least this many payload octets that lie whole in
+        one received ``bytes`` object are handed out as read-only ``memoryview`` slices of it,
+        without a copy (each view keeps that whole read alive); None (default): always a
+        ``bytes`` copy. A body frame cut by a read is joined into ``bytes`` either way.
     """
 
     __slots__ = (
@@ -271,6 +281,7 @@ class FrameReader:
         "_property_decoders",
         "_slack",
         "_trimmed",
+        "_view_from",
     )
 
     def __init__(
@@ -280,10 +291,15 @@ class FrameReader:
         methods: Mapping[int, type[Method]] = METHODS,
         properties: Mapping[int, type[ContentProperties]] = PROPERTIES,
         slack: int = 0,
+        view_threshold: int | None = None,
     ) -> None:
         if not 0 <= slack <= _FRAME_OVERHEAD:
             raise ValueError(f"slack must be in 0..{_FRAME_OVERHEAD}, not {slack!r}")
+        if view_threshold is not None and (type(view_threshold) is not int or view_threshold < 0):
+            raise ValueError(f"view_threshold must be None or an int >= 0, not {view_threshold!r}")
         self._slack = slack
+        # Payload sizes from which a body frame is a view (above any frame size: never).
+        self._view_from = _NO_VIEWS if view_threshold is None else view_threshold
         # bytes as received when a read starts on a frame boundary (no copy), else a copy; a
         # bytearray only while a frame arrives in pieces smaller than what is already held.
         self._buf: bytes | bytearray = b""
@@ -437,9 +453,11 @@ class FrameReader:
             return self._next_frame_slowly()
         # Frames are built with object.__new__ and slot stores: a third faster than __init__.
         if frame_type == FRAME_BODY:
-            # The only copy of the payload the reader makes.
+            # The only copy of the payload the reader makes (none for a view: a received bytes
+            # object can't change, so a view of it stays valid after later feeds).
+            payload: bytes | memoryview
             if type(buf) is bytes:
-                payload = buf[start:end]
+                payload = buf[start:end] if size < self._view_from else memoryview(buf)[start:end]
             elif size < _SMALL_BODY:
                 payload = bytes(buf[start:end])
             else:
@@ -486,7 +504,7 @@ class FrameReader:
 
     def next_content(
         self, channel: int, class_id: int, limit: int
-    ) -> tuple[ContentProperties, bytes] | None:
+    ) -> tuple[ContentProperties, bytes | memoryview] | None:
         """A delivery's content in one step: the content header and the single body frame that
         follow its method frame, parsed together when both are whole in the buffer, on
         *channel*, of *class_id*, with weight 0 and a body of 1 to *limit* octets in one frame
@@ -538,9 +556,14 @@ class FrameReader:
             return None
         if offset != end:
             return None
-        # The one copy of the body, as in next_frame.
+        # The one copy of the body (or a view), as in next_frame.
+        payload: bytes | memoryview
         if type(buf) is bytes:
-            payload = buf[body_start:body_end]
+            payload = (
+                buf[body_start:body_end]
+                if body_frame_size < self._view_from
+                else memoryview(buf)[body_start:body_end]
+            )
         elif body_frame_size < _SMALL_BODY:
             payload = bytes(buf[body_start:body_end])
         else:

@@ -198,7 +198,7 @@ class FrameDecoder:
                 at,
             )
         elif isinstance(frame, ContentBodyFrame):
-            first, *more = format_body(frame.payload, options)
+            first, *more = format_body(bytes(frame.payload), options)
             yield Report(
                 ReportKind.FRAME,
                 f"ch{frame.channel} content body {len(frame.payload)} octets: {first}",

@@ -54,7 +54,7 @@ class ConfirmTracker:
         publish_number: int | None,
         method: BasicReturn,
         properties: ContentProperties,
-        body: bytes | bytearray,
+        body: bytes | bytearray | memoryview,
     ) -> MessageReturnedError:
         """Record a ``basic.return``; returns the error (for a publish outside confirm mode,
         ``publish_number`` None, it is the only report there will be)."""

@@ -60,12 +60,16 @@ class Message:
 
     @classmethod
     def from_content(
-        cls, channel: int, method: Method, properties: ContentProperties, body: bytes | bytearray
+        cls,
+        channel: int,
+        method: Method,
+        properties: ContentProperties,
+        body: bytes | bytearray | memoryview,
     ) -> Self:
         """Build a message from a content-carrying method as the core delivers it
         (``BasicDeliver``, ``BasicGetOk`` or ``BasicReturn``)."""
         if type(body) is not bytes:
-            body = bytes(body)  # a multi-frame body arrives as a bytearray
+            body = bytes(body)  # a multi-frame body arrives as a bytearray (or a view: owned)
         assert isinstance(properties, BasicProperties)
         if type(method) is BasicDeliver:
             assert isinstance(method, BasicDeliver)
