@@ -14,7 +14,9 @@ test that uses ``rabbitmq_url``), ``spark`` (PySpark and Java; every test of ``a
 ``node`` (Node.js with amqplib). ``make test`` also runs everything without them on Python 3.12
 and 3.13 (``AMQP_SANSIO_TESTS=portable``, where PySpark is not installed, so the Spark test
 modules are not even collected, nor the API reference's, which needs Sphinx and imports every
-package).
+package), except ``qpid_suites`` (qpid-python's broker conformance suites, run on 3.11 only:
+they exercise the broker's protocol behaviour, which the interpreter does not change, for two
+minutes of every run).
 """
 
 from __future__ import annotations

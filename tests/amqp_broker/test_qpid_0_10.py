@@ -14,8 +14,12 @@ import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+
 from tests.support.broker_0_10 import brokers_in_thread
 from tests.support.qpid import py2_env, require_qpid
+
+pytestmark = pytest.mark.qpid_suites
 
 HERE = Path(__file__).resolve().parent
 EXPECTED = HERE / "qpid_0_10_expected_failures.txt"

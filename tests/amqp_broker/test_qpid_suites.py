@@ -25,11 +25,14 @@ from pathlib import Path
 from typing import Final, final
 
 import attrs
+import pytest
 
 import amqp_broker
 from amqp_broker import BrokerOptions
 from amqp_sansio.client import ConnectionParameters
 from tests.support.qpid import require_qpid, start_py2
+
+pytestmark = pytest.mark.qpid_suites
 
 HERE: Final = Path(__file__).parent
 SCRIPT: Final = HERE.parent / "support" / "py2" / "qpid_broker_suites.py2"
