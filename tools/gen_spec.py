@@ -658,6 +658,8 @@ class Emitter:
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.structs: dict[str, str] = {}
+        #: Module-level definitions of the C decoders (see emit_c_decoder), after every class.
+        self.builders: list[str] = []
 
     def struct(self, code: str) -> str:
         return self.structs.setdefault(code, f"_S_{code}")
@@ -777,8 +779,8 @@ def emit_decode_field(e: Emitter, item: Run | Field, indent: int) -> None:
         e("offset += 5 + n", indent)
 
 
-#: Codes of ``amqp_sansio._speedups.unpack_fields`` by wire type; properties read a table as
-#: its raw octets ("R", decoded lazily) and have no bits.
+#: Codes of ``amqp_sansio._speedups.Builder`` by wire type; properties read a table as its raw
+#: octets ("R", decoded lazily) and have no bits.
 C_FIELD_CODES: Final = {
     "bit": "b",
     "octet": "o",
@@ -793,27 +795,28 @@ C_FIELD_CODES: Final = {
 C_PROPERTY_CODES: Final = {**{k: v for k, v in C_FIELD_CODES.items() if k != "bit"}, "table": "R"}
 
 
-def emit_c_unpack(
+def emit_c_decoder(
     e: Emitter,
-    unpacker: str,
+    cls_name: str,
     codes: str,
-    targets: Sequence[tuple[str, str]],
-    after: Sequence[str] = (),
+    slots: Sequence[str],
+    nones: Sequence[str] = (),
+    *,
+    properties: bool = False,
 ) -> None:
-    """Try the C unpacker first: it returns None for anything the Python code below must do
-    (memoryview or bytearray input, truncation, bad UTF-8, ...), so errors have one source.
+    """Have the C decoder (``_method.install_c_decoder``) become the class's ``decode``, once
+    every class is defined: it builds the instance with each value stored into its slot, and
+    hands what it can't decode exactly (memoryview or bytearray input, truncation, bad UTF-8,
+    ...) to the generated Python ``decode``, so errors have one source.
 
-    *targets* are (attribute, type) pairs; the cast gives mypy the types the codes produce.
+    *slots* are the slots the values of *codes* go to, in wire order; *nones* are set to None.
     """
-    types = ", ".join(t for _, t in targets)
-    e(f"if {unpacker} is not None:", 2)
-    e(f'values = cast("tuple[{types}, int] | None", {unpacker}(b"{codes}", buf, offset))', 3)
-    e("if values is not None:", 3)
-    e("self = _new(cls)", 4)
-    e(f"({', '.join(name for name, _ in targets)}, offset) = values", 4)
-    for line in after:
-        e(line, 4)
-    e("return self, offset", 4)
+    names = "".join(f"{slot!r}, " for slot in slots)
+    reset = "".join(f"{slot!r}, " for slot in nones)
+    e.builders.append(
+        f'install_c_decoder({cls_name}, b"{codes}", ({names}), ({reset})'
+        + (", properties=True)" if properties else ")")
+    )
 
 
 def needs_bytes(fields: Sequence[Field]) -> bool:
@@ -886,8 +889,7 @@ def emit_method(e: Emitter, m: MethodDef) -> None:
         f.type in C_FIELD_CODES for f in m.fields
     ):
         codes = "".join(C_FIELD_CODES[f.type] for f in m.fields)
-        targets = [(f"self.{f.name}", PY_TYPES[f.type]) for f in m.fields]
-        emit_c_unpack(e, "unpack_fields", codes, targets)
+        emit_c_decoder(e, m.py_name, codes, [f.name for f in m.fields])
     e("self = _new(cls)", 2)
     for item in runs(m.fields):
         emit_decode_field(e, item, 2)
@@ -1033,14 +1035,9 @@ def emit_properties(e: Emitter, cls: ClassDef) -> str:
     emit_bytes_guard(e, props, 2)
     if props and len(props) <= 15 and all(p.type in C_PROPERTY_CODES for p in props):
         codes = "".join(C_PROPERTY_CODES[p.type] for p in props)
-        targets = [
-            (f"self._{p.name}_raw", "bytes | None")
-            if p.type == "table"
-            else (f"self.{p.name}", f"{PY_TYPES[p.type]} | None")
-            for p in props
-        ]
-        resets = [f"self._{p.name} = None" for p in props if p.type == "table"]
-        emit_c_unpack(e, "unpack_properties", codes, targets, resets)
+        slots = [f"_{p.name}_raw" if p.type == "table" else p.name for p in props]
+        nones = [f"_{p.name}" for p in props if p.type == "table"]
+        emit_c_decoder(e, name, codes, slots, nones, properties=True)
     e("self = _new(cls)", 2)
     e("(flags,) = _S_H.unpack_from(buf, offset)", 2)
     e("offset += 2", 2)
@@ -1159,10 +1156,9 @@ def generate(target: Target) -> str:
     e("Method,", 1)
     e("Role,", 1)
     e("decode_received_table,", 1)
+    e("install_c_decoder,", 1)
     e("malformed_table,", 1)
     e("table_repr,", 1)
-    e("unpack_fields,", 1)
-    e("unpack_properties,", 1)
     e(")")
     e("from .._table import FieldTable, decode_table, encode_table")
     imported = sorted(
@@ -1211,6 +1207,12 @@ def generate(target: Target) -> str:
         if m.responses:
             replies = ", ".join(by_name[f"{m.class_name}.{r}"].py_name for r in m.responses)
             e(f"{m.py_name}.RESPONSES = ({replies},)")
+    if body.builders:
+        e()
+        e("# The C accelerator's decoders become these classes' decode (the Python one is their")
+        e("# fallback); nothing changes without the accelerator.")
+        for line in body.builders:
+            e(line)
     e()
     e(f"AnyMethod: TypeAlias = {' | '.join(m.py_name for m in methods)}")
     e()

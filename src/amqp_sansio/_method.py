@@ -22,17 +22,32 @@ __all__ = [
     "Method",
     "Role",
     "decode_received_table",
+    "install_c_decoder",
     "malformed_table",
     "table_repr",
-    "unpack_fields",
-    "unpack_properties",
 ]
 
 
-#: The C unpackers the generated decoders try before their own Python code, or None. They give
-#: up (None) on anything but well-formed ``bytes``, so errors always come from the Python code.
-unpack_fields: Final = None if speedups is None else speedups.unpack_fields
-unpack_properties: Final = None if speedups is None else speedups.unpack_properties
+def install_c_decoder(
+    cls: type[Method | ContentProperties],
+    codes: bytes,
+    names: tuple[str, ...],
+    nones: tuple[str, ...] = (),
+    *,
+    properties: bool = False,
+) -> None:
+    """Make the C accelerator's decoder *cls*'s ``decode`` (nothing without the accelerator).
+
+    It decodes the values of *codes* (a method's arguments, or with *properties* a flag word
+    and the properties it announces; the codes are ``_speedups.c``'s) into a new instance's
+    slots *names* and sets the slots *nones* to None, as the generated Python ``decode`` does
+    with ``object.__new__`` and slot stores, in a third of its time, and hands that ``decode``
+    (its ``fallback``) whatever it can't decode exactly: anything but well-formed ``bytes``, so
+    errors and rare cases have one implementation, in Python.
+    """
+    if speedups is not None:
+        decoder = speedups.builder(cls, codes, names, nones, properties, cls.decode)
+        setattr(cls, "decode", decoder)  # noqa: B010 (mypy: a classmethod's place)
 
 #: ``(python_name, wire_type)`` for each field, in wire order. Wire types are the spec's
 #: primitive names: ``bit octet short long longlong shortstr longstr timestamp table``.

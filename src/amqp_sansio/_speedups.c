@@ -1,7 +1,8 @@
 /* Optional C decoder for AMQP field tables: the same results as amqp_sansio._table's
- * pure-Python decode_table, several times faster. unpack_fields and unpack_properties do the
- * same for the arguments of generated methods and content properties, and encode_table for
- * encoding tables of the common types, under the same rule.
+ * pure-Python decode_table, several times faster. A Builder does the same for the arguments of
+ * a generated method or content properties class, storing each value straight into its slot of
+ * a new instance (as the generated Python decoder's object.__new__ and slot stores would), and
+ * encode_table encodes tables of the common types, under the same rule.
  *
  * It decodes only what it can decode exactly as the Python code does: well-formed tables of
  * the common value types. Anything else (a truncated or malformed table, an unknown or rare
@@ -12,15 +13,23 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#ifndef Py_T_OBJECT_EX /* before 3.12 the member types and flags are structmember.h's */
+#include <structmember.h>
+#define Py_T_OBJECT_EX T_OBJECT_EX
+#define Py_T_INT T_INT
+#define Py_READONLY READONLY
+#endif
 
 /* Must match amqp_sansio._table: MAX_TABLE_DEPTH and MAX_TABLE_ENTRIES (checked at import). */
 #define MAX_TABLE_DEPTH 32
 #define MAX_TABLE_ENTRIES 65536
 /* The interface amqp_sansio._table expects (_SPEEDUPS_VERSION): a build from other sources
- * is not used. 2: unpack_fields and unpack_properties; 3: encode_table; 4: set_fallbacks. */
-#define SPEEDUPS_VERSION 4
+ * is not used. 2: unpack_fields and unpack_properties; 3: encode_table; 4: set_fallbacks;
+ * 5: Builder instead of unpack_fields and unpack_properties. */
+#define SPEEDUPS_VERSION 5
 
 /* The pure-Python decode_table and encode_table, which take over what C does not do. */
 static PyObject *decode_fallback = NULL;
@@ -210,7 +219,7 @@ fail:
     return NULL;
 }
 
-/* One field of a method's or properties' argument list, by its code (see unpack_fields).
+/* One field of a method's or properties' argument list, by its code (see Builder).
  * Returns a new reference and advances *pos, or BAIL, or NULL with an exception (memory). */
 static PyObject *unpack_one(char code, const unsigned char *data, Py_ssize_t len, Py_ssize_t *pos)
 {
@@ -266,71 +275,63 @@ static PyObject *unpack_one(char code, const unsigned char *data, Py_ssize_t len
     }
 }
 
-/* Parse (codes, buf, offset) of unpack_fields/unpack_properties. 0: go on; 1: return None. */
-static int unpack_args(PyObject *const *args, Py_ssize_t nargs, const char *name,
-                       const char **codes, Py_ssize_t *ncodes, const unsigned char **data,
-                       Py_ssize_t *len, Py_ssize_t *offset)
+/* --- building instances -------------------------------------------------------------------- */
+
+/* At most this many values per instance: properties have at most 15, methods at most 14. */
+#define BUILDER_MAX 16
+
+/* A callable that decodes one generated class: builder(buf, offset) returns (instance,
+ * offset after the values), or None when the Python decoder must do it (not bytes, truncated,
+ * not UTF-8, continuation or unknown property flags, a table C leaves to Python, ...). The
+ * instance is made as object.__new__(cls) makes it and each value is stored into its slot, as
+ * the generated Python decoder stores it; slots named in `nones` are set to None (a lazily
+ * decoded table's decoded form).
+ *
+ * Codes: o octet, h short, l long, q longlong, b bit (consecutive bits share an octet, eight
+ * to an octet), s shortstr, S longstr (bytes), F field table; properties (a flag word first,
+ * None for each value whose flag is clear) have no bits and read R: a field table kept as its
+ * octets, size prefix included. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyTypeObject *cls;
+    PyObject *codes_obj, *names, *nones; /* as given, for introspection */
+    PyObject *fallback;                  /* called with (buf, offset) for what C can't do */
+    int properties; /* 1: a flag word, then the values present */
+    Py_ssize_t ncodes;
+    char codes[BUILDER_MAX];
+    Py_ssize_t offsets[BUILDER_MAX];
+    Py_ssize_t nnones;
+    Py_ssize_t none_offsets[BUILDER_MAX];
+} Builder;
+
+static inline void store(PyObject *obj, Py_ssize_t offset, PyObject *value)
 {
-    if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError, "%s() takes 3 arguments (%zd given)", name, nargs);
-        return -1;
-    }
-    if (!PyBytes_CheckExact(args[0])) {
-        PyErr_Format(PyExc_TypeError, "%s(): codes must be bytes", name);
-        return -1;
-    }
-    if (!PyBytes_CheckExact(args[1]) || !PyLong_CheckExact(args[2])) {
-        return 1; /* memoryview, bytearray, ...: the Python decoder's business */
-    }
-    *offset = PyLong_AsSsize_t(args[2]);
-    if (*offset == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return 1;
-    }
-    *codes = PyBytes_AS_STRING(args[0]);
-    *ncodes = PyBytes_GET_SIZE(args[0]);
-    *data = (const unsigned char *)PyBytes_AS_STRING(args[1]);
-    *len = PyBytes_GET_SIZE(args[1]);
-    return *offset < 0 || *offset > *len;
+    *(PyObject **)((char *)obj + offset) = value; /* a fresh instance: the slot is empty */
 }
 
-/* The values and the offset after them, as a tuple of ncodes + 1 items; steals nothing. */
-static PyObject *finish(PyObject *values, Py_ssize_t ncodes, Py_ssize_t pos)
+static PyObject *build(Builder *b, const unsigned char *data, Py_ssize_t len, Py_ssize_t pos)
 {
-    PyObject *end = PyLong_FromSsize_t(pos);
-    if (end == NULL) {
-        Py_DECREF(values);
-        return NULL;
+    unsigned int flags = 0;
+    if (b->properties) {
+        if (len - pos < 2) Py_RETURN_NONE;
+        flags = be16(data + pos);
+        if (flags & ((1u << (16 - b->ncodes)) - 1)) Py_RETURN_NONE; /* continuation, unknown */
+        pos += 2;
     }
-    PyTuple_SET_ITEM(values, ncodes, end);
-    return values;
-}
-
-PyDoc_STRVAR(unpack_fields_doc,
-             "unpack_fields(codes, buf, offset)\n--\n\n"
-             "A method's arguments, one per code, and the offset after them; None when the\n"
-             "generated Python decoder must do it (not bytes, truncated, not UTF-8, ...).\n"
-             "Codes: o octet, h short, l long, q longlong, b bit (consecutive bits share\n"
-             "an octet, eight to an octet), s shortstr, S longstr (bytes), F field table.");
-
-static PyObject *unpack_fields(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    const char *codes;
-    const unsigned char *data;
-    Py_ssize_t ncodes, len, pos;
-    int skip = unpack_args(args, nargs, "unpack_fields", &codes, &ncodes, &data, &len, &pos);
-    if (skip) {
-        return skip < 0 ? NULL : Py_NewRef(Py_None);
-    }
-    PyObject *values = PyTuple_New(ncodes + 1);
-    if (values == NULL) {
+    PyObject *obj = b->cls->tp_alloc(b->cls, 0);
+    if (obj == NULL) {
         return NULL;
     }
     int bit = 8; /* the next bit of the current octet of packed bits; 8: read another octet */
     unsigned char bits = 0;
-    for (Py_ssize_t i = 0; i < ncodes; i++) {
+    for (Py_ssize_t i = 0; i < b->ncodes; i++) {
+        char code = b->codes[i];
         PyObject *value;
-        if (codes[i] == 'b') {
+        if (b->properties && !(flags & (0x8000u >> i))) {
+            value = Py_NewRef(Py_None);
+        }
+        else if (code == 'b') {
             if (bit == 8) {
                 if (pos >= len) goto bail;
                 bits = data[pos++];
@@ -340,75 +341,225 @@ static PyObject *unpack_fields(PyObject *module, PyObject *const *args, Py_ssize
         }
         else {
             bit = 8;
-            value = unpack_one(codes[i], data, len, &pos);
+            value = unpack_one(code, data, len, &pos);
             if (value == BAIL) goto bail;
             if (value == NULL) goto fail;
         }
-        PyTuple_SET_ITEM(values, i, value);
+        store(obj, b->offsets[i], value);
     }
-    return finish(values, ncodes, pos);
-bail:
-    Py_DECREF(values);
+    for (Py_ssize_t i = 0; i < b->nnones; i++) {
+        store(obj, b->none_offsets[i], Py_NewRef(Py_None));
+    }
+    PyObject *end = PyLong_FromSsize_t(pos);
+    if (end == NULL) goto fail;
+    PyObject *result = PyTuple_New(2);
+    if (result == NULL) {
+        Py_DECREF(end);
+        goto fail;
+    }
+    PyTuple_SET_ITEM(result, 0, obj);
+    PyTuple_SET_ITEM(result, 1, end);
+    return result;
+bail: /* the slots stored so far are released with the instance; the others are empty */
+    Py_DECREF(obj);
     Py_RETURN_NONE;
 fail:
-    Py_DECREF(values);
+    Py_DECREF(obj);
     return NULL;
 }
 
-PyDoc_STRVAR(unpack_properties_doc,
-             "unpack_properties(codes, buf, offset)\n--\n\n"
-             "Content properties after their flag word, one value per code (None when the flag\n"
-             "is clear), and the offset after them; None when the generated Python decoder\n"
-             "must do it (continuation or unknown flags, truncated, not UTF-8, ...).\n"
-             "Codes as for unpack_fields but b, plus R: a field table kept as its octets, size\n"
-             "prefix included.");
-
-static PyObject *unpack_properties(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *builder_call(PyObject *self, PyObject *const *args, size_t nargsf,
+                              PyObject *kwnames)
 {
-    const char *codes;
-    const unsigned char *data;
-    Py_ssize_t ncodes, len, pos;
-    int skip = unpack_args(args, nargs, "unpack_properties", &codes, &ncodes, &data, &len, &pos);
-    if (skip) {
-        return skip < 0 ? NULL : Py_NewRef(Py_None);
-    }
-    if (ncodes > 15) {
-        PyErr_SetString(PyExc_ValueError, "unpack_properties(): at most 15 properties");
+    Builder *b = (Builder *)self;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != 2 || kwnames != NULL) {
+        PyErr_SetString(PyExc_TypeError, "a builder takes (buf, offset)");
         return NULL;
     }
-    if (len - pos < 2) {
-        Py_RETURN_NONE;
+    PyObject *result = Py_None;
+    /* memoryview, bytearray, an offset out of range: the Python decoder's business */
+    if (PyBytes_CheckExact(args[0]) && PyLong_CheckExact(args[1])) {
+        Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+        if (pos == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+        }
+        else if (pos >= 0 && pos <= PyBytes_GET_SIZE(args[0])) {
+            result = build(b, (const unsigned char *)PyBytes_AS_STRING(args[0]),
+                           PyBytes_GET_SIZE(args[0]), pos);
+            if (result != Py_None) {
+                return result; /* built, or NULL with an exception (memory) */
+            }
+            Py_DECREF(result);
+        }
     }
-    unsigned int flags = be16(data + pos);
-    /* bit 0 is continuation; bits below the last property are unknown flags */
-    if (flags & ((1u << (16 - ncodes)) - 1)) {
-        Py_RETURN_NONE;
+    if (b->fallback != Py_None) {
+        return PyObject_Vectorcall(b->fallback, args, 2, NULL);
     }
-    pos += 2;
-    PyObject *values = PyTuple_New(ncodes + 1);
-    if (values == NULL) {
+    Py_RETURN_NONE;
+}
+
+/* The offset of the slot *name* of *cls* (a plain object slot of that very class), or -1 with
+ * an exception. */
+static Py_ssize_t slot_offset(PyTypeObject *cls, PyObject *name)
+{
+    PyObject *descr = PyDict_GetItemWithError(cls->tp_dict, name);
+    if (descr == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_Format(PyExc_TypeError, "%s has no slot %R", cls->tp_name, name);
+        }
+        return -1;
+    }
+    if (!Py_IS_TYPE(descr, &PyMemberDescr_Type) ||
+        ((PyDescrObject *)descr)->d_type != cls) {
+        PyErr_Format(PyExc_TypeError, "%s.%U is not a slot of that class", cls->tp_name, name);
+        return -1;
+    }
+    PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+    if (member->type != Py_T_OBJECT_EX || (member->flags & Py_READONLY) ||
+        member->offset < (Py_ssize_t)sizeof(PyObject) ||
+        member->offset > cls->tp_basicsize - (Py_ssize_t)sizeof(PyObject *)) {
+        PyErr_Format(PyExc_TypeError, "%s.%U is not a writable object slot", cls->tp_name, name);
+        return -1;
+    }
+    return member->offset;
+}
+
+static PyObject *builder_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"cls", "codes", "names", "nones", "properties", "fallback", NULL};
+    PyObject *cls, *codes_obj, *names, *nones, *fallback = Py_None;
+    int properties;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!SO!O!p|O:Builder", keywords, &PyType_Type,
+                                     &cls, &codes_obj, &PyTuple_Type, &names, &PyTuple_Type,
+                                     &nones, &properties, &fallback)) {
+        return NULL;
+    }
+    if (!PyBytes_CheckExact(codes_obj)) {
+        PyErr_SetString(PyExc_TypeError, "Builder: codes must be bytes");
+        return NULL;
+    }
+    if (fallback != Py_None && !PyCallable_Check(fallback)) {
+        PyErr_SetString(PyExc_TypeError, "Builder: fallback must be callable or None");
+        return NULL;
+    }
+    const char *codes = PyBytes_AS_STRING(codes_obj);
+    Py_ssize_t ncodes = PyBytes_GET_SIZE(codes_obj);
+    PyTypeObject *target = (PyTypeObject *)cls;
+    if (ncodes < 1 || ncodes > (properties ? 15 : BUILDER_MAX) ||
+        PyTuple_GET_SIZE(names) != ncodes || PyTuple_GET_SIZE(nones) > BUILDER_MAX) {
+        PyErr_SetString(PyExc_ValueError, "Builder: one slot name per code, at most 16");
+        return NULL;
+    }
+    /* The instances must be what object.__new__ makes: no __dict__, allocated by type. */
+    if (target->tp_dictoffset != 0 || target->tp_alloc != PyType_GenericAlloc ||
+        target->tp_itemsize != 0) {
+        PyErr_Format(PyExc_TypeError, "Builder: %s is not a plain slots class", target->tp_name);
         return NULL;
     }
     for (Py_ssize_t i = 0; i < ncodes; i++) {
-        PyObject *value;
-        if (!(flags & (0x8000u >> i))) {
-            value = Py_NewRef(Py_None);
+        if (!strchr(properties ? "ohlqsSFR" : "bohlqsSF", codes[i])) {
+            PyErr_Format(PyExc_ValueError, "Builder: unknown field code %c", codes[i]);
+            return NULL;
         }
-        else {
-            value = unpack_one(codes[i], data, len, &pos);
-            if (value == BAIL) {
-                Py_DECREF(values);
-                Py_RETURN_NONE;
-            }
-            if (value == NULL) {
-                Py_DECREF(values);
-                return NULL;
-            }
-        }
-        PyTuple_SET_ITEM(values, i, value);
     }
-    return finish(values, ncodes, pos);
+    Builder *b = (Builder *)type->tp_alloc(type, 0); /* tracked by the GC once returned */
+    if (b == NULL) {
+        return NULL;
+    }
+    b->vectorcall = builder_call;
+    b->cls = (PyTypeObject *)Py_NewRef(cls);
+    b->codes_obj = Py_NewRef(codes_obj);
+    b->names = Py_NewRef(names);
+    b->nones = Py_NewRef(nones);
+    b->fallback = Py_NewRef(fallback);
+    b->properties = properties;
+    b->ncodes = ncodes;
+    memcpy(b->codes, codes, (size_t)ncodes);
+    for (Py_ssize_t i = 0; i < ncodes; i++) {
+        if ((b->offsets[i] = slot_offset(target, PyTuple_GET_ITEM(names, i))) < 0) goto fail;
+    }
+    b->nnones = PyTuple_GET_SIZE(nones);
+    for (Py_ssize_t i = 0; i < b->nnones; i++) {
+        if ((b->none_offsets[i] = slot_offset(target, PyTuple_GET_ITEM(nones, i))) < 0) goto fail;
+    }
+    /* Every slot set exactly once: a slot named twice would leak its first value. */
+    for (Py_ssize_t i = 0; i < ncodes + b->nnones; i++) {
+        for (Py_ssize_t j = 0; j < i; j++) {
+            Py_ssize_t oi = i < ncodes ? b->offsets[i] : b->none_offsets[i - ncodes];
+            Py_ssize_t oj = j < ncodes ? b->offsets[j] : b->none_offsets[j - ncodes];
+            if (oi == oj) {
+                PyErr_SetString(PyExc_ValueError, "Builder: a slot is named twice");
+                goto fail;
+            }
+        }
+    }
+    return (PyObject *)b;
+fail:
+    Py_DECREF(b);
+    return NULL;
 }
+
+static int builder_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    Builder *b = (Builder *)self;
+    Py_VISIT(b->cls);
+    Py_VISIT(b->fallback); /* a classmethod of cls: a cycle through cls's dict */
+    return 0;
+}
+
+static int builder_clear(PyObject *self)
+{
+    Builder *b = (Builder *)self;
+    Py_CLEAR(b->cls);
+    Py_CLEAR(b->codes_obj);
+    Py_CLEAR(b->names);
+    Py_CLEAR(b->nones);
+    Py_CLEAR(b->fallback);
+    return 0;
+}
+
+static void builder_dealloc(PyObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    builder_clear(self);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyMemberDef builder_members[] = {
+    {"cls", Py_T_OBJECT_EX, offsetof(Builder, cls), Py_READONLY, "the class built"},
+    {"codes", Py_T_OBJECT_EX, offsetof(Builder, codes_obj), Py_READONLY, "one code per value"},
+    {"names", Py_T_OBJECT_EX, offsetof(Builder, names), Py_READONLY, "the slot of each value"},
+    {"nones", Py_T_OBJECT_EX, offsetof(Builder, nones), Py_READONLY, "slots set to None"},
+    {"properties", Py_T_INT, offsetof(Builder, properties), Py_READONLY, "a flag word first"},
+    {"fallback", Py_T_OBJECT_EX, offsetof(Builder, fallback), Py_READONLY,
+     "what decodes what C can't (None: the builder returns None then)"},
+    {NULL},
+};
+
+PyDoc_STRVAR(builder_doc,
+             "Builder(cls, codes, names, nones, properties)\n--\n\n"
+             "A decoder of the generated class cls: calling it with (buf, offset) returns\n"
+             "(instance, offset after the values), or None when the generated Python decoder\n"
+             "must do it. Each value of codes goes into the slot of cls named at its place in\n"
+             "names; the slots in nones are set to None. With properties, a flag word comes\n"
+             "first and a value whose flag is clear is None. Given a fallback, it returns\n"
+             "fallback(buf, offset) instead of None.");
+
+static PyTypeObject BuilderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "amqp_sansio._speedups.Builder",
+    .tp_basicsize = sizeof(Builder),
+    .tp_dealloc = builder_dealloc,
+    .tp_traverse = builder_traverse,
+    .tp_clear = builder_clear,
+    .tp_members = builder_members,
+    .tp_vectorcall_offset = offsetof(Builder, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = builder_doc,
+    .tp_new = builder_new,
+};
 
 /* --- encoding ------------------------------------------------------------------------------ */
 
@@ -756,10 +907,6 @@ static PyMethodDef methods[] = {
      "set_fallbacks(decode_table, encode_table): the pure-Python functions to defer to."},
     {"encode_table", (PyCFunction)(void (*)(void))encode_table, METH_FASTCALL | METH_KEYWORDS,
      encode_table_doc},
-    {"unpack_fields", (PyCFunction)(void (*)(void))unpack_fields, METH_FASTCALL,
-     unpack_fields_doc},
-    {"unpack_properties", (PyCFunction)(void (*)(void))unpack_properties, METH_FASTCALL,
-     unpack_properties_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -777,7 +924,9 @@ PyMODINIT_FUNC PyInit__speedups(void)
     if (m == NULL) {
         return NULL;
     }
-    if (PyModule_AddIntConstant(m, "VERSION", SPEEDUPS_VERSION) < 0 ||
+    if (PyType_Ready(&BuilderType) < 0 ||
+        PyModule_AddObjectRef(m, "Builder", (PyObject *)&BuilderType) < 0 ||
+        PyModule_AddIntConstant(m, "VERSION", SPEEDUPS_VERSION) < 0 ||
         PyModule_AddIntConstant(m, "MAX_TABLE_DEPTH", MAX_TABLE_DEPTH) < 0 ||
         PyModule_AddIntConstant(m, "MAX_TABLE_ENTRIES", MAX_TABLE_ENTRIES) < 0) {
         Py_DECREF(m);

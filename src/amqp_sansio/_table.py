@@ -64,7 +64,7 @@ from ._errors import LocalProtocolError, RemoteProtocolError
 from ._generated.reply_codes import ReplyCode
 
 if TYPE_CHECKING:
-    from ._speedups import ArgsUnpacker, TableDecoder, TableEncoder
+    from ._speedups import Builder, TableDecoder, TableEncoder
     from ._util import Buffer
 
 __all__ = [
@@ -876,13 +876,13 @@ class Speedups:
 
     decode_table: TableDecoder
     encode_table: TableEncoder
-    #: Used first by the generated method and properties decoders (see ``_speedups.c``).
-    unpack_fields: ArgsUnpacker
-    unpack_properties: ArgsUnpacker
+    #: Decodes a generated class straight into a new instance: the ``decode`` of generated
+    #: method and properties classes (see ``_method.install_c_decoder``).
+    builder: type[Builder[object]]
 
 
 #: What ``_speedups.c`` says its ``VERSION`` is: the interface these sources expect.
-_SPEEDUPS_VERSION: Final = 4
+_SPEEDUPS_VERSION: Final = 5
 
 
 def _load_speedups() -> Speedups | None:
@@ -902,8 +902,7 @@ def _load_speedups() -> Speedups | None:
     return Speedups(
         _speedups.decode_table,
         _speedups.encode_table,
-        _speedups.unpack_fields,
-        _speedups.unpack_properties,
+        _speedups.Builder,
     )
 
 

@@ -14,7 +14,7 @@ The others are this version's own.
 from __future__ import annotations
 
 import struct
-from typing import ClassVar, Final, TypeAlias, cast, final
+from typing import ClassVar, Final, TypeAlias, final
 
 import attrs
 
@@ -26,10 +26,9 @@ from .._method import (
     Method,
     Role,
     decode_received_table,
+    install_c_decoder,
     malformed_table,
     table_repr,
-    unpack_fields,
-    unpack_properties,
 )
 from .._table import FieldTable, decode_table, encode_table
 from .reply_codes import ReplyCode
@@ -273,27 +272,6 @@ class FileProperties(ContentProperties):
     def decode(cls, buf: Buffer, offset: int) -> tuple[FileProperties, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_properties is not None:
-            values = cast(
-                "tuple[str | None, str | None, bytes | None, int | None, str | None, str | None, str | None, int | None, str | None, int] | None",
-                unpack_properties(b"ssRosssqs", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.content_type,
-                    self.content_encoding,
-                    self._headers_raw,
-                    self.priority,
-                    self.reply_to,
-                    self.message_id,
-                    self.filename,
-                    self.timestamp,
-                    self.cluster_id,
-                    offset,
-                ) = values
-                self._headers = None
-                return self, offset
         self = _new(cls)
         (flags,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -483,23 +461,6 @@ class StreamProperties(ContentProperties):
     def decode(cls, buf: Buffer, offset: int) -> tuple[StreamProperties, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_properties is not None:
-            values = cast(
-                "tuple[str | None, str | None, bytes | None, int | None, int | None, int] | None",
-                unpack_properties(b"ssRoq", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.content_type,
-                    self.content_encoding,
-                    self._headers_raw,
-                    self.priority,
-                    self.timestamp,
-                    offset,
-                ) = values
-                self._headers = None
-                return self, offset
         self = _new(cls)
         (flags,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -662,23 +623,6 @@ class TunnelProperties(ContentProperties):
     def decode(cls, buf: Buffer, offset: int) -> tuple[TunnelProperties, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_properties is not None:
-            values = cast(
-                "tuple[bytes | None, str | None, str | None, int | None, int | None, int] | None",
-                unpack_properties(b"Rssoo", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self._headers_raw,
-                    self.proxy_name,
-                    self.data_name,
-                    self.durable,
-                    self.broadcast,
-                    offset,
-                ) = values
-                self._headers = None
-                return self, offset
         self = _new(cls)
         (flags,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -805,12 +749,6 @@ class ConnectionOpen(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionOpen, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, str, bool, int] | None", unpack_fields(b"ssb", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.virtual_host, self.capabilities, self.insist, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.virtual_host = buf[offset + 1 : offset + 1 + n].decode()
@@ -864,12 +802,6 @@ class ConnectionRedirect(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionRedirect, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, str, int] | None", unpack_fields(b"ss", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.host, self.known_hosts, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.host = buf[offset + 1 : offset + 1 + n].decode()
@@ -911,12 +843,6 @@ class ChannelOpen(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ChannelOpen, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, int] | None", unpack_fields(b"s", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.out_of_band, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.out_of_band = buf[offset + 1 : offset + 1 + n].decode()
@@ -995,14 +921,6 @@ class ChannelAlert(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ChannelAlert, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, FieldTable, int] | None", unpack_fields(b"hsF", buf, offset)
-            )
-            if values is not None:
-                self = _new(cls)
-                (self.reply_code, self.reply_text, self.details, offset) = values
-                return self, offset
         self = _new(cls)
         (self.reply_code,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -1080,24 +998,6 @@ class BasicConsume(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicConsume, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, str, bool, bool, bool, bool, int] | None",
-                unpack_fields(b"hssbbbb", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.ticket,
-                    self.queue,
-                    self.consumer_tag,
-                    self.no_local,
-                    self.no_ack,
-                    self.exclusive,
-                    self.nowait,
-                    offset,
-                ) = values
-                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -1159,12 +1059,6 @@ class BasicCancel(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicCancel, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, bool, int] | None", unpack_fields(b"sb", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.consumer_tag, self.nowait, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -1205,12 +1099,6 @@ class BasicCancelOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicCancelOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, int] | None", unpack_fields(b"s", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.consumer_tag, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -1401,24 +1289,6 @@ class FileConsume(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[FileConsume, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, str, bool, bool, bool, bool, int] | None",
-                unpack_fields(b"hssbbbb", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.ticket,
-                    self.queue,
-                    self.consumer_tag,
-                    self.no_local,
-                    self.no_ack,
-                    self.exclusive,
-                    self.nowait,
-                    offset,
-                ) = values
-                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -1468,12 +1338,6 @@ class FileConsumeOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[FileConsumeOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, int] | None", unpack_fields(b"s", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.consumer_tag, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -1522,12 +1386,6 @@ class FileCancel(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[FileCancel, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, bool, int] | None", unpack_fields(b"sb", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.consumer_tag, self.nowait, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -1568,12 +1426,6 @@ class FileCancelOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[FileCancelOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, int] | None", unpack_fields(b"s", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.consumer_tag, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -1623,12 +1475,6 @@ class FileOpen(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[FileOpen, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, int, int] | None", unpack_fields(b"sq", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.identifier, self.content_size, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.identifier = buf[offset + 1 : offset + 1 + n].decode()
@@ -1762,23 +1608,6 @@ class FilePublish(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[FilePublish, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, str, bool, bool, str, int] | None",
-                unpack_fields(b"hssbbs", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.ticket,
-                    self.exchange,
-                    self.routing_key,
-                    self.mandatory,
-                    self.immediate,
-                    self.identifier,
-                    offset,
-                ) = values
-                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -1849,14 +1678,6 @@ class FileReturn(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[FileReturn, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, str, str, int] | None", unpack_fields(b"hsss", buf, offset)
-            )
-            if values is not None:
-                self = _new(cls)
-                (self.reply_code, self.reply_text, self.exchange, self.routing_key, offset) = values
-                return self, offset
         self = _new(cls)
         (self.reply_code,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -1933,23 +1754,6 @@ class FileDeliver(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[FileDeliver, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[str, int, bool, str, str, str, int] | None",
-                unpack_fields(b"sqbsss", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.consumer_tag,
-                    self.delivery_tag,
-                    self.redelivered,
-                    self.exchange,
-                    self.routing_key,
-                    self.identifier,
-                    offset,
-                ) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -2195,23 +1999,6 @@ class StreamConsume(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[StreamConsume, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, str, bool, bool, bool, int] | None",
-                unpack_fields(b"hssbbb", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.ticket,
-                    self.queue,
-                    self.consumer_tag,
-                    self.no_local,
-                    self.exclusive,
-                    self.nowait,
-                    offset,
-                ) = values
-                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -2260,12 +2047,6 @@ class StreamConsumeOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[StreamConsumeOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, int] | None", unpack_fields(b"s", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.consumer_tag, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -2315,12 +2096,6 @@ class StreamCancel(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[StreamCancel, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, bool, int] | None", unpack_fields(b"sb", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.consumer_tag, self.nowait, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -2361,12 +2136,6 @@ class StreamCancelOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[StreamCancelOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, int] | None", unpack_fields(b"s", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.consumer_tag, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -2428,21 +2197,6 @@ class StreamPublish(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[StreamPublish, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, str, bool, bool, int] | None", unpack_fields(b"hssbb", buf, offset)
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.ticket,
-                    self.exchange,
-                    self.routing_key,
-                    self.mandatory,
-                    self.immediate,
-                    offset,
-                ) = values
-                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -2510,14 +2264,6 @@ class StreamReturn(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[StreamReturn, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, str, str, int] | None", unpack_fields(b"hsss", buf, offset)
-            )
-            if values is not None:
-                self = _new(cls)
-                (self.reply_code, self.reply_text, self.exchange, self.routing_key, offset) = values
-                return self, offset
         self = _new(cls)
         (self.reply_code,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -2583,14 +2329,6 @@ class StreamDeliver(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[StreamDeliver, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[str, int, str, str, int] | None", unpack_fields(b"sqss", buf, offset)
-            )
-            if values is not None:
-                self = _new(cls)
-                (self.consumer_tag, self.delivery_tag, self.exchange, self.queue, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -2695,12 +2433,6 @@ class DtxStart(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[DtxStart, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, int] | None", unpack_fields(b"s", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.dtx_identifier, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.dtx_identifier = buf[offset + 1 : offset + 1 + n].decode()
@@ -2764,12 +2496,6 @@ class TunnelRequest(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[TunnelRequest, int]:
-        if unpack_fields is not None:
-            values = cast("tuple[FieldTable, int] | None", unpack_fields(b"F", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.meta_data, offset) = values
-                return self, offset
         self = _new(cls)
         self.meta_data, offset = decode_table(buf, offset)
         return self, offset
@@ -2910,12 +2636,6 @@ class TestString(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[TestString, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, bytes, int, int] | None", unpack_fields(b"sSo", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.string_1, self.string_2, self.operation, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.string_1 = buf[offset + 1 : offset + 1 + n].decode()
@@ -2957,12 +2677,6 @@ class TestStringOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[TestStringOk, int]:
-        if unpack_fields is not None:
-            values = cast("tuple[bytes, int] | None", unpack_fields(b"S", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.result, offset) = values
-                return self, offset
         self = _new(cls)
         (n,) = _S_I.unpack_from(buf, offset)
         self.result = bytes(buf[offset + 4 : offset + 4 + n])
@@ -3009,14 +2723,6 @@ class TestTable(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[TestTable, int]:
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[FieldTable, int, int, int] | None", unpack_fields(b"Foo", buf, offset)
-            )
-            if values is not None:
-                self = _new(cls)
-                (self.table, self.integer_op, self.string_op, offset) = values
-                return self, offset
         self = _new(cls)
         self.table, offset = decode_table(buf, offset)
         self.integer_op, self.string_op = _S_BB.unpack_from(buf, offset)
@@ -3060,12 +2766,6 @@ class TestTableOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[TestTableOk, int]:
-        if unpack_fields is not None:
-            values = cast("tuple[int, bytes, int] | None", unpack_fields(b"qS", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.integer_result, self.string_result, offset) = values
-                return self, offset
         self = _new(cls)
         (self.integer_result,) = _S_Q.unpack_from(buf, offset)
         offset += 8
@@ -3160,6 +2860,267 @@ TestInteger.RESPONSES = (TestIntegerOk,)
 TestString.RESPONSES = (TestStringOk,)
 TestTable.RESPONSES = (TestTableOk,)
 TestContent.RESPONSES = (TestContentOk,)
+
+# The C accelerator's decoders become these classes' decode (the Python one is their
+# fallback); nothing changes without the accelerator.
+install_c_decoder(
+    FileProperties,
+    b"ssRosssqs",
+    (
+        "content_type",
+        "content_encoding",
+        "_headers_raw",
+        "priority",
+        "reply_to",
+        "message_id",
+        "filename",
+        "timestamp",
+        "cluster_id",
+    ),
+    ("_headers",),
+    properties=True,
+)
+install_c_decoder(
+    StreamProperties,
+    b"ssRoq",
+    (
+        "content_type",
+        "content_encoding",
+        "_headers_raw",
+        "priority",
+        "timestamp",
+    ),
+    ("_headers",),
+    properties=True,
+)
+install_c_decoder(
+    TunnelProperties,
+    b"Rssoo",
+    (
+        "_headers_raw",
+        "proxy_name",
+        "data_name",
+        "durable",
+        "broadcast",
+    ),
+    ("_headers",),
+    properties=True,
+)
+install_c_decoder(
+    ConnectionOpen,
+    b"ssb",
+    (
+        "virtual_host",
+        "capabilities",
+        "insist",
+    ),
+    (),
+)
+install_c_decoder(
+    ConnectionRedirect,
+    b"ss",
+    (
+        "host",
+        "known_hosts",
+    ),
+    (),
+)
+install_c_decoder(ChannelOpen, b"s", ("out_of_band",), ())
+install_c_decoder(
+    ChannelAlert,
+    b"hsF",
+    (
+        "reply_code",
+        "reply_text",
+        "details",
+    ),
+    (),
+)
+install_c_decoder(
+    BasicConsume,
+    b"hssbbbb",
+    (
+        "ticket",
+        "queue",
+        "consumer_tag",
+        "no_local",
+        "no_ack",
+        "exclusive",
+        "nowait",
+    ),
+    (),
+)
+install_c_decoder(
+    BasicCancel,
+    b"sb",
+    (
+        "consumer_tag",
+        "nowait",
+    ),
+    (),
+)
+install_c_decoder(BasicCancelOk, b"s", ("consumer_tag",), ())
+install_c_decoder(
+    FileConsume,
+    b"hssbbbb",
+    (
+        "ticket",
+        "queue",
+        "consumer_tag",
+        "no_local",
+        "no_ack",
+        "exclusive",
+        "nowait",
+    ),
+    (),
+)
+install_c_decoder(FileConsumeOk, b"s", ("consumer_tag",), ())
+install_c_decoder(
+    FileCancel,
+    b"sb",
+    (
+        "consumer_tag",
+        "nowait",
+    ),
+    (),
+)
+install_c_decoder(FileCancelOk, b"s", ("consumer_tag",), ())
+install_c_decoder(
+    FileOpen,
+    b"sq",
+    (
+        "identifier",
+        "content_size",
+    ),
+    (),
+)
+install_c_decoder(
+    FilePublish,
+    b"hssbbs",
+    (
+        "ticket",
+        "exchange",
+        "routing_key",
+        "mandatory",
+        "immediate",
+        "identifier",
+    ),
+    (),
+)
+install_c_decoder(
+    FileReturn,
+    b"hsss",
+    (
+        "reply_code",
+        "reply_text",
+        "exchange",
+        "routing_key",
+    ),
+    (),
+)
+install_c_decoder(
+    FileDeliver,
+    b"sqbsss",
+    (
+        "consumer_tag",
+        "delivery_tag",
+        "redelivered",
+        "exchange",
+        "routing_key",
+        "identifier",
+    ),
+    (),
+)
+install_c_decoder(
+    StreamConsume,
+    b"hssbbb",
+    (
+        "ticket",
+        "queue",
+        "consumer_tag",
+        "no_local",
+        "exclusive",
+        "nowait",
+    ),
+    (),
+)
+install_c_decoder(StreamConsumeOk, b"s", ("consumer_tag",), ())
+install_c_decoder(
+    StreamCancel,
+    b"sb",
+    (
+        "consumer_tag",
+        "nowait",
+    ),
+    (),
+)
+install_c_decoder(StreamCancelOk, b"s", ("consumer_tag",), ())
+install_c_decoder(
+    StreamPublish,
+    b"hssbb",
+    (
+        "ticket",
+        "exchange",
+        "routing_key",
+        "mandatory",
+        "immediate",
+    ),
+    (),
+)
+install_c_decoder(
+    StreamReturn,
+    b"hsss",
+    (
+        "reply_code",
+        "reply_text",
+        "exchange",
+        "routing_key",
+    ),
+    (),
+)
+install_c_decoder(
+    StreamDeliver,
+    b"sqss",
+    (
+        "consumer_tag",
+        "delivery_tag",
+        "exchange",
+        "queue",
+    ),
+    (),
+)
+install_c_decoder(DtxStart, b"s", ("dtx_identifier",), ())
+install_c_decoder(TunnelRequest, b"F", ("meta_data",), ())
+install_c_decoder(
+    TestString,
+    b"sSo",
+    (
+        "string_1",
+        "string_2",
+        "operation",
+    ),
+    (),
+)
+install_c_decoder(TestStringOk, b"S", ("result",), ())
+install_c_decoder(
+    TestTable,
+    b"Foo",
+    (
+        "table",
+        "integer_op",
+        "string_op",
+    ),
+    (),
+)
+install_c_decoder(
+    TestTableOk,
+    b"qS",
+    (
+        "integer_result",
+        "string_result",
+    ),
+    (),
+)
 
 AnyMethod: TypeAlias = (
     ConnectionStart

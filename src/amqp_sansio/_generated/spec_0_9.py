@@ -13,7 +13,7 @@ The others are this version's own.
 from __future__ import annotations
 
 import struct
-from typing import ClassVar, Final, TypeAlias, cast, final
+from typing import ClassVar, Final, TypeAlias, final
 
 import attrs
 
@@ -26,10 +26,9 @@ from .._method import (
     Method,
     Role,
     decode_received_table,
+    install_c_decoder,
     malformed_table,
     table_repr,
-    unpack_fields,
-    unpack_properties,
 )
 from .._table import FieldTable, decode_table, encode_table
 from .reply_codes import ReplyCode
@@ -271,27 +270,6 @@ class FileProperties(ContentProperties):
     def decode(cls, buf: Buffer, offset: int) -> tuple[FileProperties, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_properties is not None:
-            values = cast(
-                "tuple[str | None, str | None, bytes | None, int | None, str | None, str | None, str | None, int | None, str | None, int] | None",
-                unpack_properties(b"ssRosssqs", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.content_type,
-                    self.content_encoding,
-                    self._headers_raw,
-                    self.priority,
-                    self.reply_to,
-                    self.message_id,
-                    self.filename,
-                    self.timestamp,
-                    self.cluster_id,
-                    offset,
-                ) = values
-                self._headers = None
-                return self, offset
         self = _new(cls)
         (flags,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -481,23 +459,6 @@ class StreamProperties(ContentProperties):
     def decode(cls, buf: Buffer, offset: int) -> tuple[StreamProperties, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_properties is not None:
-            values = cast(
-                "tuple[str | None, str | None, bytes | None, int | None, int | None, int] | None",
-                unpack_properties(b"ssRoq", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.content_type,
-                    self.content_encoding,
-                    self._headers_raw,
-                    self.priority,
-                    self.timestamp,
-                    offset,
-                ) = values
-                self._headers = None
-                return self, offset
         self = _new(cls)
         (flags,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -660,23 +621,6 @@ class TunnelProperties(ContentProperties):
     def decode(cls, buf: Buffer, offset: int) -> tuple[TunnelProperties, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_properties is not None:
-            values = cast(
-                "tuple[bytes | None, str | None, str | None, int | None, int | None, int] | None",
-                unpack_properties(b"Rssoo", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self._headers_raw,
-                    self.proxy_name,
-                    self.data_name,
-                    self.durable,
-                    self.broadcast,
-                    offset,
-                ) = values
-                self._headers = None
-                return self, offset
         self = _new(cls)
         (flags,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -774,12 +718,6 @@ class ConnectionOpen(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionOpen, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, str, bool, int] | None", unpack_fields(b"ssb", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.virtual_host, self.capabilities, self.insist, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.virtual_host = buf[offset + 1 : offset + 1 + n].decode()
@@ -833,12 +771,6 @@ class ConnectionRedirect(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionRedirect, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, str, int] | None", unpack_fields(b"ss", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.host, self.known_hosts, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.host = buf[offset + 1 : offset + 1 + n].decode()
@@ -876,12 +808,6 @@ class ChannelResume(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ChannelResume, int]:
-        if unpack_fields is not None:
-            values = cast("tuple[bytes, int] | None", unpack_fields(b"S", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.channel_id, offset) = values
-                return self, offset
         self = _new(cls)
         (n,) = _S_I.unpack_from(buf, offset)
         self.channel_id = bytes(buf[offset + 4 : offset + 4 + n])
@@ -1043,25 +969,6 @@ class BasicConsume(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicConsume, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, str, bool, bool, bool, bool, FieldTable, int] | None",
-                unpack_fields(b"hssbbbbF", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.ticket,
-                    self.queue,
-                    self.consumer_tag,
-                    self.no_local,
-                    self.no_ack,
-                    self.exclusive,
-                    self.nowait,
-                    self.filter,
-                    offset,
-                ) = values
-                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -1124,12 +1031,6 @@ class BasicCancel(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicCancel, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, bool, int] | None", unpack_fields(b"sb", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.consumer_tag, self.nowait, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -1170,12 +1071,6 @@ class BasicCancelOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicCancelOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, int] | None", unpack_fields(b"s", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.consumer_tag, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -1407,25 +1302,6 @@ class FileConsume(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[FileConsume, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, str, bool, bool, bool, bool, FieldTable, int] | None",
-                unpack_fields(b"hssbbbbF", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.ticket,
-                    self.queue,
-                    self.consumer_tag,
-                    self.no_local,
-                    self.no_ack,
-                    self.exclusive,
-                    self.nowait,
-                    self.filter,
-                    offset,
-                ) = values
-                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -1476,12 +1352,6 @@ class FileConsumeOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[FileConsumeOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, int] | None", unpack_fields(b"s", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.consumer_tag, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -1530,12 +1400,6 @@ class FileCancel(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[FileCancel, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, bool, int] | None", unpack_fields(b"sb", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.consumer_tag, self.nowait, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -1576,12 +1440,6 @@ class FileCancelOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[FileCancelOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, int] | None", unpack_fields(b"s", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.consumer_tag, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -1631,12 +1489,6 @@ class FileOpen(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[FileOpen, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, int, int] | None", unpack_fields(b"sq", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.identifier, self.content_size, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.identifier = buf[offset + 1 : offset + 1 + n].decode()
@@ -1770,23 +1622,6 @@ class FilePublish(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[FilePublish, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, str, bool, bool, str, int] | None",
-                unpack_fields(b"hssbbs", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.ticket,
-                    self.exchange,
-                    self.routing_key,
-                    self.mandatory,
-                    self.immediate,
-                    self.identifier,
-                    offset,
-                ) = values
-                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -1857,14 +1692,6 @@ class FileReturn(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[FileReturn, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, str, str, int] | None", unpack_fields(b"hsss", buf, offset)
-            )
-            if values is not None:
-                self = _new(cls)
-                (self.reply_code, self.reply_text, self.exchange, self.routing_key, offset) = values
-                return self, offset
         self = _new(cls)
         (self.reply_code,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -1941,23 +1768,6 @@ class FileDeliver(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[FileDeliver, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[str, int, bool, str, str, str, int] | None",
-                unpack_fields(b"sqbsss", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.consumer_tag,
-                    self.delivery_tag,
-                    self.redelivered,
-                    self.exchange,
-                    self.routing_key,
-                    self.identifier,
-                    offset,
-                ) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -2208,24 +2018,6 @@ class StreamConsume(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[StreamConsume, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, str, bool, bool, bool, FieldTable, int] | None",
-                unpack_fields(b"hssbbbF", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.ticket,
-                    self.queue,
-                    self.consumer_tag,
-                    self.no_local,
-                    self.exclusive,
-                    self.nowait,
-                    self.filter,
-                    offset,
-                ) = values
-                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -2275,12 +2067,6 @@ class StreamConsumeOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[StreamConsumeOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, int] | None", unpack_fields(b"s", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.consumer_tag, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -2330,12 +2116,6 @@ class StreamCancel(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[StreamCancel, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, bool, int] | None", unpack_fields(b"sb", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.consumer_tag, self.nowait, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -2376,12 +2156,6 @@ class StreamCancelOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[StreamCancelOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, int] | None", unpack_fields(b"s", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.consumer_tag, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -2443,21 +2217,6 @@ class StreamPublish(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[StreamPublish, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, str, bool, bool, int] | None", unpack_fields(b"hssbb", buf, offset)
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.ticket,
-                    self.exchange,
-                    self.routing_key,
-                    self.mandatory,
-                    self.immediate,
-                    offset,
-                ) = values
-                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -2525,14 +2284,6 @@ class StreamReturn(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[StreamReturn, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, str, str, int] | None", unpack_fields(b"hsss", buf, offset)
-            )
-            if values is not None:
-                self = _new(cls)
-                (self.reply_code, self.reply_text, self.exchange, self.routing_key, offset) = values
-                return self, offset
         self = _new(cls)
         (self.reply_code,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -2598,14 +2349,6 @@ class StreamDeliver(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[StreamDeliver, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[str, int, str, str, int] | None", unpack_fields(b"sqss", buf, offset)
-            )
-            if values is not None:
-                self = _new(cls)
-                (self.consumer_tag, self.delivery_tag, self.exchange, self.queue, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -2710,12 +2453,6 @@ class DtxStart(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[DtxStart, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, int] | None", unpack_fields(b"s", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.dtx_identifier, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.dtx_identifier = buf[offset + 1 : offset + 1 + n].decode()
@@ -2779,12 +2516,6 @@ class TunnelRequest(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[TunnelRequest, int]:
-        if unpack_fields is not None:
-            values = cast("tuple[FieldTable, int] | None", unpack_fields(b"F", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.meta_data, offset) = values
-                return self, offset
         self = _new(cls)
         self.meta_data, offset = decode_table(buf, offset)
         return self, offset
@@ -3078,24 +2809,6 @@ class MessageConsume(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[MessageConsume, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, str, bool, bool, bool, FieldTable, int] | None",
-                unpack_fields(b"hssbbbF", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.ticket,
-                    self.queue,
-                    self.destination,
-                    self.no_local,
-                    self.no_ack,
-                    self.exclusive,
-                    self.filter,
-                    offset,
-                ) = values
-                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -3147,12 +2860,6 @@ class MessageCancel(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[MessageCancel, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, int] | None", unpack_fields(b"s", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.destination, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.destination = buf[offset + 1 : offset + 1 + n].decode()
@@ -3208,14 +2915,6 @@ class MessageGet(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[MessageGet, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, str, bool, int] | None", unpack_fields(b"hssb", buf, offset)
-            )
-            if values is not None:
-                self = _new(cls)
-                (self.ticket, self.queue, self.destination, self.no_ack, offset) = values
-                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -3301,12 +3000,6 @@ class MessageOpen(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[MessageOpen, int]:
-        if unpack_fields is not None:
-            values = cast("tuple[bytes, int] | None", unpack_fields(b"S", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.reference, offset) = values
-                return self, offset
         self = _new(cls)
         (n,) = _S_I.unpack_from(buf, offset)
         self.reference = bytes(buf[offset + 4 : offset + 4 + n])
@@ -3343,12 +3036,6 @@ class MessageClose(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[MessageClose, int]:
-        if unpack_fields is not None:
-            values = cast("tuple[bytes, int] | None", unpack_fields(b"S", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.reference, offset) = values
-                return self, offset
         self = _new(cls)
         (n,) = _S_I.unpack_from(buf, offset)
         self.reference = bytes(buf[offset + 4 : offset + 4 + n])
@@ -3392,12 +3079,6 @@ class MessageAppend(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[MessageAppend, int]:
-        if unpack_fields is not None:
-            values = cast("tuple[bytes, bytes, int] | None", unpack_fields(b"SS", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.reference, self.bytes, offset) = values
-                return self, offset
         self = _new(cls)
         (n,) = _S_I.unpack_from(buf, offset)
         self.reference = bytes(buf[offset + 4 : offset + 4 + n])
@@ -3451,12 +3132,6 @@ class MessageCheckpoint(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[MessageCheckpoint, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[bytes, str, int] | None", unpack_fields(b"Ss", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.reference, self.identifier, offset) = values
-                return self, offset
         self = _new(cls)
         (n,) = _S_I.unpack_from(buf, offset)
         self.reference = bytes(buf[offset + 4 : offset + 4 + n])
@@ -3508,12 +3183,6 @@ class MessageResume(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[MessageResume, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[bytes, str, int] | None", unpack_fields(b"Ss", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.reference, self.identifier, offset) = values
-                return self, offset
         self = _new(cls)
         (n,) = _S_I.unpack_from(buf, offset)
         self.reference = bytes(buf[offset + 4 : offset + 4 + n])
@@ -3663,12 +3332,6 @@ class MessageReject(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[MessageReject, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[int, str, int] | None", unpack_fields(b"hs", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.code, self.text, offset) = values
-                return self, offset
         self = _new(cls)
         (self.code,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -3748,6 +3411,294 @@ MessageAppend.RESPONSES = (MessageOk,)
 MessageCheckpoint.RESPONSES = (MessageOk,)
 MessageResume.RESPONSES = (MessageOffset,)
 MessageQos.RESPONSES = (MessageOk,)
+
+# The C accelerator's decoders become these classes' decode (the Python one is their
+# fallback); nothing changes without the accelerator.
+install_c_decoder(
+    FileProperties,
+    b"ssRosssqs",
+    (
+        "content_type",
+        "content_encoding",
+        "_headers_raw",
+        "priority",
+        "reply_to",
+        "message_id",
+        "filename",
+        "timestamp",
+        "cluster_id",
+    ),
+    ("_headers",),
+    properties=True,
+)
+install_c_decoder(
+    StreamProperties,
+    b"ssRoq",
+    (
+        "content_type",
+        "content_encoding",
+        "_headers_raw",
+        "priority",
+        "timestamp",
+    ),
+    ("_headers",),
+    properties=True,
+)
+install_c_decoder(
+    TunnelProperties,
+    b"Rssoo",
+    (
+        "_headers_raw",
+        "proxy_name",
+        "data_name",
+        "durable",
+        "broadcast",
+    ),
+    ("_headers",),
+    properties=True,
+)
+install_c_decoder(
+    ConnectionOpen,
+    b"ssb",
+    (
+        "virtual_host",
+        "capabilities",
+        "insist",
+    ),
+    (),
+)
+install_c_decoder(
+    ConnectionRedirect,
+    b"ss",
+    (
+        "host",
+        "known_hosts",
+    ),
+    (),
+)
+install_c_decoder(ChannelResume, b"S", ("channel_id",), ())
+install_c_decoder(
+    BasicConsume,
+    b"hssbbbbF",
+    (
+        "ticket",
+        "queue",
+        "consumer_tag",
+        "no_local",
+        "no_ack",
+        "exclusive",
+        "nowait",
+        "filter",
+    ),
+    (),
+)
+install_c_decoder(
+    BasicCancel,
+    b"sb",
+    (
+        "consumer_tag",
+        "nowait",
+    ),
+    (),
+)
+install_c_decoder(BasicCancelOk, b"s", ("consumer_tag",), ())
+install_c_decoder(
+    FileConsume,
+    b"hssbbbbF",
+    (
+        "ticket",
+        "queue",
+        "consumer_tag",
+        "no_local",
+        "no_ack",
+        "exclusive",
+        "nowait",
+        "filter",
+    ),
+    (),
+)
+install_c_decoder(FileConsumeOk, b"s", ("consumer_tag",), ())
+install_c_decoder(
+    FileCancel,
+    b"sb",
+    (
+        "consumer_tag",
+        "nowait",
+    ),
+    (),
+)
+install_c_decoder(FileCancelOk, b"s", ("consumer_tag",), ())
+install_c_decoder(
+    FileOpen,
+    b"sq",
+    (
+        "identifier",
+        "content_size",
+    ),
+    (),
+)
+install_c_decoder(
+    FilePublish,
+    b"hssbbs",
+    (
+        "ticket",
+        "exchange",
+        "routing_key",
+        "mandatory",
+        "immediate",
+        "identifier",
+    ),
+    (),
+)
+install_c_decoder(
+    FileReturn,
+    b"hsss",
+    (
+        "reply_code",
+        "reply_text",
+        "exchange",
+        "routing_key",
+    ),
+    (),
+)
+install_c_decoder(
+    FileDeliver,
+    b"sqbsss",
+    (
+        "consumer_tag",
+        "delivery_tag",
+        "redelivered",
+        "exchange",
+        "routing_key",
+        "identifier",
+    ),
+    (),
+)
+install_c_decoder(
+    StreamConsume,
+    b"hssbbbF",
+    (
+        "ticket",
+        "queue",
+        "consumer_tag",
+        "no_local",
+        "exclusive",
+        "nowait",
+        "filter",
+    ),
+    (),
+)
+install_c_decoder(StreamConsumeOk, b"s", ("consumer_tag",), ())
+install_c_decoder(
+    StreamCancel,
+    b"sb",
+    (
+        "consumer_tag",
+        "nowait",
+    ),
+    (),
+)
+install_c_decoder(StreamCancelOk, b"s", ("consumer_tag",), ())
+install_c_decoder(
+    StreamPublish,
+    b"hssbb",
+    (
+        "ticket",
+        "exchange",
+        "routing_key",
+        "mandatory",
+        "immediate",
+    ),
+    (),
+)
+install_c_decoder(
+    StreamReturn,
+    b"hsss",
+    (
+        "reply_code",
+        "reply_text",
+        "exchange",
+        "routing_key",
+    ),
+    (),
+)
+install_c_decoder(
+    StreamDeliver,
+    b"sqss",
+    (
+        "consumer_tag",
+        "delivery_tag",
+        "exchange",
+        "queue",
+    ),
+    (),
+)
+install_c_decoder(DtxStart, b"s", ("dtx_identifier",), ())
+install_c_decoder(TunnelRequest, b"F", ("meta_data",), ())
+install_c_decoder(
+    MessageConsume,
+    b"hssbbbF",
+    (
+        "ticket",
+        "queue",
+        "destination",
+        "no_local",
+        "no_ack",
+        "exclusive",
+        "filter",
+    ),
+    (),
+)
+install_c_decoder(MessageCancel, b"s", ("destination",), ())
+install_c_decoder(
+    MessageGet,
+    b"hssb",
+    (
+        "ticket",
+        "queue",
+        "destination",
+        "no_ack",
+    ),
+    (),
+)
+install_c_decoder(MessageOpen, b"S", ("reference",), ())
+install_c_decoder(MessageClose, b"S", ("reference",), ())
+install_c_decoder(
+    MessageAppend,
+    b"SS",
+    (
+        "reference",
+        "bytes",
+    ),
+    (),
+)
+install_c_decoder(
+    MessageCheckpoint,
+    b"Ss",
+    (
+        "reference",
+        "identifier",
+    ),
+    (),
+)
+install_c_decoder(
+    MessageResume,
+    b"Ss",
+    (
+        "reference",
+        "identifier",
+    ),
+    (),
+)
+install_c_decoder(
+    MessageReject,
+    b"hs",
+    (
+        "code",
+        "text",
+    ),
+    (),
+)
 
 AnyMethod: TypeAlias = (
     ConnectionStart

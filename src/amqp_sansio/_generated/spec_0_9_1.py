@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import struct
-from typing import ClassVar, Final, TypeAlias, cast, final
+from typing import ClassVar, Final, TypeAlias, final
 
 import attrs
 
@@ -21,10 +21,9 @@ from .._method import (
     Method,
     Role,
     decode_received_table,
+    install_c_decoder,
     malformed_table,
     table_repr,
-    unpack_fields,
-    unpack_properties,
 )
 from .._table import FieldTable, decode_table, encode_table
 from .reply_codes import ReplyCode
@@ -267,32 +266,6 @@ class BasicProperties(ContentProperties):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicProperties, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_properties is not None:
-            values = cast(
-                "tuple[str | None, str | None, bytes | None, int | None, int | None, str | None, str | None, str | None, str | None, int | None, str | None, str | None, str | None, str | None, int] | None",
-                unpack_properties(b"ssRoossssqssss", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.content_type,
-                    self.content_encoding,
-                    self._headers_raw,
-                    self.delivery_mode,
-                    self.priority,
-                    self.correlation_id,
-                    self.reply_to,
-                    self.expiration,
-                    self.message_id,
-                    self.timestamp,
-                    self.type,
-                    self.user_id,
-                    self.app_id,
-                    self.cluster_id,
-                    offset,
-                ) = values
-                self._headers = None
-                return self, offset
         self = _new(cls)
         (flags,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -456,22 +429,6 @@ class ConnectionStart(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionStart, int]:
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, int, FieldTable, bytes, bytes, int] | None",
-                unpack_fields(b"ooFSS", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.version_major,
-                    self.version_minor,
-                    self.server_properties,
-                    self.mechanisms,
-                    self.locales,
-                    offset,
-                ) = values
-                return self, offset
         self = _new(cls)
         self.version_major, self.version_minor = _S_BB.unpack_from(buf, offset)
         offset += 2
@@ -536,17 +493,6 @@ class ConnectionStartOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionStartOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[FieldTable, str, bytes, str, int] | None",
-                unpack_fields(b"FsSs", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (self.client_properties, self.mechanism, self.response, self.locale, offset) = (
-                    values
-                )
-                return self, offset
         self = _new(cls)
         self.client_properties, offset = decode_table(buf, offset)
         n = buf[offset]
@@ -591,12 +537,6 @@ class ConnectionSecure(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionSecure, int]:
-        if unpack_fields is not None:
-            values = cast("tuple[bytes, int] | None", unpack_fields(b"S", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.challenge, offset) = values
-                return self, offset
         self = _new(cls)
         (n,) = _S_I.unpack_from(buf, offset)
         self.challenge = bytes(buf[offset + 4 : offset + 4 + n])
@@ -633,12 +573,6 @@ class ConnectionSecureOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionSecureOk, int]:
-        if unpack_fields is not None:
-            values = cast("tuple[bytes, int] | None", unpack_fields(b"S", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.response, offset) = values
-                return self, offset
         self = _new(cls)
         (n,) = _S_I.unpack_from(buf, offset)
         self.response = bytes(buf[offset + 4 : offset + 4 + n])
@@ -780,12 +714,6 @@ class ConnectionOpen(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionOpen, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, str, bool, int] | None", unpack_fields(b"ssb", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.virtual_host, self.capabilities, self.insist, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.virtual_host = buf[offset + 1 : offset + 1 + n].decode()
@@ -829,12 +757,6 @@ class ConnectionOpenOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionOpenOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, int] | None", unpack_fields(b"s", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.known_hosts, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.known_hosts = buf[offset + 1 : offset + 1 + n].decode()
@@ -890,14 +812,6 @@ class ConnectionClose(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionClose, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, int, int, int] | None", unpack_fields(b"hshh", buf, offset)
-            )
-            if values is not None:
-                self = _new(cls)
-                (self.reply_code, self.reply_text, self.class_id, self.method_id, offset) = values
-                return self, offset
         self = _new(cls)
         (self.reply_code,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -968,12 +882,6 @@ class ConnectionBlocked(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionBlocked, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, int] | None", unpack_fields(b"s", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.reason, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.reason = buf[offset + 1 : offset + 1 + n].decode()
@@ -1048,12 +956,6 @@ class ConnectionUpdateSecret(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ConnectionUpdateSecret, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[bytes, str, int] | None", unpack_fields(b"Ss", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.new_secret, self.reason, offset) = values
-                return self, offset
         self = _new(cls)
         (n,) = _S_I.unpack_from(buf, offset)
         self.new_secret = bytes(buf[offset + 4 : offset + 4 + n])
@@ -1121,12 +1023,6 @@ class ChannelOpen(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ChannelOpen, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, int] | None", unpack_fields(b"s", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.out_of_band, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.out_of_band = buf[offset + 1 : offset + 1 + n].decode()
@@ -1161,12 +1057,6 @@ class ChannelOpenOk(Method):
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int) -> tuple[ChannelOpenOk, int]:
-        if unpack_fields is not None:
-            values = cast("tuple[bytes, int] | None", unpack_fields(b"S", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.channel_id, offset) = values
-                return self, offset
         self = _new(cls)
         (n,) = _S_I.unpack_from(buf, offset)
         self.channel_id = bytes(buf[offset + 4 : offset + 4 + n])
@@ -1294,14 +1184,6 @@ class ChannelClose(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ChannelClose, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, int, int, int] | None", unpack_fields(b"hshh", buf, offset)
-            )
-            if values is not None:
-                self = _new(cls)
-                (self.reply_code, self.reply_text, self.class_id, self.method_id, offset) = values
-                return self, offset
         self = _new(cls)
         (self.reply_code,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -1392,23 +1274,6 @@ class AccessRequest(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[AccessRequest, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[str, bool, bool, bool, bool, bool, int] | None",
-                unpack_fields(b"sbbbbb", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.realm,
-                    self.exclusive,
-                    self.passive,
-                    self.active,
-                    self.write,
-                    self.read,
-                    offset,
-                ) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.realm = buf[offset + 1 : offset + 1 + n].decode()
@@ -1530,26 +1395,6 @@ class ExchangeDeclare(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ExchangeDeclare, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, str, bool, bool, bool, bool, bool, FieldTable, int] | None",
-                unpack_fields(b"hssbbbbbF", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.ticket,
-                    self.exchange,
-                    self.type,
-                    self.passive,
-                    self.durable,
-                    self.auto_delete,
-                    self.internal,
-                    self.nowait,
-                    self.arguments,
-                    offset,
-                ) = values
-                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -1646,14 +1491,6 @@ class ExchangeDelete(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ExchangeDelete, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, bool, bool, int] | None", unpack_fields(b"hsbb", buf, offset)
-            )
-            if values is not None:
-                self = _new(cls)
-                (self.ticket, self.exchange, self.if_unused, self.nowait, offset) = values
-                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -1757,23 +1594,6 @@ class ExchangeBind(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ExchangeBind, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, str, str, bool, FieldTable, int] | None",
-                unpack_fields(b"hsssbF", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.ticket,
-                    self.destination,
-                    self.source,
-                    self.routing_key,
-                    self.nowait,
-                    self.arguments,
-                    offset,
-                ) = values
-                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -1881,23 +1701,6 @@ class ExchangeUnbind(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[ExchangeUnbind, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, str, str, bool, FieldTable, int] | None",
-                unpack_fields(b"hsssbF", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.ticket,
-                    self.destination,
-                    self.source,
-                    self.routing_key,
-                    self.nowait,
-                    self.arguments,
-                    offset,
-                ) = values
-                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -2016,25 +1819,6 @@ class QueueDeclare(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueueDeclare, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, bool, bool, bool, bool, bool, FieldTable, int] | None",
-                unpack_fields(b"hsbbbbbF", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.ticket,
-                    self.queue,
-                    self.passive,
-                    self.durable,
-                    self.exclusive,
-                    self.auto_delete,
-                    self.nowait,
-                    self.arguments,
-                    offset,
-                ) = values
-                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -2093,12 +1877,6 @@ class QueueDeclareOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueueDeclareOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, int, int, int] | None", unpack_fields(b"sll", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.queue, self.message_count, self.consumer_count, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.queue = buf[offset + 1 : offset + 1 + n].decode()
@@ -2172,23 +1950,6 @@ class QueueBind(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueueBind, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, str, str, bool, FieldTable, int] | None",
-                unpack_fields(b"hsssbF", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.ticket,
-                    self.queue,
-                    self.exchange,
-                    self.routing_key,
-                    self.nowait,
-                    self.arguments,
-                    offset,
-                ) = values
-                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -2289,22 +2050,6 @@ class QueueUnbind(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueueUnbind, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, str, str, FieldTable, int] | None",
-                unpack_fields(b"hsssF", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.ticket,
-                    self.queue,
-                    self.exchange,
-                    self.routing_key,
-                    self.arguments,
-                    offset,
-                ) = values
-                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -2391,12 +2136,6 @@ class QueuePurge(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueuePurge, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[int, str, bool, int] | None", unpack_fields(b"hsb", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.ticket, self.queue, self.nowait, offset) = values
-                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -2496,17 +2235,6 @@ class QueueDelete(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[QueueDelete, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, bool, bool, bool, int] | None",
-                unpack_fields(b"hsbbb", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (self.ticket, self.queue, self.if_unused, self.if_empty, self.nowait, offset) = (
-                    values
-                )
-                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -2699,25 +2427,6 @@ class BasicConsume(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicConsume, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, str, bool, bool, bool, bool, FieldTable, int] | None",
-                unpack_fields(b"hssbbbbF", buf, offset),
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.ticket,
-                    self.queue,
-                    self.consumer_tag,
-                    self.no_local,
-                    self.no_ack,
-                    self.exclusive,
-                    self.nowait,
-                    self.arguments,
-                    offset,
-                ) = values
-                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -2768,12 +2477,6 @@ class BasicConsumeOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicConsumeOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, int] | None", unpack_fields(b"s", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.consumer_tag, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -2829,12 +2532,6 @@ class BasicCancel(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicCancel, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, bool, int] | None", unpack_fields(b"sb", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.consumer_tag, self.nowait, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -2875,12 +2572,6 @@ class BasicCancelOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicCancelOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, int] | None", unpack_fields(b"s", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.consumer_tag, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -2942,21 +2633,6 @@ class BasicPublish(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicPublish, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, str, bool, bool, int] | None", unpack_fields(b"hssbb", buf, offset)
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.ticket,
-                    self.exchange,
-                    self.routing_key,
-                    self.mandatory,
-                    self.immediate,
-                    offset,
-                ) = values
-                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -3024,14 +2700,6 @@ class BasicReturn(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicReturn, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, str, str, str, int] | None", unpack_fields(b"hsss", buf, offset)
-            )
-            if values is not None:
-                self = _new(cls)
-                (self.reply_code, self.reply_text, self.exchange, self.routing_key, offset) = values
-                return self, offset
         self = _new(cls)
         (self.reply_code,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -3101,21 +2769,6 @@ class BasicDeliver(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicDeliver, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[str, int, bool, str, str, int] | None", unpack_fields(b"sqbss", buf, offset)
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.consumer_tag,
-                    self.delivery_tag,
-                    self.redelivered,
-                    self.exchange,
-                    self.routing_key,
-                    offset,
-                ) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.consumer_tag = buf[offset + 1 : offset + 1 + n].decode()
@@ -3174,12 +2827,6 @@ class BasicGet(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicGet, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[int, str, bool, int] | None", unpack_fields(b"hsb", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.ticket, self.queue, self.no_ack, offset) = values
-                return self, offset
         self = _new(cls)
         (self.ticket,) = _S_H.unpack_from(buf, offset)
         offset += 2
@@ -3243,21 +2890,6 @@ class BasicGetOk(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicGetOk, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast(
-                "tuple[int, bool, str, str, int, int] | None", unpack_fields(b"qbssl", buf, offset)
-            )
-            if values is not None:
-                self = _new(cls)
-                (
-                    self.delivery_tag,
-                    self.redelivered,
-                    self.exchange,
-                    self.routing_key,
-                    self.message_count,
-                    offset,
-                ) = values
-                return self, offset
         self = _new(cls)
         self.delivery_tag, bits = _S_QB.unpack_from(buf, offset)
         offset += 9
@@ -3303,12 +2935,6 @@ class BasicGetEmpty(Method):
     def decode(cls, buf: Buffer, offset: int) -> tuple[BasicGetEmpty, int]:
         if type(buf) is memoryview:
             buf = buf.tobytes()
-        if unpack_fields is not None:
-            values = cast("tuple[str, int] | None", unpack_fields(b"s", buf, offset))
-            if values is not None:
-                self = _new(cls)
-                (self.cluster_id, offset) = values
-                return self, offset
         self = _new(cls)
         n = buf[offset]
         self.cluster_id = buf[offset + 1 : offset + 1 + n].decode()
@@ -3813,6 +3439,323 @@ ConfirmSelect.RESPONSES = (ConfirmSelectOk,)
 TxSelect.RESPONSES = (TxSelectOk,)
 TxCommit.RESPONSES = (TxCommitOk,)
 TxRollback.RESPONSES = (TxRollbackOk,)
+
+# The C accelerator's decoders become these classes' decode (the Python one is their
+# fallback); nothing changes without the accelerator.
+install_c_decoder(
+    BasicProperties,
+    b"ssRoossssqssss",
+    (
+        "content_type",
+        "content_encoding",
+        "_headers_raw",
+        "delivery_mode",
+        "priority",
+        "correlation_id",
+        "reply_to",
+        "expiration",
+        "message_id",
+        "timestamp",
+        "type",
+        "user_id",
+        "app_id",
+        "cluster_id",
+    ),
+    ("_headers",),
+    properties=True,
+)
+install_c_decoder(
+    ConnectionStart,
+    b"ooFSS",
+    (
+        "version_major",
+        "version_minor",
+        "server_properties",
+        "mechanisms",
+        "locales",
+    ),
+    (),
+)
+install_c_decoder(
+    ConnectionStartOk,
+    b"FsSs",
+    (
+        "client_properties",
+        "mechanism",
+        "response",
+        "locale",
+    ),
+    (),
+)
+install_c_decoder(ConnectionSecure, b"S", ("challenge",), ())
+install_c_decoder(ConnectionSecureOk, b"S", ("response",), ())
+install_c_decoder(
+    ConnectionOpen,
+    b"ssb",
+    (
+        "virtual_host",
+        "capabilities",
+        "insist",
+    ),
+    (),
+)
+install_c_decoder(ConnectionOpenOk, b"s", ("known_hosts",), ())
+install_c_decoder(
+    ConnectionClose,
+    b"hshh",
+    (
+        "reply_code",
+        "reply_text",
+        "class_id",
+        "method_id",
+    ),
+    (),
+)
+install_c_decoder(ConnectionBlocked, b"s", ("reason",), ())
+install_c_decoder(
+    ConnectionUpdateSecret,
+    b"Ss",
+    (
+        "new_secret",
+        "reason",
+    ),
+    (),
+)
+install_c_decoder(ChannelOpen, b"s", ("out_of_band",), ())
+install_c_decoder(ChannelOpenOk, b"S", ("channel_id",), ())
+install_c_decoder(
+    ChannelClose,
+    b"hshh",
+    (
+        "reply_code",
+        "reply_text",
+        "class_id",
+        "method_id",
+    ),
+    (),
+)
+install_c_decoder(
+    AccessRequest,
+    b"sbbbbb",
+    (
+        "realm",
+        "exclusive",
+        "passive",
+        "active",
+        "write",
+        "read",
+    ),
+    (),
+)
+install_c_decoder(
+    ExchangeDeclare,
+    b"hssbbbbbF",
+    (
+        "ticket",
+        "exchange",
+        "type",
+        "passive",
+        "durable",
+        "auto_delete",
+        "internal",
+        "nowait",
+        "arguments",
+    ),
+    (),
+)
+install_c_decoder(
+    ExchangeDelete,
+    b"hsbb",
+    (
+        "ticket",
+        "exchange",
+        "if_unused",
+        "nowait",
+    ),
+    (),
+)
+install_c_decoder(
+    ExchangeBind,
+    b"hsssbF",
+    (
+        "ticket",
+        "destination",
+        "source",
+        "routing_key",
+        "nowait",
+        "arguments",
+    ),
+    (),
+)
+install_c_decoder(
+    ExchangeUnbind,
+    b"hsssbF",
+    (
+        "ticket",
+        "destination",
+        "source",
+        "routing_key",
+        "nowait",
+        "arguments",
+    ),
+    (),
+)
+install_c_decoder(
+    QueueDeclare,
+    b"hsbbbbbF",
+    (
+        "ticket",
+        "queue",
+        "passive",
+        "durable",
+        "exclusive",
+        "auto_delete",
+        "nowait",
+        "arguments",
+    ),
+    (),
+)
+install_c_decoder(
+    QueueDeclareOk,
+    b"sll",
+    (
+        "queue",
+        "message_count",
+        "consumer_count",
+    ),
+    (),
+)
+install_c_decoder(
+    QueueBind,
+    b"hsssbF",
+    (
+        "ticket",
+        "queue",
+        "exchange",
+        "routing_key",
+        "nowait",
+        "arguments",
+    ),
+    (),
+)
+install_c_decoder(
+    QueueUnbind,
+    b"hsssF",
+    (
+        "ticket",
+        "queue",
+        "exchange",
+        "routing_key",
+        "arguments",
+    ),
+    (),
+)
+install_c_decoder(
+    QueuePurge,
+    b"hsb",
+    (
+        "ticket",
+        "queue",
+        "nowait",
+    ),
+    (),
+)
+install_c_decoder(
+    QueueDelete,
+    b"hsbbb",
+    (
+        "ticket",
+        "queue",
+        "if_unused",
+        "if_empty",
+        "nowait",
+    ),
+    (),
+)
+install_c_decoder(
+    BasicConsume,
+    b"hssbbbbF",
+    (
+        "ticket",
+        "queue",
+        "consumer_tag",
+        "no_local",
+        "no_ack",
+        "exclusive",
+        "nowait",
+        "arguments",
+    ),
+    (),
+)
+install_c_decoder(BasicConsumeOk, b"s", ("consumer_tag",), ())
+install_c_decoder(
+    BasicCancel,
+    b"sb",
+    (
+        "consumer_tag",
+        "nowait",
+    ),
+    (),
+)
+install_c_decoder(BasicCancelOk, b"s", ("consumer_tag",), ())
+install_c_decoder(
+    BasicPublish,
+    b"hssbb",
+    (
+        "ticket",
+        "exchange",
+        "routing_key",
+        "mandatory",
+        "immediate",
+    ),
+    (),
+)
+install_c_decoder(
+    BasicReturn,
+    b"hsss",
+    (
+        "reply_code",
+        "reply_text",
+        "exchange",
+        "routing_key",
+    ),
+    (),
+)
+install_c_decoder(
+    BasicDeliver,
+    b"sqbss",
+    (
+        "consumer_tag",
+        "delivery_tag",
+        "redelivered",
+        "exchange",
+        "routing_key",
+    ),
+    (),
+)
+install_c_decoder(
+    BasicGet,
+    b"hsb",
+    (
+        "ticket",
+        "queue",
+        "no_ack",
+    ),
+    (),
+)
+install_c_decoder(
+    BasicGetOk,
+    b"qbssl",
+    (
+        "delivery_tag",
+        "redelivered",
+        "exchange",
+        "routing_key",
+        "message_count",
+    ),
+    (),
+)
+install_c_decoder(BasicGetEmpty, b"s", ("cluster_id",), ())
 
 AnyMethod: TypeAlias = (
     ConnectionStart
