@@ -27,7 +27,12 @@ first spawn of Python workers. Each figure is the best of ``--repeat`` runs (def
 as on a cluster; about 45-60 s to start here): the data source's rows then leave the Python
 workers of other JVMs. The read uses one partition per executor core, and the report divides
 the data source's rows/s by the executor cores (E x C; N for ``local[N]``) next to pika's rows/s
-on its one core (goal, issue 20: at least 2x per core).
+on its one core (goal, issue 20: at least 2x per core). On a machine whose cores the executors
+share with the broker and the driver, wall-clock rows/s per core says as much about the broker
+as about the readers, so the report also gives **rows per CPU second**: the rows over the CPU
+time the read took in every process Spark started (the driver JVM, the executor JVMs and their
+Python workers: the process tree under the driver JVM, from ``/proc``), next to the rows over
+the CPU time of the pika read (this process, ``time.process_time``).
 
 ``--executor`` leaves Spark out and reads the whole stream in this process, the way one
 executor reads its range, three ways: pika as above, a consumer of ``amqp_blocking.connect``
@@ -197,6 +202,33 @@ def broker_cpu() -> Callable[[], float] | None:
     return seconds
 
 
+def tree_cpu(root: int) -> float:
+    """CPU seconds used so far by process *root* and every process under it (the children
+    that ended and were waited for included), from ``/proc``."""
+    children: dict[int, list[int]] = {}
+    times: dict[int, float] = {}
+    ticks = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        pid = int(entry)
+        children.setdefault(int(fields[1]), []).append(pid)
+        # utime, stime, cutime, cstime
+        times[pid] = sum(int(field) for field in fields[11:15]) / ticks
+    total = 0.0
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        total += times.get(pid, 0.0)
+        todo += children.get(pid, [])
+    return total
+
+
 def executor_main(url: str, count: int, size: int, repeat: int) -> None:
     queue = f"bench-spark-executor-{uuid.uuid4().hex[:8]}"
     fill_stream(url, queue, count, size)
@@ -224,8 +256,12 @@ def executor_main(url: str, count: int, size: int, repeat: int) -> None:
     for name, runs in samples.items():
         seconds = statistics.median(run[0] for run in runs)
         client = statistics.median(run[1] for run in runs) / count * 1e6
-        spent = [run[2] for run in runs if run[2] is not None]
-        broker_us = f"{statistics.median(spent) / count * 1e6:14.1f}" if spent else f"{'-':>14}"
+        broker_spent = [run[2] for run in runs if run[2] is not None]
+        broker_us = (
+            f"{statistics.median(broker_spent) / count * 1e6:14.1f}"
+            if broker_spent
+            else f"{'-':>14}"
+        )
         print(f"{name:24} {count / seconds:10,.0f} {client:14.1f} {broker_us}")
 
 
@@ -325,9 +361,27 @@ def main() -> None:
         reads: int = args.read
         writes: int = args.write
         all_columns: bool = args.all_columns
+        gateway = spark.sparkContext._gateway
+        assert gateway is not None  # the JVM pyspark started (java_gateway.launch_gateway)
+        driver_jvm: int = gateway.proc.pid
+        # CPU seconds of each read, by case: pika's process time, Spark's whole process tree.
+        cpu: dict[str, list[float]] = {"pika read": [], "spark read": []}
+
+        def pika_case() -> float:
+            used = time.process_time()
+            seconds = pika_read(url, stream, reads)
+            cpu["pika read"].append(time.process_time() - used)
+            return seconds
+
+        def spark_case() -> float:
+            used = tree_cpu(driver_jvm)
+            seconds = spark_read(spark, url, stream, reads, all_columns, cores)
+            cpu["spark read"].append(tree_cpu(driver_jvm) - used)
+            return seconds
+
         read_cases: list[tuple[str, Callable[[], float]]] = [
-            ("pika read", lambda: pika_read(url, stream, reads)),
-            ("spark read", lambda: spark_read(spark, url, stream, reads, all_columns, cores)),
+            ("pika read", pika_case),
+            ("spark read", spark_case),
         ]
         write_cases: list[tuple[str, Callable[[], float]]] = [
             ("pika write", lambda: pika_write(url, target, writes)),
@@ -365,6 +419,13 @@ def main() -> None:
         f"{rates['pika read']:,.0f} on one = {per_core:.2f}x "
         f"({'meets' if per_core >= GOAL else 'misses'} the {GOAL:.0f}x goal)"
     )
+    per_cpu = {name: args.read / statistics.median(used) for name, used in cpu.items()}
+    cpu_ratio = per_cpu["spark read"] / per_cpu["pika read"]
+    print(
+        f"read per CPU second (median of {args.repeat}): Spark's processes "
+        f"{per_cpu['spark read']:,.0f} rows (driver and executor JVMs, Python workers), pika "
+        f"{per_cpu['pika read']:,.0f} = {cpu_ratio:.2f}x"
+    )
     load = os.getloadavg()
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     if args.json:
@@ -375,6 +436,9 @@ def main() -> None:
                     "seconds": times,
                     "ratios": ratios,
                     "read_per_core_ratio": per_core,
+                    "read_cpu_seconds": cpu,
+                    "read_rows_per_cpu_second": per_cpu,
+                    "read_per_cpu_ratio": cpu_ratio,
                     "cores": cores,
                     "session_seconds": session_seconds,
                     "load_average": load,
