@@ -49,6 +49,7 @@ def install_c_decoder(
         decoder = speedups.builder(cls, codes, names, nones, properties, cls.decode)
         setattr(cls, "decode", decoder)  # noqa: B010 (mypy: a classmethod's place)
 
+
 #: ``(python_name, wire_type)`` for each field, in wire order. Wire types are the spec's
 #: primitive names: ``bit octet short long longlong shortstr longstr timestamp table``.
 FieldSpec: TypeAlias = tuple[str, str]

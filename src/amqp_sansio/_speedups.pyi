@@ -38,7 +38,12 @@ class Builder(Generic[_T_co]):
     @property
     def fallback(self) -> Callable[[Buffer, int], tuple[_T_co, int]] | None: ...
     def __new__(
-        cls, cls_: type[_T_co], codes: bytes, names: tuple[str, ...], nones: tuple[str, ...],
-        properties: bool, fallback: Callable[[Buffer, int], tuple[_T_co, int]] | None = None,
+        cls,
+        cls_: type[_T_co],
+        codes: bytes,
+        names: tuple[str, ...],
+        nones: tuple[str, ...],
+        properties: bool,
+        fallback: Callable[[Buffer, int], tuple[_T_co, int]] | None = None,
     ) -> Builder[_T_co]: ...
     def __call__(self, buf: Buffer, offset: int, /) -> tuple[_T_co, int] | None: ...
