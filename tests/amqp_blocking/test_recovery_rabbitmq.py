@@ -83,6 +83,10 @@ def test_forced_closes_lose_no_confirmed_message(rabbitmq_url: str) -> None:
             while pending:
                 tickets: list[tuple[int, PublishTicket]] = []
                 for ident in pending:
+                    # Each ticket carries its outcome: the publisher's kept copies are
+                    # dropped, or a close with a full window of unknown outcomes in flight
+                    # would pile up `window` of them and the next publish would raise them.
+                    publisher.take_failures()
                     tickets.append((ident, publisher.publish(b"%d" % ident, routing_key=queue)))
                     progress[0] += 1
                 publisher.wait_for_confirms(WAIT)

@@ -93,6 +93,10 @@ async def _forced_closes(url: str) -> None:
             while pending:
                 tickets: list[tuple[int, PublishTicket]] = []
                 for ident in pending:
+                    # Each ticket carries its outcome: the publisher's kept copies are
+                    # dropped, or a close with a full window of unknown outcomes in flight
+                    # would pile up `window` of them and the next publish would raise them.
+                    publisher.take_failures()
                     tickets.append(
                         (ident, await publisher.publish(b"%d" % ident, routing_key=queue))
                     )
