@@ -50,16 +50,23 @@ async def _forced_closes(url: str) -> None:
         await pub_ch.queue_declare(queue)
         await sub_ch.basic_qos(100)
 
+        consume_scope = trio.CancelScope()
+        consume_done = trio.Event()
+
         async def consume() -> None:
             nonlocal stale
-            async with sub_ch.basic_consume(queue) as consumer:
-                message: Message
-                async for message in consumer:
-                    received.add(int(message.body))
-                    try:
-                        await message.ack()
-                    except StaleDeliveryError:
-                        stale += 1  # handed out before a close: the broker redelivers it
+            try:
+                with consume_scope:
+                    async with sub_ch.basic_consume(queue) as consumer:
+                        message: Message
+                        async for message in consumer:
+                            received.add(int(message.body))
+                            try:
+                                await message.ack()
+                            except StaleDeliveryError:
+                                stale += 1  # handed out before a close: redelivered
+            finally:
+                consume_done.set()
 
         async def close_repeatedly(progress: list[int]) -> list[Recovered]:
             recoveries: list[Recovered] = []
@@ -120,7 +127,12 @@ async def _forced_closes(url: str) -> None:
         assert sum(r.unknown_publishes for r in recoveries) == unknown
         while not confirmed <= received:
             await trio.sleep(0.05)
-        await pub_ch.queue_delete(queue)  # before the cancel, which would cancel this too
+        # The consumer stops before its queue goes (else the broker cancels it, and its
+        # iterator raises ConsumerCancelledError), the delete before the nursery's cancel,
+        # which would cancel it too.
+        consume_scope.cancel()
+        await consume_done.wait()
+        await pub_ch.queue_delete(queue)
         nursery.cancel_scope.cancel()
     assert set(range(MESSAGES)) <= confirmed
     print(f"{CLOSES} forced closes: {unknown} unknown outcomes republished, {stale} stale acks")
