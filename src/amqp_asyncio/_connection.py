@@ -439,11 +439,14 @@ class Connection:
                 return
             if event is NEED_DATA:
                 break
-            cls = type(event)
             if self._restoring is not None and self._restoring.handle(event):
                 continue
+            cls = type(event)
+            if cls is MessageReceived:  # once per message: no dispatch
+                book.route_message(event)  # type: ignore[arg-type]
+                continue
             book.handle(event)
-            if cls is not MessageReceived and cls is not MethodReceived:
+            if cls is not MethodReceived:
                 self._after_event(event)
         self._flush()  # automatic answers: close-ok, flow-ok, cancel-ok, heartbeats
 

@@ -725,8 +725,11 @@ class Connection:
             if event is NEED_DATA:
                 return
             cls = type(event)
+            if cls is MessageReceived:  # once per message: no dispatch
+                book.route_message(event)  # type: ignore[arg-type]
+                continue
             book.handle(event)
-            if cls is not MessageReceived and cls is not MethodReceived:
+            if cls is not MethodReceived:
                 self._after_event_locked(event)
 
     def _after_event_locked(self, event: Event) -> None:

@@ -304,11 +304,15 @@ class Connection(Recovering):
     async def _run_reader(self) -> None:
         wire = self._wire
         route = self._router.handle
+        route_message = self._router.route_message
+        # Wire.next_event inlined: once per message, the call costs more than the check.
+        stash = wire._stash
+        core_next_event = self._core.next_event
         failed = False
         try:
             while True:
                 try:
-                    event = wire.next_event()
+                    event = stash.popleft() if stash else core_next_event()
                 except RemoteProtocolError as exc:
                     failed = True
                     logger.warning("protocol error from the broker: %r", exc)
@@ -328,7 +332,8 @@ class Connection(Recovering):
                     continue
                 cls = type(event)
                 if cls is MessageReceived:
-                    full = route(event)
+                    assert isinstance(event, MessageReceived)
+                    full = route_message(event)
                     if full is not None:
                         # Backpressure: a consumer's buffer is full. The socket stays unread
                         # until the application takes a message (or stops the consumer).

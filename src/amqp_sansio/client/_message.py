@@ -148,14 +148,13 @@ def bound_message(
     method = event.method
     # The three bound fields are the subclass's (checked once per class by _bindable).
     if type(method) is BasicDeliver and (cls in _BINDABLE or _bindable(cls)):
-        assert isinstance(method, BasicDeliver)
         body = event.body
         if type(body) is not bytes:
             body = bytes(body)  # a multi-frame body arrives as a bytearray
-        assert isinstance(event.properties, BasicProperties)
         message = _new(cls)
         message.body = body
-        message.properties = event.properties
+        # A basic.deliver's content is always basic's: the core decoded it with that class.
+        message.properties = event.properties  # type: ignore[assignment]
         message.exchange = method.exchange
         message.routing_key = method.routing_key
         message.delivery_tag = method.delivery_tag

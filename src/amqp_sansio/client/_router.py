@@ -455,7 +455,7 @@ class Router:
         """
         if type(event) is MessageReceived:  # the hot path: no table lookup
             assert isinstance(event, MessageReceived)
-            return self._on_message(event)
+            return self.route_message(event)
         route = _ROUTES.get(type(event))
         if route is not None:
             route(self, event)
@@ -728,7 +728,9 @@ class Router:
         self.channels[channel].expect(request, _UNAWAITED)
         return True
 
-    def _on_message(self, event: MessageReceived) -> ConsumerSink | None:
+    def route_message(self, event: MessageReceived) -> ConsumerSink | None:
+        """:meth:`handle` for a delivery or a get-ok: adapters call it straight from their
+        read loop (once per message, the dispatch is worth skipping)."""
         book = self.channels.get(event.channel)
         if book is None:
             return None  # a closing channel's delivery: the broker requeues it
