@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections import deque
+from contextlib import suppress
 from typing import TYPE_CHECKING, Final, final
 
 import trio
@@ -91,6 +93,13 @@ class Wire:
         self._socket: trio.socket.SocketType | None = None
         if isinstance(stream, trio.SocketStream) and hasattr(stream.socket, "sendmsg"):
             self._socket = stream.socket
+        # On a plain socket, the first output after a read (a request after its reply, an ack
+        # after deliveries) is written by the task that queued it when no write is under way:
+        # waking the writer for it would cost a scheduling round per round trip (_write_now).
+        self._read_since_write = False
+        # What such a write could not write (the socket's buffer was full): the writer writes
+        # it before anything else.
+        self._leftover: list[Buffer] = []
 
     # --- Writing ------------------------------------------------------------------------------
 
@@ -120,6 +129,9 @@ class Wire:
         """The part of :meth:`queue_output` that needs no await: wake the writer. True when
         the caller must still ``await output_turn()`` (a write or a yield is due); a publisher
         skips creating a coroutine on the other calls."""
+        if self._read_since_write and self._write_now():
+            self._unyielded += 1
+            return self._unyielded >= YIELD_EVERY
         if urgent:
             self._urgent = True
         if self.core.outbound_size >= HIGH_WATER or self.broken:
@@ -127,6 +139,32 @@ class Wire:
         self._wake.set()
         self._unyielded += 1
         return self._unyielded >= YIELD_EVERY
+
+    def _write_now(self) -> bool:
+        """Write what the core holds from the calling task, without blocking: on a plain
+        socket, when no write is under way and nothing is left over. True when all of it was
+        written; what the socket did not take waits in ``_leftover`` for the writer."""
+        self._read_since_write = False
+        sock = self._socket
+        if sock is None or self._send_lock.locked() or self._leftover or self.broken:
+            return False
+        fd = sock.fileno()  # asked each time: -1 once the socket is closed
+        if fd < 0:
+            return False
+        buffers = self.core.buffers_to_send()
+        if not buffers:
+            return True
+        sent = 0
+        if len(buffers) <= _IOV_MAX:
+            # Full, or failed: the writer's own write meets the error and reports it.
+            with suppress(OSError):
+                sent = os.writev(fd, buffers)
+        left = _unsent(buffers, sent)
+        if not left:
+            return True
+        self._leftover = left
+        self._wake.set()
+        return False
 
     async def output_turn(self) -> None:
         """The rest of :meth:`queue_output` after :meth:`note_output` returned True; never
@@ -171,10 +209,14 @@ class Wire:
         core = self.core
         with trio.CancelScope(shield=True):
             while True:
-                buffers = core.buffers_to_send()
+                if self._leftover:
+                    buffers, self._leftover = self._leftover, []
+                else:
+                    buffers = core.buffers_to_send()
                 self._urgent = False
                 if not buffers:
                     return
+                self._read_since_write = False
                 try:
                     if len(buffers) == 1:
                         await self.stream.send_all(buffers[0])
@@ -313,6 +355,7 @@ class Wire:
         # The read's time: a silent peer is dead two intervals after its last octet, not
         # after the writer's next tick noticed it (up to half an interval later).
         self.core.receive_data(data, trio.current_time())
+        self._read_since_write = True
 
     def end_of_stream(self) -> None:
         """Tell the core the transport is gone (after a heartbeat timeout closed it)."""
@@ -352,3 +395,16 @@ class Wire:
         self.broken = True
         self._wake.set()
         await trio.aclose_forcefully(self.stream)
+
+
+def _unsent(buffers: list[Buffer], sent: int) -> list[Buffer]:
+    """What is left of *buffers* after the first *sent* octets were written."""
+    for index, buffer in enumerate(buffers):
+        view = memoryview(buffer).cast("B")
+        if sent < len(view):
+            rest = buffers[index:]
+            if sent:
+                rest[0] = view[sent:]
+            return rest
+        sent -= len(view)
+    return []

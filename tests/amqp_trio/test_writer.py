@@ -5,6 +5,8 @@ stream, never in time."""
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import TYPE_CHECKING, Final, final
 
 import pytest
@@ -105,3 +107,62 @@ async def test_a_publish_whose_task_then_waits_is_written_in_the_writers_next_tu
                 assert b"request %d" % n in client.sent[before:]
         nursery.cancel_scope.cancel()
     assert bodies == [b"request 0", b"request 1", b"request 2"]
+
+
+def _socket_streams() -> tuple[trio.SocketStream, trio.SocketStream, socket.socket]:
+    """A connected pair of plain sockets as Trio streams (client, server), and a second handle
+    on the server's end to peek at what arrived before the server reads it."""
+    client_sock, server_sock = socket.socketpair()
+    peek = socket.socket(fileno=os.dup(server_sock.fileno()))
+    client = trio.SocketStream(trio.socket.from_stdlib_socket(client_sock))
+    server = trio.SocketStream(trio.socket.from_stdlib_socket(server_sock))
+    return client, server, peek
+
+
+def _peek(peek: socket.socket) -> bytes:
+    try:
+        return peek.recv(1 << 20, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return b""
+
+
+async def test_a_publish_after_a_read_is_written_by_its_own_task_on_a_socket() -> None:
+    # On a plain socket the first output after a read (here the channel's open-ok) is written
+    # by the publishing task itself: it is in the server's socket before anything else runs.
+    bodies: list[bytes] = []
+    client, server, peek = _socket_streams()
+    with peek:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(amqp_trio.serve_stream, lambda conn: collect(conn, bodies), server)
+            async with amqp_trio.connect_stream(client, URL) as conn, conn.channel() as ch:
+                await trio.testing.wait_all_tasks_blocked()
+                assert _peek(peek) == b""
+                await ch.basic_publish(b"request", routing_key="q")
+                assert b"request" in _peek(peek)  # no checkpoint since the publish
+                # A second publish before any read waits for the writer, gathered as before.
+                await ch.basic_publish(b"second", routing_key="q")
+                assert b"second" not in _peek(peek)
+                peek.close()  # else its descriptor keeps the server's end open after the close
+            nursery.cancel_scope.cancel()
+    assert bodies == [b"request", b"second"]
+
+
+async def test_what_a_full_socket_did_not_take_is_written_first_by_the_writer() -> None:
+    # The publishing task's write takes what the socket buffer holds; the rest of that message
+    # goes out before anything queued after it, so the peer gets every body whole and in order.
+    bodies: list[bytes] = []
+    client, server, peek = _socket_streams()
+    peek.close()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    large = bytes(range(256)) * 2048  # 512 KiB: more than the two buffers hold
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(amqp_trio.serve_stream, lambda conn: collect(conn, bodies), server)
+        async with amqp_trio.connect_stream(client, URL) as conn, conn.channel() as ch:
+            await trio.testing.wait_all_tasks_blocked()
+            await ch.basic_publish(large, routing_key="q")
+            assert conn._wire._leftover  # the socket took part of it
+            await ch.basic_publish(b"after", routing_key="q")
+            await ch.basic_publish(b"last", routing_key="q")
+        nursery.cancel_scope.cancel()
+    assert bodies == [large, b"after", b"last"]
