@@ -26,15 +26,12 @@ def close_connection_named(connection_name: str, reason: str = "test") -> None:
     (about a second of CPU), where listing connections and then closing one took two."""
     if not _NAME.fullmatch(connection_name) or not _NAME.fullmatch(reason):
         raise ValueError(f"a name or reason to splice into Erlang: {connection_name!r} {reason!r}")
-    # `catch`: another test's connection may close between the listing and its info, which
-    # would crash the whole expression (rabbitmqctl exits 69); a closed one has no properties.
     found = rabbitmqctl(
         "eval",
         f'[rabbit_networking:close_connection(Pid, "{reason}") '
         "|| Pid <- rabbit_networking:connections(), "
-        "{client_properties, Props} <- "
-        "case catch rabbit_networking:connection_info(Pid, [client_properties]) of "
-        "Info when is_list(Info) -> Info; _ -> [] end, "
+        "{client_properties, Props} <- rabbit_networking:connection_info(Pid, "
+        "[client_properties]), "
         f'lists:member({{<<"connection_name">>, longstr, <<"{connection_name}">>}}, Props)].',
     )
     if found.strip() != "[ok]":
