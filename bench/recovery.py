@@ -17,8 +17,8 @@ close_connection`` closes that connection (found by its connection name) N times
 ``--gap`` more publishes and once the previous recovery finished. A publish whose outcome a close
 made unknown is published again (at least once). Printed per adapter: confirmed messages that
 never arrived (must be 0), unknown outcomes, stale settles (acks refused because their delivery
-came before a close; the broker redelivers those), recoveries, wall time. Every close costs one
-``rabbitmqctl eval`` (an Erlang VM start), about a second of CPU.
+came before a close; the broker redelivers those), recoveries, wall time. Every close costs two
+rabbitmqctl calls, about a second of CPU each.
 
 Usage: ``.venv/bin/python bench/recovery.py [--rounds 10] [--interval 0.5]``, or
 ``.venv/bin/python bench/recovery.py --forced-closes [N] [--gap 50] [--rate 1000] [--clients trio]``
@@ -207,14 +207,14 @@ FIRST_BATCH: Final = 2000
 
 
 def close_connection(connection_name: str) -> None:
-    """Close the connection with this name (320), with the tests' helper (shared rather than
-    copied): one ``rabbitmqctl eval``."""
+    """``rabbitmqctl close_connection`` on the connection with this name, with the tests'
+    helpers (shared rather than copied)."""
     sys.path.insert(0, str(ROOT))
     try:
-        from tests.support.rabbitmqctl import close_connection_named
+        from tests.support.rabbitmqctl import connection_pid, rabbitmqctl
     finally:
         sys.path.remove(str(ROOT))
-    close_connection_named(connection_name, "bench")
+    rabbitmqctl("close_connection", connection_pid(connection_name), "bench")
 
 
 class _Ticket(Protocol):

@@ -20,7 +20,7 @@ from amqp_asyncio import (
     StaleDeliveryError,
 )
 
-from ..support.rabbitmqctl import close_connection_named
+from ..support.rabbitmqctl import connection_pid, rabbitmqctl
 from ..support.scenarios import unique
 
 if TYPE_CHECKING:
@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.rabbitmq
 
-#: Forced closes: each costs a rabbitmqctl call (an Erlang VM start), about a second of CPU.
+#: Forced closes: each costs two rabbitmqctl calls (find the connection, close it), about a
+#: second of CPU each.
 CLOSES: Final = 20
 MESSAGES: Final = 2000
 _TIMEOUT: Final = 300
@@ -64,7 +65,8 @@ async def _forced_closes(url: str) -> None:
                 mark = progress[0]
                 while progress[0] < mark + MESSAGES // (CLOSES * 2):
                     await asyncio.sleep(0.01)
-                await asyncio.to_thread(close_connection_named, name)
+                pid = await asyncio.to_thread(connection_pid, name)
+                await asyncio.to_thread(rabbitmqctl, "close_connection", pid, "test")
                 lost = await anext(events)
                 assert isinstance(lost, RecoveryLost)
                 assert isinstance(lost.cause, ConnectionForced)

@@ -21,7 +21,7 @@ from amqp_blocking import (
     StaleDeliveryError,
 )
 
-from ..support.rabbitmqctl import close_connection_named
+from ..support.rabbitmqctl import connection_pid, rabbitmqctl
 from ..support.scenarios import unique
 
 if TYPE_CHECKING:
@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.rabbitmq
 
-#: Forced closes: each costs a rabbitmqctl call (an Erlang VM start), about a second of CPU.
+#: Forced closes: each costs two rabbitmqctl calls (find the connection, close it), about a
+#: second of CPU each.
 CLOSES: Final = 20
 MESSAGES: Final = 2000
 WAIT: Final = 60.0
@@ -64,7 +65,7 @@ def test_forced_closes_lose_no_confirmed_message(rabbitmq_url: str) -> None:
                 mark = progress[0]
                 while progress[0] < mark + MESSAGES // (CLOSES * 2):
                     time.sleep(0.01)
-                close_connection_named(name)
+                rabbitmqctl("close_connection", connection_pid(name), "test")
                 lost = events.get(WAIT)
                 assert isinstance(lost, RecoveryLost)
                 assert isinstance(lost.cause, ConnectionForced)

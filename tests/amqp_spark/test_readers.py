@@ -23,7 +23,7 @@ from amqp_spark._offsets import OffsetRange
 from amqp_spark._queue_reader import QueueStreamReader
 from amqp_spark._range_reader import RangeConsumer
 from amqp_spark._stream_reader import StreamQueueBatchReader, StreamQueueStreamReader
-from tests.support.rabbitmqctl import close_connection_named
+from tests.support.rabbitmqctl import connection_pid, rabbitmqctl
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -355,6 +355,6 @@ def test_range_consumer_raises_the_brokers_errors(
     with RangeConsumer(forced, "test") as consumer:
         consumer.consume(queue, Int64(0), 10)
         assert consumer.get(5.0) is not None
-        close_connection_named(f"{name} test", "range test")
+        rabbitmqctl("close_connection", connection_pid(f"{name} test"), "range test")
         with pytest.raises(ConnectionForced, match="range test"):
             consumer.get(5.0)

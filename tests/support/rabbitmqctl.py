@@ -1,15 +1,12 @@
-"""``rabbitmqctl`` for the tests and ``bench/recovery.py``: run it, find a connection by the
-name its client gave it, and close a connection by that name."""
+"""``rabbitmqctl`` for the tests and ``bench/recovery.py``: run it, and find a connection by the
+name its client gave it (to close it with ``close_connection``)."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 from typing import Final
 
 _CTL_TIMEOUT: Final = 60.0
-# Names the tests give their connections; checked before one is spliced into Erlang source.
-_NAME: Final = re.compile(r"[A-Za-z0-9._: -]+")
 
 
 def rabbitmqctl(*args: str) -> str:
@@ -20,19 +17,9 @@ def rabbitmqctl(*args: str) -> str:
     return done.stdout
 
 
-def close_connection_named(connection_name: str, reason: str = "test") -> None:
-    """``close_connection`` (320 CONNECTION_FORCED, *reason* as its text) on the connection
-    whose client properties carry this name: one ``rabbitmqctl eval``, one Erlang VM start
-    (about a second of CPU), where listing connections and then closing one took two."""
-    if not _NAME.fullmatch(connection_name) or not _NAME.fullmatch(reason):
-        raise ValueError(f"a name or reason to splice into Erlang: {connection_name!r} {reason!r}")
-    found = rabbitmqctl(
-        "eval",
-        f'[rabbit_networking:close_connection(Pid, "{reason}") '
-        "|| Pid <- rabbit_networking:connections(), "
-        "{client_properties, Props} <- rabbit_networking:connection_info(Pid, "
-        "[client_properties]), "
-        f'lists:member({{<<"connection_name">>, longstr, <<"{connection_name}">>}}, Props)].',
-    )
-    if found.strip() != "[ok]":
-        raise AssertionError(f"no connection named {connection_name!r} closed: {found.strip()}")
+def connection_pid(connection_name: str) -> str:
+    """The broker's pid for the connection whose client properties carry this name."""
+    for line in rabbitmqctl("list_connections", "pid", "client_properties").splitlines():
+        if f'"{connection_name}"' in line:
+            return line.split("\t", 1)[0]
+    raise AssertionError(f"no connection named {connection_name!r} on the broker")

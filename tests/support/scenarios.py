@@ -49,7 +49,7 @@ from amqp_sansio.client import (
 from amqp_sansio.framing import PROTOCOL_HEADER_0_9_1, FrameReader, MethodFrame
 from amqp_sansio.testing import method_frame
 
-from .rabbitmqctl import close_connection_named, rabbitmqctl
+from .rabbitmqctl import connection_pid, rabbitmqctl
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -447,7 +447,7 @@ async def scenario_forced_close(connect: Connect, url: str) -> None:
     name = unique("forced")
     reason = f"closed by test {name}"
     async with connect(url, connection_name=name) as conn, conn.channel() as ch:
-        close_connection_named(name, reason)
+        rabbitmqctl("close_connection", connection_pid(name), reason)
         with pytest.raises(ConnectionForced) as forced:
             await ch.queue_declare(unique("never"))
         assert forced.value.reply_code == 320
