@@ -88,9 +88,16 @@ def amqp_url(request: pytest.FixtureRequest) -> str:
 _SPARK_MODULES: Final = ("amqp_spark/*", "project/test_bench_spark.py")
 
 #: Test modules the portable runs leave to the main run: qpid-python's conformance suites
-#: (Python 2.7 drives them; about 100 s, run once in ``make test``), and the API reference's,
-#: which needs Sphinx and imports every package (PySpark too).
-_MAIN_RUN_ONLY: Final = ("amqp_broker/test_qpid_suites.py", "project/test_api_docs.py")
+#: (Python 2.7 drives them; about 100 s, run once in ``make test``), the API reference's,
+#: which needs Sphinx and imports every package (PySpark too), and kombu's suite and the Celery
+#: workers on our kombu transport (two minutes of waiting on third-party code, which the
+#: interpreter does not change).
+_MAIN_RUN_ONLY: Final = (
+    "amqp_broker/test_qpid_suites.py",
+    "project/test_api_docs.py",
+    "amqp_kombu/test_kombu_suite.py",
+    "amqp_kombu/test_celery.py",
+)
 
 # No time limit per example: Hypothesis's default (200 ms) turns a stall of a loaded machine
 # into a failure, and the project's tests never assert on time.

@@ -39,6 +39,7 @@ PUBLIC: Final = (
     "amqp_blocking",
     "amqp_broker",
     "amqp_spark",
+    "amqp_kombu",
     "amqp_tools",
     "amqp_sansio.v0_10",
     "amqp_sansio.v0_10.framing",
