@@ -9,7 +9,9 @@ holding a base class of the adapter's ``Channel`` with those methods, in the ada
 ``async`` in ``amqp_trio`` and ``amqp_asyncio``, blocking with a ``timeout`` argument in
 ``amqp_blocking``. The methods call a few hooks the hand-written ``Channel`` supplies (declared
 abstract here, so mypy checks that each adapter has them): ``_call`` (send a request and wait
-for its reply), ``_send_no_reply``, ``_check_open``, ``_got_message``, and its router book.
+for its reply), ``_send_no_reply``, ``_has_reply`` (whether the connection's version answers a
+method: a request with no reply in some version, 0-9's ``basic.recover``, asks it before
+waiting), ``_check_open``, ``_got_message``, and its router book.
 
 ``amqp_sansio.v0_10.client.SESSION_REQUESTS`` does the same for the 0-10 session methods that
 execute one command; they go to ``src/<adapter>/_generated_session.py``, a base class of the
@@ -98,6 +100,13 @@ def check(request: Request) -> None:
         seen_default = seen_default or not param.required
     if request.reader is not None and request.adapt is not None:
         raise SystemExit(f"{request.name}: a reader or an adapt hook, not both")
+    if request.no_reply_in and (
+        request.returns != "None" or request.reader or request.adapt or request.once
+    ):
+        versions = ", ".join(version.value for version in request.no_reply_in)
+        raise SystemExit(
+            f"{request.name}: AMQP {versions} gives it no reply, so it can return nothing"
+        )
     if (
         request.reader is not None
         and getattr(amqp_sansio.client, request.reader.__name__, None) is not request.reader
@@ -160,6 +169,16 @@ def method_source(adapter: Adapter, request: Request) -> list[str]:
     if not request.expects_reply:
         lines.append(f"        {await_}self._send_no_reply({built})")
         return lines
+    if request.no_reply_in:
+        # waiting for a reply the negotiated version does not have would never end
+        versions = ", ".join(version.value for version in request.no_reply_in)
+        lines += [
+            f"        request = {built}",
+            f"        if not self._has_reply(request):  # none in AMQP {versions}",
+            f"            {await_}self._send_no_reply(request)",
+            "            return",
+        ]
+        built = "request"
     call = (
         f"{await_}self._call({built}, timeout)"
         if adapter.timeout
@@ -188,6 +207,11 @@ def hooks(adapter: Adapter) -> list[str]:
         "    @abstractmethod",
         f"    {define} _send_no_reply(self, method: Method) -> None:",
         '        """Send *method*, which has no reply."""',
+        "",
+        "    @abstractmethod",
+        "    def _has_reply(self, method: Method) -> bool:",
+        '        """Whether the connection\'s version answers *method* (0-9\'s basic.recover does',
+        '        not)."""',
         "",
         "    @abstractmethod",
         "    def _check_open(self) -> None:",

@@ -64,8 +64,14 @@ def _cell(effect: Effect) -> str:
     return "none" if effect is Effect.NONE else f"`{effect.value}`"
 
 
+_INPUTS: Final = {
+    Input.PROTOCOL_HEADER: "protocol header",
+    Input.SILENT_REFUSAL: "login refused without a close",
+}
+
+
 def _key(key: str | Input) -> str:
-    return "protocol header" if isinstance(key, Input) else f"`{key}`"
+    return _INPUTS[key] if isinstance(key, Input) else f"`{key}`"
 
 
 def _grouped(

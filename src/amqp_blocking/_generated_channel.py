@@ -63,6 +63,11 @@ class ChannelMethods:
         """Send *method*, which has no reply."""
 
     @abstractmethod
+    def _has_reply(self, method: Method) -> bool:
+        """Whether the connection's version answers *method* (0-9's basic.recover does
+        not)."""
+
+    @abstractmethod
     def _check_open(self) -> None:
         """Raise the channel's or the connection's error unless both are open."""
 
@@ -269,7 +274,11 @@ class ChannelMethods:
 
     def basic_recover(self, requeue: bool = True, *, timeout: float | None = None) -> None:
         """Redeliver every unacknowledged delivery of the channel."""
-        self._call(BasicRecover(requeue=requeue), timeout)
+        request = BasicRecover(requeue=requeue)
+        if not self._has_reply(request):  # none in AMQP 0-9
+            self._send_no_reply(request)
+            return
+        self._call(request, timeout)
 
     def tx_select(self, *, timeout: float | None = None) -> None:
         """Put the channel in transaction mode."""

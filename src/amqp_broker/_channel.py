@@ -392,8 +392,9 @@ class ModelChannel:
         """``exchange.bind``: route from *source* into *destination* too."""
         vhost = self.vhost
         self._binding_checks("exchange", destination, source)
-        dest = vhost.exchange(destination)
+        # the source first: with both ends missing RabbitMQ's 404 names the source
         src = vhost.exchange(source)
+        dest = vhost.exchange(destination)
         key = ("exchange", id(dest), routing_key, freeze(arguments))
         if src.add(Binding(dest, routing_key, dict(arguments), key)):
             dest.incoming[key] = src
@@ -516,8 +517,10 @@ class ModelChannel:
             routing_key = self._queue_name("")
         queue = self._queue_name(queue)
         self._binding_checks("queue", queue, exchange)
-        target = self._accessible(queue)
+        # the exchange first: with both missing RabbitMQ's 404 names it (then the queue's
+        # existence, then its exclusive owner)
         source = self.vhost.exchange(exchange)
+        target = self._accessible(queue)
         key = ("queue", id(target), routing_key, freeze(arguments))
         if source.add(Binding(target, routing_key, dict(arguments), key)):
             target.bindings_in[key] = source

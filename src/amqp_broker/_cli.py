@@ -46,6 +46,8 @@ vhosts = ["staging"]          # besides "/"
 verbose = false
 protocols = ["0-9-1", "0-9", "0-8"]   # served, most preferred first
 header_0_9 = "0-9-1"          # how AMQP 1 1 0 9 is read: "0-9-1" (RabbitMQ) or "0-9" (qpid)
+server_product = "RabbitMQ"   # connection.start's product and version (clients read them)
+server_version = "3.10.8"
 
 [users]                       # name = password; default guest = "guest"
 guest = "guest"
@@ -83,6 +85,8 @@ _TOP_KEYS: Final = {
     "port": int,
     "protocols": list,
     "header_0_9": str,
+    "server_product": str,
+    "server_version": str,
     "vhosts": list,
     "verbose": bool,
     "users": dict,
@@ -119,7 +123,7 @@ def _limits() -> list[_Limit]:
     for field in attrs.fields(BrokerOptions):
         annotation = str(field.type)
         if not annotation.startswith(("int", "float")):
-            continue  # vhost_max_connections, protocols, header_0_9: options of their own
+            continue  # vhost_max_connections, protocols, header_0_9, server_*: their own
         kind: type[int | float] = float if annotation.startswith("float") else int
         optional = annotation.endswith("| None")
         found.append(_Limit(field.name, kind, optional, getattr(defaults, field.name)))
@@ -137,7 +141,8 @@ _LIMIT_HELP: Final = {
     "outbound_limit": "octets of output a connection may have waiting before its consumers "
     "get nothing more",
     "consumer_timeout": "close a channel whose delivery waited this long for its ack (406)",
-    "close_timeout": "how long to wait for close-ok after connection.close, and on shutdown",
+    "close_timeout": "how long to wait for close-ok after connection.close (and on shutdown), "
+    "and for the client to close its socket after close-ok",
     "memory_check_interval": "seconds between two looks at the output buffers for the watermark",
 }
 
@@ -260,6 +265,18 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         help="serve the header AMQP 1 1 0 9 as 0-9-1 (RabbitMQ's reading, the default) or as "
         "0-9 (qpid-python's)",
     )
+    identity = parser.add_argument_group("what connection.start says")
+    identity.add_argument(
+        "--server-product",
+        metavar="NAME",
+        help=f"the server properties' product (default {defaults.server_product}: clients read it)",
+    )
+    identity.add_argument(
+        "--server-version",
+        metavar="VERSION",
+        help=f"the server properties' version (default {defaults.server_version}, the RabbitMQ "
+        "whose behaviour the broker follows: aioamqp parses it)",
+    )
     tls = parser.add_argument_group("TLS (amqps)")
     tls.add_argument("--tls-port", type=int, metavar="PORT", help="serve amqps on this port")
     tls.add_argument("--tls-cert", metavar="FILE", help="the server's certificate (PEM)")
@@ -329,7 +346,7 @@ def _settings(document: dict[str, object], folder: Path) -> dict[str, object]:
         if value is not None and wrong:
             raise ConfigError(f"{key} must be {_type_name(kind())}, not {_type_name(value)}")
     settings: dict[str, object] = {}
-    for key in ("host", "port", "verbose", "header_0_9"):
+    for key in ("host", "port", "verbose", "header_0_9", "server_product", "server_version"):
         if key in document:
             settings[key] = document[key]
     if "protocols" in document:
@@ -420,6 +437,8 @@ def parse_args(argv: list[str] | None = None, prog: str = "amqp-broker") -> argp
         "tls_key": None,
         "protocols": BrokerOptions().protocols,
         "header_0_9": BrokerOptions().header_0_9.value,
+        "server_product": BrokerOptions().server_product,
+        "server_version": BrokerOptions().server_version,
     }
     fallbacks.update({limit.name: limit.default for limit in LIMITS})
     for name, default in fallbacks.items():
@@ -446,6 +465,8 @@ def _options(args: argparse.Namespace) -> BrokerOptions:
         vhost_max_connections=dict(args.vhost_max_connections),
         protocols=args.protocols,
         header_0_9=args.header_0_9,
+        server_product=args.server_product,
+        server_version=args.server_version,
         **{limit.name: getattr(args, limit.name) for limit in LIMITS},
     )
 

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import os
-from typing import Final, final
+from importlib import metadata
+from typing import TYPE_CHECKING, Final, final
 
 import attrs
 
 from amqp_sansio import ProtocolVersion
 
 from ._versions import SERVED_VERSIONS
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from amqp_sansio import FieldTable
 
 __all__ = ["BrokerOptions", "total_memory"]
 
@@ -22,6 +28,13 @@ def total_memory() -> int:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError):  # pragma: no cover - every supported platform has both
         return 1024 * _MIB
+
+
+def _package_version() -> str:
+    try:
+        return metadata.version("amqp-sansio")
+    except metadata.PackageNotFoundError:  # running from a source tree
+        return "0.0.0"
 
 
 def _version(value: object, what: str) -> ProtocolVersion:
@@ -59,6 +72,14 @@ def _header_0_9(value: object) -> ProtocolVersion:
     return version
 
 
+def _text(name: str) -> Callable[[object, object, object], None]:
+    def check(instance: object, attribute: object, value: object) -> None:
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"{name} must be a non-empty string, not {value!r}")
+
+    return check
+
+
 @final
 @attrs.frozen(kw_only=True)
 class BrokerOptions:
@@ -94,7 +115,8 @@ class BrokerOptions:
     #: (RabbitMQ's ``consumer_timeout``, 30 minutes). None: no limit.
     consumer_timeout: float | None = 1800.0
     #: Seconds the broker waits for ``close-ok`` after it sent ``connection.close`` (a refusal,
-    #: or shutdown).
+    #: or shutdown), and for the client to close its socket after the broker answered its
+    #: ``connection.close`` (RabbitMQ waits 30 s; the client's input is read and discarded).
     close_timeout: float = 5.0
     #: Seconds between two looks at the output buffers' size for the watermark (queued
     #: messages are counted as they come and go).
@@ -121,6 +143,16 @@ class BrokerOptions:
         default=ProtocolVersion.AMQP_0_9_1, converter=_header_0_9
     )
 
+    #: What ``connection.start``'s server properties call the broker: ``product`` and
+    #: ``version``. RabbitMQ's by default, and the version whose behaviour the broker follows,
+    #: because clients read them: amqplib's tests expect RabbitMQ's product, aioamqp parses
+    #: the version to choose its behaviour (``0.1.0.dev0`` fails it). The broker's own name
+    #: and version are in ``information``, Python's in ``platform``. (0-10 connections say
+    #: ``amqp_broker``.)
+    server_product: str = attrs.field(default="RabbitMQ", validator=_text("server_product"))
+    #: See :attr:`server_product`.
+    server_version: str = attrs.field(default="3.10.8", validator=_text("server_version"))
+
     def __attrs_post_init__(self) -> None:
         for field in attrs.fields(BrokerOptions):
             value = getattr(self, field.name)
@@ -130,6 +162,18 @@ class BrokerOptions:
             raise ValueError(f"heartbeat must be 0..65535, not {self.heartbeat!r}")
         if not 1 <= self.channel_max <= 0xFFFF:
             raise ValueError(f"channel_max must be 1..65535, not {self.channel_max!r}")
+
+    @property
+    def server_properties(self) -> FieldTable:
+        """What ``connection.start`` says about the broker, over the core's own properties
+        (``platform``, ``capabilities``): :attr:`server_product` and :attr:`server_version`,
+        and the broker's own identity in ``information``."""
+        return {
+            "product": self.server_product,
+            "version": self.server_version,
+            "information": f"amqp_broker {_package_version()}, the in-memory broker of "
+            f"amqp-sansio, behaving as {self.server_product} {self.server_version}",
+        }
 
     @property
     def watermark(self) -> int:

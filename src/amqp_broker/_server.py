@@ -127,6 +127,10 @@ async def _handle(conn: amqp_trio.ServerConnection, broker: Broker, serving: _Se
     )
     conn.before_write = session.flush_confirms
     conn.after_write = session.drained
+    # after close-ok the client's input is read until it closes its end, as RabbitMQ does:
+    # unread input would reset the socket under the close-ok (amqplib writes publishes it
+    # queued before its close)
+    conn.linger = broker.options.close_timeout
     serving.add(session, conn)
     close_timeout = broker.options.close_timeout
     try:
@@ -145,7 +149,11 @@ async def _handle(conn: amqp_trio.ServerConnection, broker: Broker, serving: _Se
                 session.protocol_error(exc)
                 await conn.aclose()
                 return
-            session.handle(event)
+            try:
+                session.handle(event)
+            except Exception:
+                # a bug, not the client's doing: it still gets a close, never a dropped socket
+                session.internal_error(event)
     finally:
         session.end()
         serving.remove(session)
@@ -299,6 +307,7 @@ async def serve(
         base,
         channel_max=base.channel_max or options.channel_max,
         heartbeat=options.heartbeat if base.heartbeat is None else base.heartbeat,
+        server_properties={**options.server_properties, **(base.server_properties or {})},
     )
     serving = _SERVING[broker] = _Serving()
     limiter = (

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Final, Protocol, final
 import attrs
 
 from amqp_sansio import (
+    AMQP_0_8,
+    AMQP_0_8_QPID,
     AMQP_0_9_1,
     AccessRequest,
     AccessRequestOk,
@@ -103,6 +105,9 @@ if TYPE_CHECKING:
 __all__ = ["Session", "SessionTransport"]
 
 logger: Final = logging.getLogger("amqp_broker")
+
+#: The product qpid-python's client names in its start-ok (its 0-8 dialect: AMQP_0_8_QPID).
+_QPID_PRODUCT: Final = "qpid python client"
 
 _LOGIN_REFUSED: Final = (
     "Login was refused using authentication mechanism {}. For details see the broker logfile."
@@ -252,6 +257,25 @@ class Session:
         logger.info("client %s broke the protocol: %s", self.peer, error.reply_text)
         self.end()
 
+    def internal_error(self, event: Event) -> None:
+        """Handling *event* raised (a bug in the broker; call it where the exception is
+        caught): log it, close the connection with 541 INTERNAL_ERROR as RabbitMQ does when a
+        channel process crashes, and release what the connection held; the transport then
+        waits for ``close-ok`` as after any close. When the core can no longer send a close (it
+        is closing already, or failed) the connection just ends."""
+        if isinstance(event, MethodReceived | MessageReceived):
+            what = event.method.NAME
+        else:
+            what = type(event).__name__
+        logger.exception("internal error serving client %s (%s)", self.peer, what)
+        try:
+            self.core.close(541, f"INTERNAL_ERROR - the broker failed handling {what}")
+        except LocalProtocolError:
+            self.end()
+            return
+        self._release()
+        self.wake()
+
     def end(self) -> None:
         """The connection is over (closed, lost or failed): release everything it held."""
         self.finished = True
@@ -285,10 +309,26 @@ class Session:
     # --- handshake ----------------------------------------------------------------------------
 
     def _authenticate(self, event: AuthenticationRequested) -> None:
+        if self.core.protocol is AMQP_0_8 and event.client_properties.get("product") == (
+            _QPID_PRODUCT
+        ):
+            # qpid-python's 0-8 spec makes basic.recover (60, 100) wait for a recover-ok
+            # (60, 101) that RabbitMQ's 0-8 lacks: without it the client waits forever
+            try:
+                self.core.use_dialect(AMQP_0_8_QPID)
+            except LocalProtocolError as exc:
+                logger.info("client %s keeps RabbitMQ's 0-8: %s", self.peer, exc)
         credentials = parse_credentials(event.mechanism, event.response)
         if credentials is None or self.users.password(credentials[0]) != credentials[1]:
-            logger.info("client %s: login refused (%s)", self.peer, event.mechanism)
             self.core.refuse_authentication(_LOGIN_REFUSED.format(event.mechanism))
+            if self.core.state is ConnectionState.CLOSED:
+                # it did not advertise authentication_failure_close: no close, as from RabbitMQ
+                logger.info(
+                    "client %s: login refused (%s), socket closed", self.peer, event.mechanism
+                )
+                self.end()
+            else:
+                logger.info("client %s: login refused (%s)", self.peer, event.mechanism)
             return
         self.username = credentials[0]
         capabilities = event.client_properties.get("capabilities")
@@ -625,7 +665,9 @@ class Session:
                 if not method.requeue:
                     raise BrokerError(540, "requeue=false")
                 channel.recover()
-                if isinstance(method, BasicRecover):
+                # recover-ok only where the client's version has one: 0-9's basic.recover is
+                # asynchronous, 0-9-1's and RabbitMQ's 0-8 one (60, 110) are not
+                if isinstance(method, BasicRecover) and self.core.protocol.has_reply(method.NAME):
                     send(number, BasicRecoverOk())
             case ConfirmSelect():
                 channel.confirm_select()

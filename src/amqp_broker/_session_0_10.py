@@ -8,15 +8,18 @@ id maps to. Properties are converted at the edge (:mod:`._convert`), so a messag
 over one protocol is consumed over the other.
 
 0-10 semantics kept here, not in the model: a queue's alternate exchange receives its rejected
-messages and the messages left when it is deleted; an exchange used as an alternate cannot be
-deleted; a redeclare cannot change an alternate. Browsing subscriptions (acquire mode
-not-acquired) read the ready messages without taking them.
+messages and, when it is deleted, its messages: the ready ones and those 0-10 sessions acquired
+and have not accepted (as qpidd; a later accept, release or reject of one of those names nothing
+any more); an exchange used as an alternate cannot be deleted; a redeclare cannot change an
+alternate. Browsing subscriptions (acquire mode not-acquired) read the ready messages without
+taking them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import weakref
 from typing import TYPE_CHECKING, Final, Never, TypeAlias, cast, final
 
 from amqp_sansio import parse_credentials
@@ -92,6 +95,11 @@ logger: Final = logging.getLogger("amqp_broker")
 
 _UNLIMITED: Final = 0xFFFFFFFF
 _ALTERNATE: Final = "alternate-exchange"
+
+#: Each broker's open 0-10 connections: deleting a queue finds the messages they acquired.
+_OPEN: Final[weakref.WeakKeyDictionary[Broker, dict[Session010, None]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _header_size(exchange: str, message: Message) -> int:
@@ -277,6 +285,7 @@ class Session010:
             self._detached(number)
         if self.connection is not None:
             self.connection.close()
+            _OPEN.get(self.broker, {}).pop(self, None)
 
     def _authenticate(self, event: AuthenticationRequested) -> None:
         users = self.broker.users
@@ -298,6 +307,7 @@ class Session010:
             self.core.refuse_virtual_host(refusal)
             return
         self.connection = self.broker.connect(name, self, cancel_notify=False, user=user)
+        _OPEN.setdefault(self.broker, {})[self] = None
         self.core.accept_virtual_host()
 
     def _attached(self, number: int) -> None:
@@ -354,13 +364,21 @@ class Session010:
             self._delete_queue(queue)
 
     def _delete_queue(self, queue: Queue) -> None:
-        """Delete *queue*; its ready messages go to its alternate exchange."""
+        """Delete *queue*; its messages go to its alternate exchange, in the queue's order:
+        the ready ones and those any 0-10 session acquired and has not accepted (the spec's
+        orphaned messages; qpidd reroutes them too)."""
         if queue.deleted or self.connection is None:
             return
-        alternate = queue.arguments.get(_ALTERNATE)
-        if isinstance(alternate, str):
+        if isinstance(queue.arguments.get(_ALTERNATE), str):
+            orphans: list[Entry] = []
             while queue.ready:
-                self._to_alternate(queue, queue.pop().message)
+                orphans.append(queue.pop())
+            for session in list(_OPEN.get(self.broker, {})):
+                for channel in session.channels.values():
+                    orphans += _orphans(channel, queue)
+            orphans.sort(key=_by_seq)
+            for entry in orphans:
+                self._to_alternate(queue, entry.message)
         owner = queue.exclusive_owner
         if owner is not None:
             owner.exclusive_queues.pop(queue.name, None)
@@ -395,7 +413,8 @@ class Session010:
         call = cast("Callable[[Session010, _Channel, Command], Struct | None]", handler)
         result = call(self, channel, command)
         if result is None:
-            # reported at once for the sync bit, else with the next session.completed
+            # reported at once for the sync bit, else when the client asks (the core's server
+            # role reports only when asked, as qpidd)
             channel.core.complete(event.command_id, report=event.sync)
         else:
             self._result(channel, event.command_id, result)
@@ -421,8 +440,9 @@ class Session010:
             for queue in vhost.route(source, routing_key, properties.headers):
                 if id(queue) not in local:
                     vhost.enqueue(queue, message)
-        # reported with the next session.completed the core sends (a sync bit, a flush, or
-        # the end of the octets received): one control per burst of transfers
+        # reported when the client asks (a sync bit, execution.sync, session.flush): one
+        # control for a burst of transfers; one per read cost qpid-python's client time in
+        # proportion to its outstanding commands, each
         channel.core.complete(event.command_id, report=event.sync)
         if self._browsing:
             self._pump_browsers()
@@ -883,7 +903,31 @@ class Session010:
             raise BrokerError(503, "the session is not transactional")
         channel.model.tx_rollback()
         channel.deliveries.update(channel.tx_accepted)
+        deleted = {id(d.queue): d.queue for d in channel.tx_accepted.values() if d.queue.deleted}
         channel.tx_accepted.clear()
+        for queue in deleted.values():
+            # accepted in the transaction, then their queue went: unaccepted again, orphans
+            if isinstance(queue.arguments.get(_ALTERNATE), str):
+                for entry in sorted(_orphans(channel, queue), key=_by_seq):
+                    self._to_alternate(queue, entry.message)
+
+
+def _orphans(channel: _Channel, queue: Queue) -> list[Entry]:
+    """Take the deliveries from *queue* that *channel* acquired and has not accepted: off its
+    unacknowledged deliveries (their octets no longer held), their command ids forgotten (a
+    later accept, release or reject of one is ignored, as of any id not outstanding)."""
+    model = channel.model
+    taken: list[Entry] = []
+    for command_id, delivery in list(channel.deliveries.items()):
+        tag = delivery.tag
+        if delivery.queue is queue and tag is not None and tag in model.unacked:
+            del channel.deliveries[command_id]
+            taken += (record.entry for record in model._take(tag, False))
+    return taken
+
+
+def _by_seq(entry: Entry) -> int:
+    return entry.seq
 
 
 @contextlib.contextmanager

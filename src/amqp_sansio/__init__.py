@@ -45,7 +45,7 @@ from ._generated.spec_0_9_1 import __all__ as _spec_all
 from ._handshake import check_credentials, parse_credentials
 from ._method import Buffer, ContentProperties, MessageContent, Method, Role
 from ._negotiation import AUTO_ORDER, choose_version, header_for, next_protocol, requested_version
-from ._protocol import AMQP_0_8, AMQP_0_9, AMQP_0_9_1, ProtocolSpec
+from ._protocol import AMQP_0_8, AMQP_0_8_QPID, AMQP_0_9, AMQP_0_9_1, ProtocolSpec
 from ._state import ChannelState, ConnectionState
 from ._table import (
     MAX_TABLE_DEPTH,
@@ -71,6 +71,7 @@ from ._util import fix_module_names
 
 __all__ = [
     "AMQP_0_8",
+    "AMQP_0_8_QPID",
     "AMQP_0_9",
     "AMQP_0_9_1",
     "AUTO_ORDER",

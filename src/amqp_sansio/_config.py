@@ -88,7 +88,8 @@ class ConnectionConfig:
     alive until it is released. For large bodies written on or parsed in place; see
     :doc:`/codec`.
 
-    Server role: ``server_properties``, ``mechanisms``, ``locales``.
+    Server role: extra ``server_properties`` (merged over product, version, platform and the
+    capabilities table, as ``client_properties`` are), ``mechanisms``, ``locales``.
 
     The protocol version: ``protocol`` is what the client role speaks, ``"0-9-1"`` (default),
     ``"0-9"`` or ``"0-8"`` (or a :class:`ProtocolVersion`, or a :class:`ProtocolSpec` for a

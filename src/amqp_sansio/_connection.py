@@ -751,11 +751,47 @@ class Connection:
         )
 
     def refuse_authentication(self, text: str) -> None:
-        """Server role: refuse the credentials: 403 ACCESS_REFUSED closes the connection."""
+        """Server role: refuse the credentials, as RabbitMQ does. A client that advertised the
+        ``authentication_failure_close`` capability in start-ok is sent ``connection.close``
+        403 ACCESS_REFUSED with *text* (then its close-ok is awaited). Any other client is told
+        nothing (0-9-1: the server closes the socket; aioamqp, for one, fails on a close it
+        did not ask for): the connection is over (``CLOSED``), close the transport.
+
+        The close names no method (class and method 0), as RabbitMQ's does."""
         self._decide("connection.start-ok", "authentication")
-        self._send_close(
-            ReplyCode.ACCESS_REFUSED, f"ACCESS_REFUSED - {text}", "connection.start-ok"
-        )
+        if not handshake.wants_refusal_close(self._client_properties):
+            self._move(self.role, Input.SILENT_REFUSAL)
+            return
+        self._send_close(ReplyCode.ACCESS_REFUSED, f"ACCESS_REFUSED - {text}", None)
+
+    def use_dialect(self, spec: ProtocolSpec) -> None:
+        """Server role, answering :class:`AuthenticationRequested`: speak *spec*, another
+        method table of the version the client's header chose, from now on: a dialect the
+        client's properties name (:data:`AMQP_0_8_QPID` for qpid-python's 0-8 client). Call
+        it before accepting or refusing the login.
+
+        :raises LocalProtocolError: not the server role, no login waits for an answer, *spec*
+            is another version, or octets are still waiting to be read or written (they were
+            framed by the old table).
+        """
+        if self.role is not Role.SERVER or self._decision != "connection.start-ok":
+            raise LocalProtocolError(
+                "a dialect is chosen by the server while a login waits for an answer",
+                reply_code=ReplyCode.COMMAND_INVALID,
+            )
+        if spec.version is not self._spec.version:
+            raise LocalProtocolError(
+                f"the client speaks AMQP {self._spec.version.value}, not {spec.version.value}",
+                reply_code=ReplyCode.COMMAND_INVALID,
+            )
+        if self._reader.buffered or self.outbound_size:
+            raise LocalProtocolError(
+                "octets are still waiting to be read or written in the old dialect",
+                reply_code=ReplyCode.COMMAND_INVALID,
+            )
+        frame_max = self._outbox.frame_max
+        self._bind(spec)
+        self._outbox.frame_max = self._reader.frame_max = frame_max
 
     def send_secure(self, challenge: bytes) -> None:
         """Server role: send a SASL challenge; the answer is another AuthenticationRequested."""

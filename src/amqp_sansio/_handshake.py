@@ -54,6 +54,7 @@ __all__ = [
     "server_tune",
     "shortstr",
     "username",
+    "wants_refusal_close",
 ]
 
 
@@ -215,11 +216,23 @@ def server_spec(config: ConnectionConfig, header: ProtocolHeader) -> ProtocolSpe
 
 
 def server_properties(config: ConnectionConfig, spec: ProtocolSpec) -> FieldTable:
-    """What connection.start says about us (capabilities as in :func:`client_properties`, an
-    empty table in 0-8 and 0-9, as RabbitMQ's)."""
+    """What connection.start says about us: product, version, platform, capabilities (as in
+    :func:`client_properties`, an empty table in 0-8 and 0-9, as RabbitMQ's), then the
+    config's own ``server_properties`` over them."""
+    props = _our_properties(spec)
     if config.server_properties is not None:
-        return config.server_properties
-    return _our_properties(spec)
+        props.update(config.server_properties)
+    return props
+
+
+def wants_refusal_close(client_properties: FieldTable) -> bool:
+    """Whether a client is told why its login was refused: it advertised
+    ``authentication_failure_close`` as true in its capabilities (RabbitMQ's test: a boolean
+    true, nothing else)."""
+    capabilities = client_properties.get("capabilities")
+    return (
+        isinstance(capabilities, dict) and capabilities.get("authentication_failure_close") is True
+    )
 
 
 def check_start_ok(config: ConnectionConfig, start_ok: ConnectionStartOk) -> None:

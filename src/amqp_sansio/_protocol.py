@@ -37,7 +37,15 @@ if TYPE_CHECKING:
     from ._method import Buffer, ContentProperties, Method
     from ._table import FieldTable
 
-__all__ = ["AMQP_0_8", "AMQP_0_9", "AMQP_0_9_1", "SPECS", "ProtocolSpec", "spec_for"]
+__all__ = [
+    "AMQP_0_8",
+    "AMQP_0_8_QPID",
+    "AMQP_0_9",
+    "AMQP_0_9_1",
+    "SPECS",
+    "ProtocolSpec",
+    "spec_for",
+]
 
 _pack_ids: Final = struct.Struct(">HH").pack
 
@@ -160,6 +168,13 @@ class ProtocolSpec:
         :raises KeyError: the version has no such method.
         """
         return cast("_Make", self.by_meaning[meaning])(**fields)
+
+    def has_reply(self, meaning: str) -> bool:
+        """Whether this version's method of *meaning* (``"basic.recover"``) is answered: 0-9-1's
+        and RabbitMQ's 0-8 basic.recover have recover-ok, 0-9's has none. False when the version
+        has no such method."""
+        cls = self.by_meaning.get(meaning)
+        return cls is not None and bool(cls.RESPONSES)
 
     def adapt(self, method: Method) -> Method:
         """*method* as this version's class of the same meaning: *method* itself when it is
@@ -294,6 +309,31 @@ AMQP_0_8: Final = ProtocolSpec(
     header=PROTOCOL_HEADER_0_8,
     start_version=(8, 0),
     methods=spec_0_8.METHODS,
+    properties=spec_0_8.PROPERTIES,
+    table_types=TYPES_0_8,
+)
+
+
+def _qpid_0_8_methods() -> dict[int, type[Method]]:
+    # RabbitMQ's 0-8 table with qpid's basic.recover: (60, 100) answered by recover-ok
+    # (60, 101), where RabbitMQ reads recover-async (100), and recover (110) / recover-ok (111)
+    methods = dict(spec_0_8.METHODS)
+    for method_id in (100, 110, 111):
+        del methods[60 << 16 | method_id]
+    methods[60 << 16 | 100] = spec_0_9_1.BasicRecover
+    methods[60 << 16 | 101] = spec_0_9_1.BasicRecoverOk
+    return methods
+
+
+#: AMQP 0-8 as qpid-python's 0-8 client speaks it (its ``amqp-0-8-qpid-stripped`` spec): as
+#: :data:`AMQP_0_8`, but basic.recover (60, 100) is synchronous, answered by a recover-ok
+#: (60, 101) that neither the 0-8 XML nor RabbitMQ defines. A server switches a client to it
+#: with :meth:`Connection.use_dialect`; the embedded broker does for qpid-python's client.
+AMQP_0_8_QPID: Final = ProtocolSpec(
+    ProtocolVersion.AMQP_0_8,
+    header=PROTOCOL_HEADER_0_8,
+    start_version=(8, 0),
+    methods=_qpid_0_8_methods(),
     properties=spec_0_8.PROPERTIES,
     table_types=TYPES_0_8,
 )

@@ -101,6 +101,9 @@ class Input(enum.Enum):
     __hash__ = object.__hash__  # see ConnectionState
 
     PROTOCOL_HEADER = "PROTOCOL_HEADER"
+    #: The server refuses a login without a word, then closes the socket (0-9-1's rule and
+    #: RabbitMQ's, for a client that does not advertise ``authentication_failure_close``).
+    SILENT_REFUSAL = "SILENT_REFUSAL"
 
 
 class Effect(enum.Enum):
@@ -263,6 +266,8 @@ def _connection_table() -> dict[Role, _ConnRows]:
     client[_C.AWAIT_TUNE_OK]["connection.tune-ok"] = Transition(_C.AWAIT_OPEN, _E.TUNE_OK)
     client[_C.AWAIT_OPEN]["connection.open"] = Transition(_C.AWAIT_OPEN_OK, _E.OPEN)
     server[_C.AWAIT_OPEN_OK]["connection.open-ok"] = Transition(_C.OPEN, _E.OPEN_OK)
+    # A refused login that gets no close: the connection is over, nothing follows.
+    server[_C.AWAIT_TUNE][Input.SILENT_REFUSAL] = Transition(_C.CLOSED)
     # 0-8 and 0-9: the server may send the client elsewhere instead; nothing follows.
     server[_C.AWAIT_OPEN_OK]["connection.redirect"] = Transition(_C.CLOSED, _E.REDIRECT)
     return table

@@ -63,6 +63,11 @@ class ChannelMethods:
         """Send *method*, which has no reply."""
 
     @abstractmethod
+    def _has_reply(self, method: Method) -> bool:
+        """Whether the connection's version answers *method* (0-9's basic.recover does
+        not)."""
+
+    @abstractmethod
     def _check_open(self) -> None:
         """Raise the channel's or the connection's error unless both are open."""
 
@@ -245,7 +250,11 @@ class ChannelMethods:
     async def basic_recover(self, requeue: bool = True) -> None:
         """Redeliver every unacknowledged message of the channel (RabbitMQ supports only
         ``requeue=True``)."""
-        await self._call(BasicRecover(requeue=requeue))
+        request = BasicRecover(requeue=requeue)
+        if not self._has_reply(request):  # none in AMQP 0-9
+            await self._send_no_reply(request)
+            return
+        await self._call(request)
 
     async def tx_select(self) -> None:
         """Put the channel in transaction mode."""

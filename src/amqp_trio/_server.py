@@ -31,7 +31,9 @@ from amqp_sansio import (
     ConnectionLost,
     ConnectionState,
     HeartbeatTimeout,
+    LocalProtocolError,
     RemoteProtocolError,
+    ReplyCode,
     Role,
 )
 from amqp_sansio.client import ConnectionLostError
@@ -56,7 +58,8 @@ logger: Final = logging.getLogger("amqp_trio")
 #: Octets asked of the transport per read.
 RECEIVE_SIZE: Final = 256 * 1024
 
-#: Seconds a failed connection keeps reading (and discarding) after its last words.
+#: Seconds a connection keeps reading (and discarding) the client's input after its last
+#: words, by default (:attr:`ServerConnection.linger`).
 CLOSE_LINGER: Final = 1.0
 
 #: Seconds :meth:`ServerConnection.aclose` tries to write what is queued before it closes the
@@ -132,6 +135,10 @@ class ServerConnection:
         self.before_write: Callable[[], None] = _nothing
         #: Called by the writer after each write (the application may produce again).
         self.after_write: Callable[[], None] = _nothing
+        #: Seconds :meth:`aclose` keeps reading (and discarding) the client's input after the
+        #: last words: the close answering an error, until the client's ``close-ok``; the
+        #: ``close-ok`` answering the client's close, until the client closes its end.
+        self.linger: float = CLOSE_LINGER
         self._stream = stream
         self._socket: trio.socket.SocketType | None = None
         if isinstance(stream, trio.SocketStream) and hasattr(stream.socket, "sendmsg"):
@@ -155,6 +162,10 @@ class ServerConnection:
         self._ended = False
         # The core raised RemoteProtocolError: it takes no more bytes, its close is queued.
         self._failed = False
+        # A close of ours waits for the client's close-ok (close_after_error).
+        self._awaiting_close_ok = False
+        # The client closed the connection and the core answered with close-ok.
+        self._closed_by_client = False
         #: Set once the transport failed or was closed; writes stop.
         self.broken = False
 
@@ -207,6 +218,9 @@ class ServerConnection:
                 continue
             if kind is ConnectionLost or kind is ConnectionClosed:
                 self._ended = True
+                if kind is ConnectionClosed:
+                    assert isinstance(event, ConnectionClosed)
+                    self._closed_by_client = event.by_peer
             return event
 
     async def _receive(self) -> None:
@@ -299,8 +313,8 @@ class ServerConnection:
         wrote = False
         with trio.CancelScope(shield=True):
             while True:
-                if not self._failed:
-                    self.before_write()
+                if not (self._failed or self._awaiting_close_ok):
+                    self._run_hook(self.before_write)
                 size = core.outbound_size
                 buffers = core.buffers_to_send()
                 if not buffers:
@@ -320,8 +334,16 @@ class ServerConnection:
                 finally:
                     self._in_flight = 0
                 wrote = True
-        if wrote:
-            self.after_write()
+        if wrote and not self._awaiting_close_ok:
+            self._run_hook(self.after_write)
+
+    def _run_hook(self, hook: Callable[[], None]) -> None:
+        try:
+            hook()
+        except Exception:
+            # the application's bug: the client still gets a close, and the server goes on
+            logger.exception("a write hook for %s failed: closing with 541", self.peer)
+            self.close_after_error()
 
     async def run_writer(self) -> None:
         """The writer task: flush when woken, run the core's timers at their deadlines."""
@@ -356,30 +378,48 @@ class ServerConnection:
 
     # --- Closing ------------------------------------------------------------------------------
 
+    def close_after_error(self, reply_text: str = "INTERNAL_ERROR") -> None:
+        """The application failed serving this connection: queue ``connection.close`` 541
+        INTERNAL_ERROR with *reply_text*, so that the client learns why rather than seeing its
+        socket drop; :meth:`aclose` then writes it and waits for the client's ``close-ok``
+        (:attr:`linger`). Does nothing when the core can no longer send a close (it is
+        closing already, failed, or never got a protocol header)."""
+        try:
+            self.core.close(ReplyCode.INTERNAL_ERROR, reply_text)
+        except LocalProtocolError:
+            return
+        self._awaiting_close_ok = True
+        self.schedule_flush()
+
     async def aclose(self) -> None:
         """Write what is queued (e.g. a close), then close the transport. Shielded from
         cancellation; calling it again does nothing.
 
         The write is given :data:`CLOSE_FLUSH_TIMEOUT` seconds (a client that does not read
-        could hold it forever). After :meth:`next_event` raised ``RemoteProtocolError``, the
-        close answering it is written, then the client's input is read and discarded until its
-        ``close-ok``, the end of the stream, or one second: closing a socket with unread input
-        resets it, and the reset could destroy the close before the client read it.
+        could hold it forever). Then, for at most :attr:`linger` seconds, the client's input is
+        read and discarded, because closing a socket with unread input resets it, and the reset
+        could destroy our last words before the client read them: after a close of ours (the
+        one answering a ``RemoteProtocolError`` from :meth:`next_event`, or
+        :meth:`close_after_error`'s) until the client's ``close-ok``; after the ``close-ok``
+        answering the client's close, until the client closes its end, as RabbitMQ does (a
+        client may still write what it queued before its close).
         """
         with trio.CancelScope(shield=True):
             if not self.broken:
                 with trio.move_on_after(CLOSE_FLUSH_TIMEOUT), suppress(ConnectionLostError):
                     await self.flush()
-                if self._failed:
-                    await self._linger()
+                if self._failed or self._awaiting_close_ok:
+                    await self._linger(until_close_ok=True)
+                elif self._closed_by_client:
+                    await self._linger(until_close_ok=False)
             await self._close_transport()
 
-    async def _linger(self, timeout: float = CLOSE_LINGER) -> None:
+    async def _linger(self, *, until_close_ok: bool) -> None:
         if self.broken or self._eof:
             return
         keep = len(_CLOSE_OK_FRAME) - 1
         tail = b""
-        with trio.move_on_after(timeout):
+        with trio.move_on_after(self.linger):
             while True:
                 try:
                     data = await self._stream.receive_some(RECEIVE_SIZE)
@@ -387,6 +427,8 @@ class ServerConnection:
                     return
                 if not data:
                     return
+                if not until_close_ok:
+                    continue
                 window = tail + bytes(data)
                 if _CLOSE_OK_FRAME in window:
                     return
@@ -473,8 +515,9 @@ async def serve_stream(
     handler returns. *initial* holds octets already read from *stream* (see
     :func:`read_protocol_header`).
 
-    An exception from the handler is logged and ends only this connection; cancellation
-    propagates.
+    An exception from the handler is logged and ends only this connection, with
+    ``connection.close`` 541 INTERNAL_ERROR when the core can still send one
+    (:meth:`ServerConnection.close_after_error`); cancellation propagates.
     """
     conn = ServerConnection(stream, config, handshake_timeout=handshake_timeout, initial=initial)
     async with trio.open_nursery() as nursery:
@@ -482,7 +525,8 @@ async def serve_stream(
         try:
             await handler(conn)
         except Exception:
-            logger.exception("the handler for %s failed", conn.peer)
+            logger.exception("the handler for %s failed: closing with 541", conn.peer)
+            conn.close_after_error()
         finally:
             await conn.aclose()
             nursery.cancel_scope.cancel()

@@ -88,7 +88,7 @@ class ServerConnection010:
                     data = await self.stream.receive_some(_READ)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     data = b""
-                core.receive_data(data)
+                core.receive_data(data, trio.current_time())
                 continue
             core.handle_timer(trio.current_time())
 

@@ -14,6 +14,8 @@ import pytest
 
 import amqp_broker
 from amqp_sansio import (
+    AMQP_0_8,
+    AMQP_0_9_1,
     NEED_DATA,
     BasicAck,
     BasicGet,
@@ -25,6 +27,7 @@ from amqp_sansio import (
     ConnectionConfig,
     ConnectionLost,
     ConnectionOpened,
+    ConnectionStartOk,
     MessageReceived,
     MethodReceived,
     QueueDeclare,
@@ -32,12 +35,14 @@ from amqp_sansio import (
 )
 from amqp_sansio import Connection as Core
 from amqp_sansio.client import ConnectionParameters
-from amqp_sansio.testing import method_frame
+from amqp_sansio.framing import MethodFrame
+from amqp_sansio.testing import method_frame, parse_frames
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from amqp_sansio import Event
+    from amqp_sansio import Event, FieldTable, ProtocolSpec
+    from amqp_sansio.framing import Frame
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +163,77 @@ def test_bad_password_is_403(url: str, bystander: RawClient) -> None:
     closed = client.closed_by_broker()
     assert closed.reply_code == 403
     still_serves(bystander)
+
+
+def _refused_login(url: str, spec: ProtocolSpec, capabilities: FieldTable | None) -> socket.socket:
+    """A socket whose start-ok (with *capabilities*, or none) carries a wrong password."""
+    sock = socket.create_connection(address(url), timeout=20)
+    sock.sendall(spec.header)
+    data = b""
+    while len(data) < 7 or len(data) < 8 + struct.unpack(">I", data[3:7])[0]:
+        chunk = sock.recv(65536)
+        assert chunk, data
+        data += chunk
+    properties: FieldTable = {} if capabilities is None else {"capabilities": capabilities}
+    start_ok = ConnectionStartOk(
+        client_properties=properties,
+        mechanism="PLAIN",
+        response=b"\0guest\0wrong",
+        locale="en_US",
+    )
+    sock.sendall(method_frame(0, start_ok, protocol=spec))
+    return sock
+
+
+def _until_the_end(sock: socket.socket, spec: ProtocolSpec) -> list[Frame]:
+    """What the server writes until it ends the stream (EOF or reset), answering a close."""
+    data = b""
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:  # RabbitMQ resets the silent ones
+            break
+        if not chunk:
+            break
+        data += chunk
+        if any(isinstance(f, MethodFrame) for f in parse_frames(data, protocol=spec)):
+            close_ok = spec.make("connection.close-ok")
+            with contextlib.suppress(OSError):
+                sock.sendall(method_frame(0, close_ok, protocol=spec))
+    return parse_frames(data, protocol=spec)
+
+
+def test_a_refused_login_is_told_only_to_clients_that_ask(amqp_url: str) -> None:
+    """RabbitMQ sends connection.close 403 after a refused login only to clients that advertise
+    the authentication_failure_close capability; it closes the socket of any other (0-9-1's
+    rule; aioamqp, which does not advertise it, fails on an unasked close). The same in 0-8.
+    RabbitMQ waits 3 s first, so every case runs at once."""
+    asks: FieldTable = {"authentication_failure_close": True}
+    cases = [
+        (spec, capabilities) for spec in (AMQP_0_9_1, AMQP_0_8) for capabilities in (asks, {}, None)
+    ]
+    with contextlib.ExitStack() as stack:
+        sockets = [
+            stack.enter_context(_refused_login(amqp_url, spec, capabilities))
+            for spec, capabilities in cases
+        ]
+        answers = [
+            _until_the_end(sock, spec) for sock, (spec, _) in zip(sockets, cases, strict=True)
+        ]
+    for frames, (spec, capabilities) in zip(answers, cases, strict=True):
+        if capabilities:
+            [frame] = frames
+            assert isinstance(frame, MethodFrame)
+            assert frame.method == spec.make(
+                "connection.close",
+                reply_code=403,
+                reply_text="ACCESS_REFUSED - Login was refused using authentication mechanism "
+                "PLAIN. For details see the broker logfile.",
+                class_id=0,
+                method_id=0,
+            )
+        else:
+            assert frames == [], spec
 
 
 def test_frame_over_frame_max_is_501(url: str, bystander: RawClient) -> None:

@@ -1,6 +1,7 @@
-"""RabbitMQ 3.10's behaviours that clients depend on (issue 15, A-F), as shared scenarios run
-against RabbitMQ and the embedded broker with the same expectations: through amqp_trio and
-amqp_asyncio, and with raw frames where no client can go (D)."""
+"""RabbitMQ 3.10's behaviours that clients depend on (issue 15, A-F; the 404 of a bind with
+missing ends), as shared scenarios run against RabbitMQ and the embedded broker with the same
+expectations: through amqp_trio and amqp_asyncio, and with raw frames where no client can go
+(D)."""
 
 from __future__ import annotations
 

@@ -105,6 +105,14 @@ def test_the_config_file_becomes_options(tmp_path: Path) -> None:
     options = parse_args(["--config", str(path)]).options
     assert options.protocols == (ProtocolVersion.AMQP_0_9, ProtocolVersion.AMQP_0_8)
     assert options.header_0_9 is ProtocolVersion.AMQP_0_9
+    # what connection.start says: the file, then the command line over it
+    path.write_text('server_product = "Rabbit"\nserver_version = "3.13.7"\n', "utf-8")
+    options = parse_args(["--config", str(path)]).options
+    assert (options.server_product, options.server_version) == ("Rabbit", "3.13.7")
+    options = parse_args(["--config", str(path), "--server-version", "4.0.5"]).options
+    assert (options.server_product, options.server_version) == ("Rabbit", "4.0.5")
+    defaults = parse_args([]).options
+    assert (defaults.server_product, defaults.server_version) == ("RabbitMQ", "3.10.8")
 
 
 def test_help_names_every_option() -> None:
@@ -116,8 +124,20 @@ def test_help_names_every_option() -> None:
         "vhost_max_connections",
         "protocols",
         "header_0_9",
+        "server_product",
+        "server_version",
     } == {field.name for field in attrs.fields(BrokerOptions)}
-    for key in ("--config", "--tls-port", "--protocols", "--header-0-9", "[limits]", "protocols ="):
+    for key in (
+        "--config",
+        "--tls-port",
+        "--protocols",
+        "--header-0-9",
+        "--server-product",
+        "--server-version",
+        "[limits]",
+        "protocols =",
+        "server_version =",
+    ):
         assert key in result.stdout
 
 
@@ -136,6 +156,8 @@ def test_help_names_every_option() -> None:
         ("[users]\nx = 1", [], "users.x must be a string (the password)"),
         ('protocols = ["1.0"]', [], "the broker serves '0-9-1', '0-9', '0-8', '0-10', not '1.0'"),
         ("[tls]\nport = 5671", [], "--tls-port (or tls.port) needs --tls-cert and --tls-key"),
+        ("server_version = 3", [], "server_version must be a string, not an integer"),
+        ("", ["--server-product", ""], "server_product must be a non-empty string, not ''"),
         ("", ["--channel-max", "many"], "argument --channel-max: expected an integer, got"),
         ("", ["--channel-max", "none"], "argument --channel-max: expected an integer, got"),
         ("", ["--user", "nopassword"], "expected NAME:PASSWORD, got 'nopassword'"),

@@ -6,7 +6,8 @@ aio-pika, py-amqp through kombu, and Node's amqplib (``tests/amqp_broker/node``,
 
 Each client declares and binds, publishes with confirms, consumes with acks, uses basic.get,
 makes an RPC round trip and sees a server-sent cancel. The broker runs in a thread
-(:func:`amqp_broker.run_in_thread`), one per module.
+(:func:`amqp_broker.run_in_thread`), one per module. amqplib also closes a connection with
+publishes still queued in its socket, against RabbitMQ and the embedded broker alike.
 """
 
 from __future__ import annotations
@@ -309,26 +310,44 @@ def test_kombu_py_amqp(url: str) -> None:
 # --- Node's amqplib -------------------------------------------------------------------------
 
 
-@pytest.mark.node
-def test_node_amqplib(url: str) -> None:
+def _node(script: str, url: str) -> object:
+    """Run ``node tests/amqp_broker/node/<script> <url>``; what it printed, as JSON."""
     node = shutil.which("node")
     assert node is not None, "Node.js is needed for this test (apt-get install nodejs npm)"
     assert (NODE_DIR / "node_modules" / "amqplib").is_dir(), (
         "amqplib is not installed: run `make test` or `npm ci --prefix tests/amqp_broker/node`"
     )
     result = subprocess.run(
-        [node, str(NODE_DIR / "broker_client.js"), url],
+        [node, str(NODE_DIR / script), url],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == {
+    return json.loads(result.stdout)
+
+
+@pytest.mark.node
+def test_node_amqplib(url: str) -> None:
+    assert _node("broker_client.js", url) == {
+        "server": {"product": "RabbitMQ", "version": "3.10.8"},
         "confirmed": 2,
         "get": "one",
         "consumed": "two",
         "rpc": "PING",
         "returned": "NO_ROUTE",
         "cancelled": True,
+    }
+
+
+@pytest.mark.node
+def test_node_amqplib_closes_with_publishes_queued(amqp_url: str) -> None:
+    """amqplib's "find high watermark" tests: publishes fill its socket, then it closes the
+    connection and goes on writing them after its connection.close. The broker reads them and
+    keeps the socket open after close-ok until amqplib closes it, as RabbitMQ does; a broker
+    that closes at once resets the socket and amqplib's close callback never runs (EPIPE)."""
+    assert _node("close_with_queued_publishes.js", amqp_url) == {
+        "plain": "closed",
+        "confirm": "closed",
     }

@@ -1,6 +1,7 @@
 """The broker's server side on the wire: publisher confirms coalesced as RabbitMQ does (against
-both brokers), the consumer timeout, the TLS listener, and shutdown (leaving ``running()``,
-SIGTERM) with 320 CONNECTION_FORCED."""
+both brokers), the consumer timeout, the TLS listener, shutdown (leaving ``running()``,
+SIGTERM) with 320 CONNECTION_FORCED, and closing: reading after close-ok until the client
+closes (against both brokers), and 541 INTERNAL_ERROR for the broker's own failures."""
 
 from __future__ import annotations
 
@@ -22,12 +23,14 @@ import amqp_blocking
 import amqp_broker
 import amqp_trio
 from amqp_broker import BrokerOptions
+from amqp_broker._channel import ModelChannel
 from amqp_sansio import (
     NEED_DATA,
     BasicProperties,
     BasicPublish,
     ConfirmSelect,
     ConnectionClose,
+    ConnectionCloseOk,
     ConnectionConfig,
     ConnectionOpened,
     MethodReceived,
@@ -36,9 +39,15 @@ from amqp_sansio import (
     Role,
 )
 from amqp_sansio import Connection as Core
-from amqp_sansio.client import ConnectionForced, ConnectionParameters, PreconditionFailed
+from amqp_sansio.client import (
+    ConnectionForced,
+    ConnectionParameters,
+    InternalError,
+    PreconditionFailed,
+)
 from amqp_sansio.framing import MethodFrame
-from amqp_sansio.testing import parse_frames
+from amqp_sansio.testing import method_frame, parse_frames
+from tests.support.scenarios import RawAMQP
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -256,3 +265,64 @@ def test_sigterm_sends_320_and_waits_a_bounded_time_for_close_ok(
     )
     assert process.wait(timeout=LIMIT) == 0  # gave up on the silent one after close_timeout
     silent_sock.close()
+
+
+# --- closing ----------------------------------------------------------------------------------
+
+
+def test_after_close_ok_the_client_input_is_read_until_it_closes(amqp_url: str) -> None:
+    """After close-ok the broker reads and discards what the client still writes (amqplib
+    writes the publishes it queued before its connection.close) until the client closes its
+    end, as RabbitMQ does: closing at once would reset the socket under the close-ok. 64 MB are
+    more than the socket buffers hold, so they go through only while the broker reads."""
+    raw = RawAMQP(amqp_url)
+    try:
+        raw.send(0, ConnectionClose(reply_code=200, reply_text="", class_id=0, method_id=0))
+        publish = method_frame(1, BasicPublish(routing_key="nowhere"))
+        raw.sock.sendall(publish * 100)  # written after our close
+        raw.expect(ConnectionCloseOk)
+        raw.sock.sendall(publish * (64_000_000 // len(publish)))
+        raw.sock.shutdown(socket.SHUT_WR)
+        try:
+            ended = raw.sock.recv(65536) == b""
+        except ConnectionResetError:  # RabbitMQ resets when it finds input left unread
+            ended = True
+        assert ended
+    finally:
+        raw.close()
+
+
+def test_a_client_that_never_closes_after_close_ok_is_dropped() -> None:
+    with amqp_broker.run_in_thread(options=BrokerOptions(close_timeout=0.2)) as url:
+        raw = RawAMQP(url)
+        try:
+            raw.send(0, ConnectionClose(reply_code=200, reply_text="", class_id=0, method_id=0))
+            raw.expect(ConnectionCloseOk)
+            assert raw.sock.recv(65536) == b""  # after close_timeout, not our end
+        finally:
+            raw.close()
+
+
+def test_an_internal_error_closes_the_connection_with_541(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug in the broker while it handles a method ends that connection with
+    connection.close 541 INTERNAL_ERROR and a log line, never a dropped socket; the broker
+    serves every other connection on."""
+
+    def fail(self: object) -> None:
+        raise RuntimeError("a bug in basic.recover")
+
+    monkeypatch.setattr(ModelChannel, "recover", fail)
+    with amqp_broker.run_in_thread() as url, amqp_blocking.connect(url) as other:
+        with amqp_blocking.connect(url) as conn, conn.channel() as ch:
+            with pytest.raises(InternalError) as info:
+                ch.basic_recover()
+            assert info.value.reply_code == 541
+            assert info.value.reply_text == (
+                "INTERNAL_ERROR - the broker failed handling basic.recover"
+            )
+        with other.channel() as ch:
+            assert ch.queue_declare("", exclusive=True).queue.startswith("amq.gen-")
+    assert "internal error serving client" in caplog.text
+    assert "a bug in basic.recover" in caplog.text

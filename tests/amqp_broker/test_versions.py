@@ -20,12 +20,23 @@ import amqp_broker
 from amqp_broker import BrokerOptions
 from amqp_sansio import (
     AMQP_0_8,
+    AMQP_0_8_QPID,
     AMQP_0_9,
     AMQP_0_9_1,
+    BasicGet,
     BasicProperties,
+    BasicPublish,
+    BasicRecover,
+    BasicRecoverAsync,
+    BasicRecoverOk,
+    ConnectionConfig,
+    ConnectionOpened,
     ConnectionStart,
+    MessageReceived,
+    MethodReceived,
     ProtocolSpec,
     ProtocolVersion,
+    QueueDeclare,
     header_for,
 )
 from amqp_sansio.client import ConnectionForced, ConnectionParameters
@@ -34,7 +45,8 @@ from amqp_sansio.testing import parse_frames
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from amqp_sansio import FieldTable
+    from amqp_sansio import Event, FieldTable, Method
+    from amqp_sansio.testing import ConnectionPair
 
 HEADER_1109 = b"AMQP\x01\x01\x00\x09"  # 0-9's header; aioamqp and qpid-python both send it
 HEADER_1191 = b"AMQP\x01\x01\x09\x01"  # the June 2006 0-8 PDF's (py-amqplib)
@@ -139,6 +151,42 @@ def test_the_accepted_set_is_configured() -> None:
 
 
 @pytest.mark.parametrize(
+    ("header", "spec"), [(header_for("0-9-1"), AMQP_0_9_1), (header_for("0-8"), AMQP_0_8)]
+)
+def test_the_server_properties_name_rabbitmq_3_10_8(
+    amqp_url: str, header: bytes, spec: ProtocolSpec
+) -> None:
+    """Clients read connection.start's product and version (amqplib's tests expect RabbitMQ's
+    product, aioamqp parses the version): by default the broker says what RabbitMQ 3.10.8
+    says there, in every version."""
+    properties = _start(_answer(amqp_url, header), spec).server_properties
+    assert (properties["product"], properties["version"]) == ("RabbitMQ", "3.10.8")
+
+
+def test_the_server_properties_are_configured() -> None:
+    with amqp_broker.run_in_thread() as url:
+        properties = _start(_answer(url, header_for("0-9-1")), AMQP_0_9_1).server_properties
+    information = properties["information"]
+    assert isinstance(information, str)
+    assert information.startswith("amqp_broker ")  # who it really is
+    assert information.endswith(", behaving as RabbitMQ 3.10.8")
+    assert str(properties["platform"]).startswith("Python ")
+    options = BrokerOptions(server_product="Rabbit", server_version="3.13.7")
+    with amqp_broker.run_in_thread(options=options) as url:
+        for header, spec in ((header_for("0-9-1"), AMQP_0_9_1), (HEADER_1191, AMQP_0_8)):
+            properties = _start(_answer(url, header), spec).server_properties
+            assert (properties["product"], properties["version"]) == ("Rabbit", "3.13.7")
+            assert bool(properties["capabilities"]) is (spec is AMQP_0_9_1)
+    # the in-memory broker says the same
+    pair = amqp_broker.memory_pair(server=amqp_broker.memory_server(options=options))
+    [opened], _ = pair.handshake()
+    assert isinstance(opened, ConnectionOpened)
+    assert opened.server_properties["product"] == "Rabbit"
+    with pytest.raises(ValueError, match="server_version must be a non-empty string"):
+        BrokerOptions(server_version="")
+
+
+@pytest.mark.parametrize(
     ("options", "message"),
     [
         ({"protocols": ("1.0",)}, "the broker serves '0-9-1', '0-9', '0-8', '0-10', not '1.0'"),
@@ -211,3 +259,44 @@ def test_a_broker_shutdown_closes_0_8_and_0_9_clients_with_320(version: str) -> 
         assert "broker forced connection closure with reason 'shutdown'" in error.reply_text
     finally:
         conn.close()
+
+
+def _recover(pair: ConnectionPair, recover: Method) -> list[Event]:
+    """Through a memory pair: get a message unacknowledged, basic.recover, get it again; the
+    client's events after the recover."""
+    pair.handshake()
+    channel = pair.open_channel()
+    pair.client.send_method(channel, QueueDeclare(queue="", exclusive=True))
+    pair.transfer(pair.client)
+    [declared] = pair.transfer(pair.server)
+    assert isinstance(declared, MethodReceived)
+    queue = declared.method.queue  # type: ignore[attr-defined]
+    pair.client.publish(channel, BasicPublish(routing_key=queue), BasicProperties(), b"m")
+    pair.client.send_method(channel, BasicGet(queue=queue))
+    pair.transfer(pair.client)
+    [got] = pair.transfer(pair.server)
+    assert isinstance(got, MessageReceived)
+    pair.client.send_method(channel, recover)
+    pair.client.send_method(channel, BasicGet(queue=queue, no_ack=True))
+    pair.transfer(pair.client)
+    return pair.transfer(pair.server)
+
+
+def test_qpid_python_s_0_8_client_gets_its_recover_ok() -> None:
+    """qpid-python's 0-8 spec makes basic.recover (60, 100) wait for a recover-ok (60, 101)
+    that RabbitMQ's 0-8 (and the 0-8 XML) lacks: RabbitMQ leaves it waiting (until a heartbeat
+    frame kills qpid's 0-8 reader). The broker speaks qpid's dialect to the client whose
+    start-ok names qpid-python's product, and RabbitMQ's to any other."""
+    qpid = ConnectionConfig(
+        protocol=AMQP_0_8_QPID, client_properties={"product": "qpid python client"}
+    )
+    ok, again = _recover(amqp_broker.memory_pair(qpid), BasicRecover(requeue=True))
+    assert isinstance(ok, MethodReceived)
+    assert isinstance(ok.method, BasicRecoverOk)
+    assert isinstance(again, MessageReceived)
+    assert again.method.redelivered  # type: ignore[attr-defined]
+    # another 0-8 client's (60, 100) is RabbitMQ's recover-async: requeued, not answered
+    plain = amqp_broker.memory_pair(ConnectionConfig(protocol="0-8"))
+    [again] = _recover(plain, BasicRecoverAsync(requeue=True))
+    assert isinstance(again, MessageReceived)
+    assert again.method.redelivered  # type: ignore[attr-defined]

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from amqp_sansio import (
     AuthenticationRequested,
     ConnectionClosed,
     ConnectionConfig,
+    ConnectionLost,
     ConnectionOpened,
     ConnectionState,
     LocalProtocolError,
@@ -19,6 +22,9 @@ from amqp_sansio._frames import PROTOCOL_HEADER_0_9, PROTOCOL_HEADER_0_9_1, PROT
 from amqp_sansio._generated.spec_0_9_1 import ConnectionClose, ConnectionStart, ConnectionTune
 from amqp_sansio._table import decode_table_entries
 from amqp_sansio.testing import ConnectionPair, feed, get_all_events, method_frame
+
+if TYPE_CHECKING:
+    from amqp_sansio import FieldTable
 
 BYTEWISE = pytest.mark.parametrize("byte_at_a_time", [False, True], ids=["whole", "bytewise"])
 
@@ -117,14 +123,38 @@ def test_refused_authentication_closes_with_403(byte_at_a_time: bool) -> None:
     assert closed == ConnectionClosed(
         reply_code=403,
         reply_text="ACCESS_REFUSED - bad password",
-        class_id=10,
-        method_id=11,
+        class_id=0,  # as RabbitMQ's: no method named
+        method_id=0,
         by_peer=True,
     )
     [server_closed] = pair.transfer(pair.client)
     assert isinstance(server_closed, ConnectionClosed)
     assert not server_closed.by_peer
     assert pair.client.state is pair.server.state is ConnectionState.CLOSED
+
+
+@pytest.mark.parametrize(
+    "capabilities",
+    [{}, {"authentication_failure_close": False}, {"authentication_failure_close": 1}],
+    ids=["absent", "false", "not-a-boolean"],
+)
+def test_refused_authentication_of_a_client_that_did_not_ask_sends_nothing(
+    capabilities: FieldTable,
+) -> None:
+    """RabbitMQ sends the 403 close only to a client that advertised the
+    authentication_failure_close capability (a boolean true); any other is dropped without a
+    word, as 0-9-1 says: the server's core is CLOSED with nothing to send, and the client sees
+    the transport close."""
+    pair = ConnectionPair(ConnectionConfig(client_properties={"capabilities": capabilities}))
+    [auth] = _to_auth(pair)
+    assert isinstance(auth, AuthenticationRequested)
+    pair.server.refuse_authentication("bad password")
+    assert pair.server.state is ConnectionState.CLOSED
+    assert pair.server.data_to_send() == b""
+    [lost] = pair.end_of_stream(pair.server)
+    assert isinstance(lost, ConnectionLost)
+    with pytest.raises(LocalProtocolError, match="no authentication is waiting"):
+        pair.server.refuse_authentication("again")
 
 
 def test_refused_virtual_host_closes_with_530() -> None:

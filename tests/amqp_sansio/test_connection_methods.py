@@ -565,7 +565,11 @@ def test_server_properties_and_config_limits() -> None:
     pair = ConnectionPair(server_config=ConnectionConfig(server_properties={"product": "test"}))
     [opened], _ = pair.handshake()
     assert isinstance(opened, ConnectionOpened)
-    assert opened.server_properties == {"product": "test"}
+    # merged over ours, as client_properties are
+    assert opened.server_properties["product"] == "test"
+    capabilities = opened.server_properties["capabilities"]
+    assert isinstance(capabilities, dict)
+    assert capabilities["publisher_confirms"] is True
     with pytest.raises(ValueError, match="channel_max"):
         ConnectionConfig(channel_max=-1)
     with pytest.raises(ValueError, match="frame_max"):

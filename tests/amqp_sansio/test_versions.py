@@ -13,6 +13,7 @@ import pytest
 
 from amqp_sansio import (
     AMQP_0_8,
+    AMQP_0_8_QPID,
     AMQP_0_9,
     AMQP_0_9_1,
     AuthenticationRequested,
@@ -693,3 +694,42 @@ def test_qpid_s_0_8_basic_consume_with_an_empty_arguments_table_is_read() -> Non
     with_arguments = spec_0_9_1.BasicConsume(queue="q2", arguments={"x-priority": 1})
     with pytest.raises(RemoteProtocolError, match=r"AMQP 0-8's basic\.consume has no arguments"):
         feed(pair.server, method_frame(channel, with_arguments))
+
+
+def test_a_server_switches_a_0_8_client_to_qpid_s_dialect_at_its_login() -> None:
+    """AMQP_0_8_QPID: qpid-python's 0-8, whose basic.recover (60, 100) is answered by a
+    recover-ok (60, 101). The server chooses it while the login waits (from the client's
+    properties), and only then."""
+    pair = ConnectionPair(ConnectionConfig(protocol=AMQP_0_8_QPID))
+    pair.transfer(pair.client)
+    pair.transfer(pair.server)
+    [auth] = pair.transfer(pair.client)
+    assert isinstance(auth, AuthenticationRequested)
+    assert pair.server.protocol is AMQP_0_8  # from the header: RabbitMQ's reading
+    with pytest.raises(LocalProtocolError, match="speaks AMQP 0-8, not 0-9"):
+        pair.server.use_dialect(AMQP_0_9)
+    pair.server.use_dialect(AMQP_0_8_QPID)
+    pair.server.accept_authentication()
+    pair.transfer(pair.server)
+    [vhost] = pair.transfer(pair.client)
+    assert isinstance(vhost, VirtualHostRequested)
+    pair.server.accept_virtual_host()
+    pair.transfer(pair.server)
+    with pytest.raises(LocalProtocolError, match="while a login waits"):
+        pair.server.use_dialect(AMQP_0_8)
+    with pytest.raises(LocalProtocolError, match="while a login waits"):
+        pair.client.use_dialect(AMQP_0_8_QPID)
+    channel = pair.open_channel()
+    pair.client.send_method(channel, spec_0_9_1.BasicRecover(requeue=True))
+    data = pair.client.data_to_send()
+    assert data[7:11] == b"\x00\x3c\x00\x64"  # (60, 100)
+    [recover] = feed(pair.server, data)
+    assert isinstance(recover, MethodReceived)
+    pair.server.send_method(channel, spec_0_9_1.BasicRecoverOk())
+    data = pair.server.data_to_send()
+    assert data[7:11] == b"\x00\x3c\x00\x65"  # (60, 101)
+    [ok] = feed(pair.client, data)
+    assert isinstance(ok, MethodReceived)
+    assert ok.request == recover.method
+    assert AMQP_0_8_QPID.has_reply("basic.recover")
+    assert "basic.recover-async" not in AMQP_0_8_QPID.by_meaning

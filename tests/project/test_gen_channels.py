@@ -5,6 +5,7 @@ uses them as generated (the three cannot drift apart)."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import shutil
 import subprocess
@@ -12,12 +13,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import attrs
 import pytest
 
 import amqp_asyncio
 import amqp_blocking
 import amqp_trio
-from amqp_sansio.client import REQUESTS
+from amqp_sansio.client import REQUESTS, message_count
 from amqp_sansio.v0_10.client import SESSION_REQUESTS
 
 if TYPE_CHECKING:
@@ -75,6 +77,32 @@ def test_channels_use_the_generated_methods(adapter: types.ModuleType) -> None:
         if adapter is amqp_blocking and request.expects_reply:
             expected.append("timeout")
         assert names == expected, request.name
+
+
+def _generator() -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location("gen_channels", ROOT / "tools/gen_channels.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_request_without_a_reply_in_some_version_does_not_wait_there() -> None:
+    """0-9's basic.recover has no recover-ok: the generated method asks the connection's
+    version before waiting, and a request that would have to return a reply's value there is
+    refused by the generator."""
+    generator = _generator()
+    recover = next(r for r in REQUESTS if r.name == "basic_recover")
+    for adapter in generator.ADAPTERS:
+        source = "\n".join(generator.method_source(adapter, recover))
+        assert "if not self._has_reply(request):  # none in AMQP 0-9" in source
+        assert "self._send_no_reply(request)" in source
+    declare = next(r for r in REQUESTS if r.name == "queue_declare")
+    assert "_has_reply" not in "\n".join(generator.method_source(generator.ADAPTERS[0], declare))
+    returning = attrs.evolve(recover, returns="int", reader=message_count)
+    with pytest.raises(SystemExit, match="AMQP 0-9 gives it no reply, so it can return nothing"):
+        generator.check(returning)
 
 
 @pytest.mark.parametrize("adapter", ADAPTERS, ids=lambda m: m.__name__)

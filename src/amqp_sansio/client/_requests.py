@@ -23,6 +23,9 @@ from typing import TYPE_CHECKING, Final, Protocol, TypeVar, cast, final
 import attrs
 
 from .. import (
+    AMQP_0_8,
+    AMQP_0_9,
+    AMQP_0_9_1,
     BasicAck,
     BasicCancel,
     BasicGet,
@@ -201,6 +204,9 @@ def got_message(reply: Method | _M | None, message_type: type[_M]) -> _M | None:
 
 # --- the table --------------------------------------------------------------------------------
 
+#: The versions the adapters' channel methods speak.
+_VERSIONS: Final = (AMQP_0_9_1, AMQP_0_9, AMQP_0_8)
+
 #: What :attr:`Param.default` holds for an argument without a default.
 _REQUIRED: Final = inspect.Parameter.empty
 
@@ -277,8 +283,24 @@ class Request:
 
     @property
     def expects_reply(self) -> bool:
-        """Whether the broker answers the request (then the adapter's method waits)."""
+        """Whether the broker answers the request in 0-9-1 (then the adapter's method waits, and
+        the blocking adapter's takes a ``timeout``); :attr:`no_reply_in` names the versions
+        where it does not."""
         return bool(self.method.RESPONSES)
+
+    @property
+    def no_reply_in(self) -> tuple[ProtocolVersion, ...]:
+        """The versions that have the request's method but no reply to it (0-9's
+        ``basic.recover``): there the adapter's method sends it and returns at once, since
+        waiting would never end. Empty for most requests."""
+        if not self.expects_reply:
+            return ()
+        meaning = self.method.NAME
+        return tuple(
+            spec.version
+            for spec in _VERSIONS
+            if meaning in spec.by_meaning and not spec.has_reply(meaning)
+        )
 
     def doc_for(self, adapter: str) -> str:
         """The docstring of *adapter*'s method (``amqp_trio``, ...)."""

@@ -11,16 +11,21 @@ Receiving commands, the session:
 * completes them (the client role when they are handed out, the server role when the
   application calls :meth:`Session.complete` or :meth:`Session.send_result`; ``execution.sync``
   when every earlier command is complete) and reports the completed set with
-  ``session.completed``: at once for a command with the sync bit, on ``session.flush``, before a
-  window-mode sender would run out of credit, and otherwise when the received octets are used
-  up (``next_event`` returning ``NEED_DATA``);
+  ``session.completed`` when the peer asks (a command with the sync bit, ``execution.sync``,
+  ``session.flush``) or needs it (a window-mode sender that would run out of credit); with
+  ``ConnectionConfig.eager_completion`` (the client role's default) also whenever the received
+  octets are used up (``next_event`` returning ``NEED_DATA``);
 * trims that set by the peer's ``known-completed`` and answers ``expected``/``confirmed``.
 
 Sending commands, it keeps the commands not yet completed, ties ``execution.result`` to its
 command, answers ``completed`` with ``known-completed`` (at once if the peer asked for a timely
-reply, else merged into the next flush), returns window-mode credit on completion, and refuses
-(:class:`~amqp_sansio.LocalProtocolError`, nothing written) a transfer that the destination's
-credit does not cover. Byte credit counts the header segment and the body, as qpidd does.
+reply; otherwise merged into the next flush with ``eager_completion``, and not at all without
+it, as qpidd: qpid.messaging cannot read a ``known-completed`` it did not ask for), returns
+window-mode credit on completion, and refuses (:class:`~amqp_sansio.LocalProtocolError`, nothing
+written) a transfer that the destination's credit does not cover. Byte credit counts the header
+segment and the body, as qpidd does. Every ``ConnectionConfig.sync_every``-th command sent
+without the sync bit gets it, so that a peer reporting only when asked (qpidd, qpid-python)
+lets us drop the commands we keep until their completion.
 """
 
 from __future__ import annotations
@@ -235,6 +240,7 @@ class Session:
         "_completed",
         "_conn",
         "_credit",
+        "_eager",
         "_grants",
         "_in_first",
         "_in_next",
@@ -242,7 +248,10 @@ class Session:
         "_known_pending",
         "_out_next",
         "_outstanding",
+        "_since_ask",
+        "_sizes",
         "_state",
+        "_sync_every",
         "_syncs",
         "_unreported",
         "_window_sent",
@@ -258,16 +267,20 @@ class Session:
         self.name: Final = name
         self._state = state
         self._auto_complete = conn._auto_complete
+        self._eager = conn._eager_completion
         # Commands we receive (unwrapped ids). _in_next is None until command-point.
         self._in_first = 0
         self._in_next: int | None = None
         self._incomplete: dict[int, tuple[Command, bool]] = {}  # id -> (command, sync bit)
         self._syncs: list[int] = []  # execution.sync ids waiting for earlier commands
+        self._sizes: dict[int, int] = {}  # incomplete transfers' sizes, while we grant credit
         self._completed = _Ranges()  # completed, not known-completed by the peer
         self._unreported = False
         # Commands we send.
         self._out_next = conn.config.first_command_id
         self._outstanding: dict[int, Command] = {}
+        self._since_ask = 0  # commands sent since the last one with the sync bit
+        self._sync_every = conn.config.sync_every
         self._window_sent: dict[int, tuple[str, int]] = {}  # id -> (destination, octets)
         self._known_pending = _Ranges()
         # Message credit: granted to us per destination (we send transfers) and by us.
@@ -351,6 +364,12 @@ class Session:
             raise conn._local(f"the {conn.role.value} role cannot send {cls.NAME}", cls)
         if (headers is not None or body is not None) and not cls.SEGMENTS:
             raise conn._local(f"{cls.NAME} has no header or body segments", cls)
+        if not sync and self._sync_every:
+            # we keep the command until its completion: ask for it now and then
+            self._since_ask += 1
+            sync = self._since_ask >= self._sync_every
+        if sync:
+            self._since_ask = 0
         segment = bytearray()
         header: bytearray | None = None
         try:  # into buffers of our own: nothing is written if a value does not encode
@@ -550,8 +569,9 @@ class Session:
         Needed in the server role (manual completion, see ``ConnectionConfig.auto_complete``),
         after a command took effect; completing an id twice does nothing. *report* False
         leaves the report to the next ``session.completed`` the core sends anyway (a command
-        with the sync bit, a flush, or ``next_event`` running out of received octets): one
-        control for a burst of transfers rather than one each.
+        with the sync bit, ``execution.sync``, a flush, window credit the peer needs back, or
+        with ``ConnectionConfig.eager_completion`` ``next_event`` running out of received
+        octets): one control for a burst of transfers rather than one each.
         """
         conn = self._conn
         conn._check_usable()
@@ -573,7 +593,8 @@ class Session:
 
     def send_result(self, command_id: int, value: Struct | None) -> int:
         """Send ``execution.result`` for the peer's command *command_id*, then complete it
-        (the result must reach the peer before the completion)."""
+        (the result must reach the peer before the completion), reported at once with
+        ``ConnectionConfig.eager_completion`` or when the command asked for it (sync bit)."""
         conn = self._conn
         conn._check_usable()
         top = self._in_next
@@ -582,8 +603,8 @@ class Session:
         if entry is None:
             raise conn._local(f"command {command_id} is not an incomplete command of the peer")
         sent = self._send(ExecutionResult(command_id=command_id, value=value), False, None, None)
-        self._complete(unwrapped)
-        self._report()
+        if self._mark_complete(unwrapped) or self._eager:
+            self._report()
         return sent
 
     def raise_exception(
@@ -666,9 +687,18 @@ class Session:
         self._completed.add(n, n)
         if not self._unreported:
             self._unreported = True
-            self._conn._mark_dirty(self)
+            if self._eager:
+                self._conn._mark_dirty(self)
         command, sync = entry
-        if type(command) is MessageFlush:
+        cls = type(command)
+        # execution.sync asks for the report by its nature, with or without the sync bit
+        sync = sync or cls is ExecutionSync
+        if cls is MessageTransfer and self._sizes:
+            assert isinstance(command, MessageTransfer)
+            size = self._sizes.pop(n, None)
+            if size is not None and self._count_window(command.destination or "", size):
+                sync = True
+        if cls is MessageFlush:
             assert isinstance(command, MessageFlush)
             flow = self._credit.get(command.destination or "")
             if flow is not None:
@@ -787,13 +817,16 @@ class Session:
             else:
                 if not self._unreported:
                     self._unreported = True
-                    self._conn._dirty.add(self)
-                if self._grants:
-                    self._count_window(command.destination or "", size)
+                    if self._eager:
+                        self._conn._dirty.add(self)
+                if self._grants and self._count_window(command.destination or "", size):
+                    self._report()
             if self._syncs:
                 self._release_syncs()
         else:
             self._incomplete[top] = (command, assembly.sync)
+            if self._grants:
+                self._sizes[top] = size  # for the window, when the application completes it
         event = _new(MessageReceived)
         event.channel = self.channel
         event.command_id = command_id
@@ -805,18 +838,17 @@ class Session:
         event.size = size
         return event
 
-    def _count_window(self, destination: str, size: int) -> None:
+    def _count_window(self, destination: str, size: int) -> bool:
         """A transfer to a window-mode destination we granted credit for was completed:
-        report before the sender could run out of window (half of it used)."""
+        whether to report now, before the sender could run out of window (half of it used)."""
         grant = self._grants.get(destination)
         if grant is None or grant.mode != FlowMode.WINDOW:
-            return
+            return False
         grant.pending_messages += 1
         grant.pending_octets += size
-        if (grant.messages != UNLIMITED and 2 * grant.pending_messages >= grant.messages) or (
+        return (grant.messages != UNLIMITED and 2 * grant.pending_messages >= grant.messages) or (
             grant.octets != UNLIMITED and 2 * grant.pending_octets >= grant.octets
-        ):
-            self._report()
+        )
 
     def _on_flow_command(self, command: Command) -> None:
         """The peer (receiver of our transfers) changed the credit of a destination."""
@@ -938,7 +970,9 @@ class Session:
         if commands is not None:
             if control.timely_reply:
                 self._conn._send_control(self.channel, SessionKnownCompleted(commands=commands))
-            else:
+            elif self._eager:
+                # answered with the next flush; without eager completion only a timely-reply
+                # is answered (qpidd): the peer's next timely request covers these ids too
                 ref = self._out_next - 1
                 for low, high in commands.ranges:
                     ulow = _unwrap(low, ref)
@@ -1001,7 +1035,8 @@ class Session:
                 self._complete(n)
             self._completed.add(ulow, uhigh)
             self._unreported = True
-        self._conn._mark_dirty(self)
+        if self._eager:
+            self._conn._mark_dirty(self)
 
     def on_detached(self) -> tuple[int, ...]:
         """The session is gone: its ids never completed, for the event."""

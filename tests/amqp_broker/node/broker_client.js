@@ -1,7 +1,8 @@
 // Node's amqplib against a broker: `node broker_client.js amqp://guest:guest@127.0.0.1:PORT/`.
-// Runs declare/bind, confirmed publishes, basic.get, a consumer with acks, an RPC round trip,
-// a mandatory return and a server-sent cancel; prints one JSON line and exits 0, or prints the
-// failure and exits 1. Driven by tests/amqp_broker/test_clients.py.
+// Reads the server properties, runs declare/bind, confirmed publishes, basic.get, a consumer
+// with acks, an RPC round trip, a mandatory return and a server-sent cancel; prints one JSON
+// line and exits 0, or prints the failure and exits 1. Driven by
+// tests/amqp_broker/test_clients.py.
 'use strict';
 
 const assert = require('node:assert/strict');
@@ -22,6 +23,10 @@ async function main(url) {
   const conn = await amqp.connect(url);
   const ch = await conn.createConfirmChannel();
   const results = {};
+
+  // what connection.start said the server is (amqplib's own tests check the product)
+  const { product, version } = conn.connection.serverProperties;
+  results.server = { product, version };
 
   // declare, bind, confirmed publishes
   await ch.assertExchange(exchange, 'topic', { durable: false });

@@ -3,8 +3,10 @@ RabbitMQ 3.10 and the embedded broker; ``protocol="auto"`` against servers that 
 another version's header.
 
 One session per adapter and version: the handshake, exchange and queue declare/bind/unbind/
-delete, publish with properties and headers, get, ack, consume, reject, qos, a channel error, a
-method only 0-9-1 has (refused before anything is written) and the connection's close. The
+delete, publish with properties and headers, get, ack, recover (answered with recover-ok in 0-8,
+asynchronous in 0-9: the adapter must not wait for a reply), consume, reject, qos, a channel
+error, a method only 0-9-1 has (refused before anything is written) and the connection's
+close. The
 version is chosen with the URL's ``protocol`` query parameter; ``connect(protocol=...)`` wins
 over it. RabbitMQ serves ``AMQP 1 1 0 9`` as 0-9-1, whose tables agree with 0-9's on everything
 used here; the embedded broker does the same by default, and serves it as 0-9 when configured
@@ -60,6 +62,8 @@ class _Message(Protocol):
     def delivery_tag(self) -> int: ...
     @property
     def message_count(self) -> int | None: ...
+    @property
+    def redelivered(self) -> bool: ...
 
     async def ack(self, *, multiple: bool = False) -> None: ...
 
@@ -93,6 +97,7 @@ class _Channel(Protocol):
     async def basic_get(self, queue: str) -> _Message | None: ...
     def basic_consume(self, queue: str) -> AbstractAsyncContextManager[_Consumer]: ...
     async def basic_reject(self, delivery_tag: int, *, requeue: bool = True) -> None: ...
+    async def basic_recover(self, requeue: bool = True) -> None: ...
 
 
 class _Connection(Protocol):
@@ -120,6 +125,7 @@ class _BlockingMessage:
         self.properties = message.properties
         self.delivery_tag = message.delivery_tag
         self.message_count = message.message_count
+        self.redelivered = message.redelivered
 
     async def ack(self, *, multiple: bool = False) -> None:
         self._message.ack(multiple=multiple)
@@ -198,6 +204,9 @@ class _BlockingChannel:
 
     async def basic_reject(self, delivery_tag: int, *, requeue: bool = True) -> None:
         self._ch.basic_reject(delivery_tag, requeue=requeue)
+
+    async def basic_recover(self, requeue: bool = True) -> None:
+        self._ch.basic_recover(requeue)
 
 
 @final
@@ -291,6 +300,17 @@ async def _session(connect: _Connect, url: str, version: str) -> None:
                 )
                 assert (got.properties.delivery_mode, got.properties.priority) == (2, 3)
                 await got.ack()
+                # unacknowledged, then recovered: 0-9's basic.recover has no reply, so the
+                # call returns at once and the broker requeues before it answers the next get
+                await ch.basic_publish(b"again", exchange=exchange, routing_key="k")
+                unacked = await ch.basic_get(queue)
+                assert unacked is not None
+                assert (unacked.body, unacked.redelivered) == (b"again", False)
+                await ch.basic_recover(requeue=True)
+                redelivered = await ch.basic_get(queue)
+                assert redelivered is not None
+                assert (redelivered.body, redelivered.redelivered) == (b"again", True)
+                await redelivered.ack()
                 await ch.basic_publish(b"second", exchange=exchange, routing_key="k")
                 async with ch.basic_consume(queue) as consumer:
                     async for message in consumer:

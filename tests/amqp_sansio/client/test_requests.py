@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from amqp_sansio import (
+    AMQP_0_8,
+    AMQP_0_9,
+    AMQP_0_9_1,
     BasicCancel,
     BasicConsume,
     BasicGet,
@@ -29,6 +32,7 @@ from amqp_sansio import (
     LocalProtocolError,
     MessageReceived,
     MethodReceived,
+    ProtocolVersion,
     QueueBind,
     QueueDeclare,
     QueueDeclareOk,
@@ -334,5 +338,15 @@ def test_requests_table() -> None:
     assert request.queue_purge.params[0].required is True
     assert request.basic_ack.expects_reply is False
     assert request.confirm_select.expects_reply is True
+    # 0-9's basic.recover (60, 100) has no recover-ok; 0-9-1's and RabbitMQ's 0-8 (110) have
+    assert request.basic_recover.no_reply_in == (ProtocolVersion.AMQP_0_9,)
+    assert [r.name for r in request.REQUESTS if r.no_reply_in] == ["basic_recover"]
+    assert request.basic_ack.no_reply_in == ()
+    assert (AMQP_0_9_1.has_reply("basic.recover"), AMQP_0_9.has_reply("basic.recover")) == (
+        True,
+        False,
+    )
+    assert AMQP_0_8.has_reply("basic.recover") is True
+    assert AMQP_0_9.has_reply("confirm.select") is False  # no such method in 0-9
     assert request.tx_commit.doc_for("amqp_blocking") == "Commit the current transaction."
     assert request.tx_rollback.doc_for("amqp_blocking") == "Roll the current transaction back."

@@ -289,6 +289,32 @@ def test_client_reports_before_a_window_sender_would_stall() -> None:
         ]
 
 
+def test_a_server_granting_window_credit_reports_before_the_sender_stalls() -> None:
+    # manual completion without eager reports (the server role's defaults): completing half
+    # of the window it granted reports at once, as the client role does
+    pair, client, server = setup()
+    server.set_flow_mode("d", FlowMode.WINDOW)
+    server.flow("d", CreditUnit.MESSAGE, 4)
+    server.flow("d", CreditUnit.BYTE, UNLIMITED)
+    pair.transfer(pair.server)
+    pair.transfer(pair.client)
+    for _ in range(4):
+        client.transfer("d", b"m")
+    assert client.credit("d") == Credit(mode=FlowMode.WINDOW, messages=0, octets=UNLIMITED)
+    events = pair.transfer(pair.client)
+    ids = [e.command_id for e in events if isinstance(e, MessageReceived)]
+    assert len(ids) == 4
+    server.complete(ids[0], report=False)
+    assert reports(pair.server.data_to_send()) == []
+    server.complete(ids[1], report=False)
+    data = pair.server.data_to_send()
+    assert reports(data) == [
+        SessionCompleted(commands=SequenceSet([(ids[0], ids[1])]), timely_reply=False)
+    ]
+    feed(pair.client, data)
+    assert client.credit("d") == Credit(mode=FlowMode.WINDOW, messages=2, octets=UNLIMITED)
+
+
 def _completed_frames(reports: list[SessionCompleted]) -> list[bytes]:
     from amqp_sansio.v0_10.testing import control_frames
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from amqp_sansio.v0_10 import (
+    NEED_DATA,
     CommandReceived,
     CommandsCompleted,
     ConnectionConfig,
@@ -266,6 +267,8 @@ def test_gap_completes_the_commands_it_names() -> None:
     pair.transfer(pair.client)
     feed(pair.server, control_frames(1, SessionGap(commands=SequenceSet([(0, 1)]))))
     assert server.incomplete_received == ()
+    assert pair.server.data_to_send() == b""  # the server role reports when asked
+    feed(pair.server, control_frames(1, SessionFlush(completed=True)))
     [report] = controls(pair.server.data_to_send())
     assert report == SessionCompleted(commands=SequenceSet([(0, 1)]), timely_reply=False)
 
@@ -285,6 +288,92 @@ def test_sync_bit_and_execution_sync_wait_for_earlier_commands() -> None:
     server.complete(second)  # the sync bit: reported at once, and execution.sync follows
     events = pair.transfer(pair.server)
     assert events == [CommandsCompleted(channel=1, commands=SequenceSet([second, sync]))]
+
+
+def test_the_server_role_reports_completion_when_asked() -> None:
+    pair = opened()
+    client, server = pair.attach("s")
+    ids = [client.send(QueuePurge(queue=str(n))) for n in range(3)]
+    for event in pair.transfer(pair.client):
+        assert isinstance(event, CommandReceived)
+        server.complete(event.command_id, report=False)
+    assert pair.server.next_event() is NEED_DATA
+    assert pair.server.data_to_send() == b""  # completed, not reported: nobody asked yet
+    sync = client.send(ExecutionSync())  # execution.sync asks, even without the sync bit
+    pair.transfer(pair.client)
+    assert pair.transfer(pair.server) == [
+        CommandsCompleted(channel=1, commands=SequenceSet([(ids[0], sync)]))
+    ]
+    purge = client.send(QueuePurge(queue="p"), sync=True)  # so does the sync bit
+    [event] = pair.transfer(pair.client)
+    assert isinstance(event, CommandReceived)
+    server.complete(event.command_id, report=False)
+    assert pair.transfer(pair.server) == [
+        CommandsCompleted(channel=1, commands=SequenceSet.of(purge))
+    ]
+    later = client.send(QueuePurge(queue="f"))
+    [event] = pair.transfer(pair.client)
+    assert isinstance(event, CommandReceived)
+    server.complete(event.command_id, report=False)
+    assert pair.server.data_to_send() == b""
+    client.flush()  # and session.flush
+    pair.transfer(pair.client)
+    assert pair.transfer(pair.server) == [
+        CommandsCompleted(channel=1, commands=SequenceSet.of(later))
+    ]
+
+
+def test_the_server_role_answers_known_completed_only_to_a_timely_reply() -> None:
+    # qpid.messaging's driver has no handler for a known-completed it did not ask for
+    pair = opened()
+    _client, server = pair.attach("s")
+    sync = server.sync()
+    pair.transfer(pair.server)
+    [done] = pair.transfer(pair.client)
+    assert done == CommandsCompleted(channel=1, commands=SequenceSet.of(sync))
+    assert pair.server.next_event() is NEED_DATA
+    assert pair.server.data_to_send() == b""
+    timely = SessionCompleted(commands=SequenceSet.of(sync), timely_reply=True)
+    feed(pair.server, control_frames(1, timely))
+    assert controls(pair.server.data_to_send()) == [
+        SessionKnownCompleted(commands=SequenceSet.of(sync))
+    ]
+
+
+@pytest.mark.parametrize("eager", [True, False])
+def test_eager_completion_reports_and_answers_when_the_input_runs_out(eager: bool) -> None:
+    config = ConnectionConfig(eager_completion=eager)
+    pair = ConnectionPair(config, config)
+    pair.handshake()
+    client, server = pair.attach("s")
+    purge = client.send(QueuePurge(queue="q"))
+    [event] = pair.transfer(pair.client)
+    assert isinstance(event, CommandReceived)
+    server.complete(purge, report=False)
+    assert pair.server.next_event() is NEED_DATA
+    report = SessionCompleted(commands=SequenceSet.of(purge), timely_reply=False)
+    assert controls(pair.server.data_to_send()) == ([report] if eager else [])
+    feed(pair.client, control_frames(1, report))
+    known = SessionKnownCompleted(commands=SequenceSet.of(purge))
+    assert controls(pair.client.data_to_send()) == ([known] if eager else [])
+
+
+def test_every_nth_command_without_the_sync_bit_asks_for_completion() -> None:
+    pair = opened(sync_every=3)
+    client, _server = pair.attach("s")
+    for n in range(7):
+        client.send(QueuePurge(queue=str(n)))
+    client.send(QueuePurge(queue="s"), sync=True)  # a sync bit of the caller's restarts it
+    for n in range(3):
+        client.send(QueuePurge(queue=str(n)))
+    bits = [a.sync for a in parse_assemblies(pair.client.data_to_send())]
+    assert bits == [False, False, True, False, False, True, False, True, False, False, True]
+    never = opened(sync_every=0)
+    session, _ = never.attach("s")
+    for n in range(5):
+        session.send(QueuePurge(queue=str(n)))
+    assert not any(a.sync for a in parse_assemblies(never.client.data_to_send()))
+    assert ConnectionConfig().sync_every == 1000
 
 
 def test_results_are_tied_to_their_command() -> None:
