@@ -56,6 +56,7 @@ MODULES: Final[dict[str, str]] = {
     "amqp_blocking": "The blocking client, one I/O thread per connection ({doc}`blocking`).",
     "amqp_broker": "The embedded in-memory broker ({doc}`broker`).",
     "amqp_spark": "The PySpark data source `amqp` ({doc}`spark`).",
+    "amqp_kombu": "The kombu transport: kombu and Celery on amqp_blocking ({doc}`kombu`).",
     "amqp_tools": "What the command-line tools are built on ({doc}`tools`).",
     "amqp_sansio.v0_10": "The AMQP 0-10 family ({doc}`amqp-0-10`).",
     "amqp_sansio.v0_10.framing": "AMQP 0-10 frames, segments and assemblies.",
@@ -245,10 +246,11 @@ def _entry(module: str, name: str, value: object, kind: str, alias_names: dict[i
             lines.append("   :members:")
         # A private base (the generated channel methods, a shared mixin): its members are
         # this class's, and "Bases:" would name a module users never import.
+        # A third party's base (kombu's, under amqp_kombu) is its library's public class.
         private_bases = [
             base
             for base in getattr(value, "__bases__", ())
-            if base is not object and not _exported(base)
+            if base is not object and not _exported(base) and _ours(base)
         ]
         if private_bases and kind == "class":
             lines += ["   :inherited-members:", "   :no-show-inheritance:"]
@@ -277,6 +279,11 @@ _EXPORTED: set[int] = set()
 
 def _exported(value: object) -> bool:
     return id(value) in _EXPORTED
+
+
+def _ours(cls: type) -> bool:
+    """Whether *cls* is defined in one of the project's packages."""
+    return cls.__module__.split(".", 1)[0] in {name.split(".", 1)[0] for name in MODULES}
 
 
 def _data_doc(lines: list[str]) -> str:

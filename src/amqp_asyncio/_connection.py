@@ -17,18 +17,14 @@ import contextlib
 import logging
 import socket
 import ssl as ssl_module
-from collections import deque
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final, Literal, final, overload
-
-import attrs
 
 from amqp_sansio import (
     NEED_DATA,
     BlockedByPeer,
     ChannelClosed,
     ChannelFlowChanged,
-    ChannelOpened,
     ConnectionClosed,
     ConnectionLost,
     ConnectionOpened,
@@ -45,32 +41,31 @@ from amqp_sansio.client import (
     DEFAULT_URL,
     AMQPError,
     ChannelBook,
-    ChannelReopened,
+    Connect,
     ConnectionClosedError,
     ConnectionLostError,
     ConnectionParameters,
     ConnectionTimeoutError,
-    Epoch,
     HeartbeatTimeoutError,
+    LostChannels,
     ProtocolFallback,
     ProtocolVersionRefused,
-    Recovered,
-    RecoveryEvent,
-    RecoveryLost,
-    RecoveryPlan,
     RecoveryPolicy,
-    RecoveryState,
+    RecoverySupervisor,
+    Resume,
     Router,
-    TopologyRestorer,
     connect_failed,
     connection_parameters,
     connection_telemetry,
-    end_suspended,
     error_from,
+    report_closed_by_broker,
+    report_lost,
+    report_protocol_error,
     wants_0_10,
 )
 
-from ._channel import Channel, Consumer
+from ._channel import Channel
+from ._recovery import RecoveryEvents, RecoveryObservable, carry_out, wait_for_recovery
 from ._v0_10 import connect_0_10
 
 if TYPE_CHECKING:
@@ -81,7 +76,7 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
-    from amqp_sansio import Event, FieldTable, ProtocolVersion, Topology
+    from amqp_sansio import Event, FieldTable, ProtocolVersion
     from amqp_sansio.client import Reply, Telemetry
 
     from ._v0_10 import Connection010
@@ -117,7 +112,6 @@ class _Protocol(asyncio.Protocol):
             transport.abort()
             return
         self._conn._transport = transport
-        self._conn._reading.transport = transport
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -152,38 +146,7 @@ class _Protocol(asyncio.Protocol):
 
 
 @final
-class ReadingPause:
-    """A connection's transport reading, paused while any consumer's buffer is full
-    (backpressure: a slow consumer slows the broker down); each consumer gets it when it is
-    made."""
-
-    __slots__ = ("_pausers", "transport")
-
-    def __init__(self) -> None:
-        self._pausers: set[object] = set()
-        #: The transport, from when it is made until the connection finished.
-        self.transport: asyncio.Transport | None = None
-
-    @property
-    def paused(self) -> bool:
-        """Whether a consumer holds the reading paused."""
-        return bool(self._pausers)
-
-    def pause(self, consumer: object) -> None:
-        """*consumer*'s buffer is full: stop reading until it has room again."""
-        if not self._pausers and self.transport is not None:
-            self.transport.pause_reading()
-        self._pausers.add(consumer)
-
-    def resume(self, consumer: object) -> None:
-        """*consumer* has room again (or ended)."""
-        self._pausers.discard(consumer)
-        if not self._pausers and self.transport is not None:
-            self.transport.resume_reading()
-
-
-@final
-class Connection:
+class Connection(RecoveryObservable[Router, ChannelBook]):
     """An open AMQP connection on an asyncio event loop (made by :func:`connect`).
 
     Use it from the loop's thread only. Every call that waits for the broker can be cancelled
@@ -210,20 +173,22 @@ class Connection:
         self._loop = loop
         self._generation = 0
         self._policy = recovery
-        self._epoch = Epoch("raise" if recovery is None else recovery.stale_settle)
-        self._state = RecoveryState.OPEN
         self._subscribers: set[RecoveryEvents] = set()
+        # Recovery's decisions; this connection carries out its actions.
+        self._supervisor: RecoverySupervisor[Router, ChannelBook] = RecoverySupervisor(
+            params, recovery, emit=self._emit, logger=logger
+        )
+        self._epoch = self._supervisor.epoch
         #: While recovering: resolved when the connection is back (or recovery gave up).
         self._recovered: asyncio.Future[None] | None = None
         self._recovery_task: asyncio.Task[None] | None = None
-        self._restoring: _Restoring | None = None
-        self._waiting_bytes = 0
-        # The lost connection's books (their consumers), for as long as recovery runs.
-        self._lost_books: dict[int, ChannelBook] = {}
+        # The current attempt's restore: resolved when it is done, or with why it failed.
+        self._restored: asyncio.Future[None] | None = None
+        # The lost connection's channel objects, by their number there, until resumed.
+        self._lost_channels: dict[int, Channel] = {}
         self._core = CoreConnection(Role.CLIENT, params.to_config())
         self._book = Router(self._core, telemetry)
-        if recovery is not None:
-            self._book.recover_with(recovery, self._recover_on, self._channel_reopened)
+        self._supervisor.attach(self._book, self._channel_reopened)
         self._transport: asyncio.Transport | None = None
         self._opened: asyncio.Future[ConnectionOpened] = loop.create_future()
         self._finished: asyncio.Future[None] = loop.create_future()
@@ -233,8 +198,6 @@ class Connection:
         self._closing = False
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
-        # Consumers get it when they are made: a full buffer pauses the transport's reading.
-        self._reading = ReadingPause()
         self._flush_scheduled = False
         self._timer: asyncio.TimerHandle | None = None
         self._channels: dict[int, Channel] = {}
@@ -246,26 +209,6 @@ class Connection:
         return f"<amqp_asyncio.Connection {self.params.address} {state}>"
 
     # --- public state -------------------------------------------------------------------------
-
-    @property
-    def recovery_state(self) -> RecoveryState:
-        """``OPEN``, ``RECOVERING`` (lost, reconnecting) or ``CLOSED`` (for good)."""
-        return self._state
-
-    @property
-    def epoch(self) -> int:
-        """0 for the first connection, +1 each time one was lost (deliveries carry theirs)."""
-        return self._epoch.current
-
-    def recovery_events(self) -> RecoveryEvents:
-        """An async iterator over the recovery events from now on (lost, attempt,
-        recovered, gave up); it ends when the connection is closed for good."""
-        events = RecoveryEvents(self)
-        if self._state is RecoveryState.CLOSED:
-            events._close()
-        else:
-            self._subscribers.add(events)
-        return events
 
     @property
     def blocked(self) -> bool:
@@ -354,12 +297,14 @@ class Connection:
         :class:`~amqp_sansio.client.ConnectionClosedError`. Closing twice does nothing.
         Closing while recovering stops recovery."""
         task = self._recovery_task
+        self._supervisor.close()
         if task is not None and not task.done():
             self._closing = True
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-            self._give_up(ConnectionClosedError("closed by the client", reply_code=200), None)
+            self._end_attempt()
+            self._give_up(ConnectionClosedError("closed by the client", reply_code=200))
             return
         if self._book.error is None and not self._closing and self._transport is not None:
             self._closing = True
@@ -432,17 +377,18 @@ class Connection:
             try:
                 event = core.next_event()
             except RemoteProtocolError as exc:
-                logger.warning("protocol error from %s: %r", self.params.address, exc)
+                report_protocol_error(logger, self.params.address, exc)
                 book.fail(error_from(exc, connection=True))
                 self._flush()  # the close answering the error
                 self._finish()
                 return
             if event is NEED_DATA:
                 break
-            if self._restoring is not None and self._restoring.handle(event):
+            if self._supervisor.restoring and self._restore_event(event):
                 continue
             cls = type(event)
-            if cls is MessageReceived:  # once per message: no dispatch
+            if cls is MessageReceived:  # once per message: no dispatch; never waits (a
+                # consumer over its bound is paused by the router, flushed below)
                 book.route_message(event)  # type: ignore[arg-type]
                 continue
             book.handle(event)
@@ -485,11 +431,11 @@ class Connection:
             assert isinstance(event, ConnectionClosed)
             if event.by_peer:
                 # During the handshake connect() raises it: a warning would say it twice.
-                (logger.warning if self._opened.done() else logger.debug)(
-                    "%s closed the connection: %d %s",
+                report_closed_by_broker(
+                    logger,
                     self.params.address,
-                    event.reply_code,
-                    event.reply_text,
+                    error_from(event, connection=True),
+                    handshaking=not self._opened.done(),
                 )
             self._flush()  # the close-ok
             self._finish()
@@ -520,18 +466,20 @@ class Connection:
                 while (event := self._core.next_event()) is not NEED_DATA:
                     self._book.handle(event)
             if self._book.error is None:
-                self._book.fail(
-                    ConnectionLostError(
-                        f"the transport to {self.params.address} closed without a close handshake"
-                    )
+                error = ConnectionLostError(
+                    f"the transport to {self.params.address} closed without a close handshake"
                 )
-            logger.warning("lost the connection to %s", self.params.address)
+                self._book.fail(error)
+                if self._book.suspended is None and not self._closing and self._opened.done():
+                    report_lost(logger, self.params.address, error)
         self._finish()
 
     def _finish(self) -> None:
-        if self._recovery_task is not None and not self._recovery_task.done():
-            self._end_attempt()
+        if self._supervisor.attempting:
+            self._end_attempt()  # the recovery task reports it
             return
+        if self._supervisor.recovering:
+            return  # already suspended: the transport's own end comes after the close
         if self._book.suspended is not None and not self._closing:
             self._suspend()
             return
@@ -548,7 +496,6 @@ class Connection:
                 )
             )
             self._opened.exception()  # retrieved here: connect() may be gone already
-        self._reading.transport = None  # closed: never paused or resumed again
         self._release_unblocked()
         self._wake_drain_waiters()
         for ch in self._channels.values():
@@ -560,162 +507,71 @@ class Connection:
             self._transport.close()
         self._set_closed()
 
-    # --- recovery -----------------------------------------------------------------------------
+    # --- recovery: the supervisor decides, this carries its actions out ----------------------
 
-    def _recover_on(self, error: AMQPError) -> bool:
-        if self._closing or self._policy is None:
-            return False
-        if self._recovery_task is not None and not self._recovery_task.done():
-            return True  # during an attempt: keep the consumers whatever went wrong
-        return self._policy.triggers(error)
-
-    def _channel_reopened(self, old: int, book: ChannelBook, cause: AMQPError) -> None:
+    def _channel_reopened(self, old: int, book: ChannelBook) -> None:
         """The router opened channel *old* again as *book* after a channel error."""
         ch = self._channels.pop(old, None)
         if ch is not None:
             ch._rebind(self._core, book)
             self._channels[book.number] = ch
         self._flush_soon()
-        self._emit(ChannelReopened(channel=old, new_channel=book.number, cause=cause))
-
-    def _emit(self, event: RecoveryEvent) -> None:
-        for subscriber in self._subscribers:
-            subscriber._push(event)
-
-    def _set_closed(self) -> None:
-        self._state = RecoveryState.CLOSED
-        subscribers, self._subscribers = self._subscribers, set()
-        for subscriber in subscribers:
-            subscriber._close()
 
     def _suspend(self) -> None:
         """The connection was lost and the policy recovers it: keep channels and consumers,
         reset what belonged to the transport, and start recovering."""
-        book = self._book
-        cause = book.error
-        suspended = book.suspended
+        cause = self._book.error
         assert cause is not None
-        assert suspended is not None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self._reading.transport = None
         self._release_unblocked()  # blocked belongs to the lost connection
         self._wake_drain_waiters()
         channels = dict(self._channels)
         self._channels.clear()
         for ch in channels.values():
             ch._flow_changed(True)
-        for lost in suspended.values():
-            for sink in lost.consumers.values():
-                if isinstance(sink, Consumer):
-                    sink._forget_unhanded()
         if self._transport is not None:
             self._transport.close()
-        self._lost_books = suspended
-        self._epoch.current += 1
-        self._state = RecoveryState.RECOVERING
+        self._lost_channels = channels
         self._recovered = self._loop.create_future()
-        logger.warning("lost the connection to %s (%s): recovering", self.params.address, cause)
-        self._emit(RecoveryLost(cause=cause))
-        self._recovery_task = self._loop.create_task(
-            self._recover(cause, self._core.topology, channels, suspended)
-        )
+        self._supervisor.lost(LostChannels(self._book), cause, self._loop.time())
+        self._recovery_task = self._loop.create_task(self._recover())
 
     async def _wait_recovered(self, octets: int = 0) -> None:
-        """While recovering: wait for the connection to come back, up to the policy's
-        ``publish_wait`` (0: fail at once), with at most ``publish_buffer`` octets waiting."""
-        recovered = self._recovered
-        if recovered is None:
-            return
-        policy = self._policy
-        assert policy is not None
-        error = self._book.error
-        policy.admit_wait(self._waiting_bytes, octets, self.params.address, error)
-        self._waiting_bytes += octets
-        try:
-            async with asyncio.timeout(policy.publish_wait):
-                await asyncio.shield(recovered)
-        except TimeoutError:
-            raise policy.wait_expired(self.params.address, error) from None
-        finally:
-            self._waiting_bytes -= octets
-
-    async def _recover(
-        self,
-        cause: AMQPError,
-        topology: Topology,
-        channels: dict[int, Channel],
-        books: dict[int, ChannelBook],
-    ) -> None:
-        policy = self._policy
-        assert policy is not None
-        unknown = self._book.unknown
-        started = self._loop.time()
-        attempt = 0
-        while True:
-            attempt += 1
-            delay = policy.delay(attempt)
-            if delay:
-                await asyncio.sleep(delay)
-            url = policy.endpoint(attempt, "")
-            params = connection_parameters(url, self.params.connection_name) if url else self.params
-            try:
-                recovered = await self._attempt(params, attempt, topology, channels, books)
-            except (OSError, AMQPError, TimeoutError) as exc:
-                self._end_attempt()
-                failed, gave_up = policy.failed_attempt(
-                    attempt,
-                    self._loop.time() - started,
-                    params.address,
-                    exc,
-                    address=self.params.address,
-                    logger=logger,
-                )
-                self._emit(failed)
-                if gave_up is not None:
-                    self._emit(gave_up)
-                    self._give_up(cause, books)
-                    return
-                continue
-            self._state = RecoveryState.OPEN
-            self._lost_books = {}
-            recovered = attrs.evolve(
-                recovered, unknown_publishes=unknown + recovered.unknown_publishes
+        """While recovering: wait for the connection to come back (see
+        :func:`~amqp_asyncio._recovery.wait_for_recovery`)."""
+        if self._recovered is not None:
+            assert self._policy is not None
+            await wait_for_recovery(
+                self._supervisor, self._policy.publish_wait, self._recovered, octets
             )
-            logger.info(
-                "recovered the connection to %s (attempt %d, epoch %d)",
-                params.address,
-                attempt,
-                recovered.epoch,
-            )
-            done, self._recovered = self._recovered, None
-            if done is not None and not done.done():
-                done.set_result(None)
-            self._emit(recovered)
-            return
 
-    async def _attempt(
-        self,
-        params: ConnectionParameters,
-        attempt: int,
-        topology: Topology,
-        channels: dict[int, Channel],
-        books: dict[int, ChannelBook],
-    ) -> Recovered:
-        policy = self._policy
-        assert policy is not None
+    async def _recover(self) -> None:
+        """Carry out the supervisor's actions until the connection is back or it gave up."""
+        await carry_out(
+            self._supervisor,
+            self._loop,
+            self._attempt,
+            self._end_attempt,
+            self._give_up,
+        )
+
+    async def _attempt(self, action: Connect) -> None:
+        """Connect to the action's endpoint, restore, and resume the channels."""
+        supervisor = self._supervisor
         loop = self._loop
+        params = action.params
         self._generation += 1
         self._core = CoreConnection(Role.CLIENT, params.to_config())
-        router = self._book = Router(self._core, self._telemetry)
-        router.recover_with(policy, self._recover_on, self._channel_reopened)
+        self._book = Router(self._core, self._telemetry)
+        supervisor.attach(self._book, self._channel_reopened)
         self._transport = None
         self._opened = loop.create_future()
         self._transport_gone = loop.create_future()
         self._write_paused = False
         context = params.ssl_context() if params.tls else None
-        async with asyncio.timeout(params.connection_timeout):
+        async with asyncio.timeout_at(action.deadline):
             await loop.create_connection(
                 lambda: _Protocol(self),
                 params.host,
@@ -724,70 +580,59 @@ class Connection:
                 server_hostname=params.tls_server_hostname if context is not None else None,
             )
             await asyncio.shield(self._opened)
-            plan = RecoveryPlan(
-                topology,
-                channels=list(channels),
-                confirm_channels=[n for n, b in books.items() if b.confirm_mode],
-                policy=policy,
-            )
-            restorer = TopologyRestorer(self._core, plan, policy)
-            done: asyncio.Future[None] = loop.create_future()
-            self._restoring = _Restoring(self, restorer, books, done)
-            restorer.start()
+            restored = self._restored = loop.create_future()
+            supervisor.connected(self._book)
             self._flush()
-            if restorer.done:
-                done.set_result(None)
-            try:
-                await done
-            finally:
-                self._restoring = None
-        # Back: the channels and consumers carry on on the new connection.
-        republished = unknown = 0
-        for old, ch in channels.items():
-            number = restorer.channel_map[old]
-            book = router.channels[number]
-            ch._rebind(self._core, book)
-            self._channels[number] = ch
-            sent, ended = router.resume(books.get(old), book)
-            republished += sent
-            unknown += ended
+            if supervisor.restoring:
+                await restored
+        resume = supervisor.next_action(loop.time())
+        assert isinstance(resume, Resume)
+        lost, self._lost_channels = self._lost_channels, {}
+        for old, book in resume.channels.items():
+            ch = lost.get(old)
+            if ch is not None:
+                ch._rebind(self._core, book)
+                self._channels[book.number] = ch
+        supervisor.resume()
         self._flush()
-        for lost in books.values():  # channels opened after the loss was noticed: none
-            lost.consumers = {}
-        return Recovered(
-            attempt=attempt,
-            epoch=self._epoch.current,
-            renamed_queues=dict(plan.renamed),
-            unknown_publishes=unknown,
-            skipped=tuple(plan.skipped),
-            republished=republished,
-        )
+        recovered, self._recovered = self._recovered, None
+        if recovered is not None and not recovered.done():
+            recovered.set_result(None)
+
+    def _restore_event(self, event: Event) -> bool:
+        """An event while the topology is restored: the supervisor's first (True); a refused
+        step fails the attempt, but the router still sees the event."""
+        supervisor = self._supervisor
+        restored = self._restored
+        try:
+            taken = supervisor.handle(event)
+        except AMQPError as exc:
+            if restored is not None and not restored.done():
+                restored.set_exception(exc)
+                restored.exception()  # retrieved: the attempt may be gone already
+            return False
+        if not supervisor.restoring and restored is not None and not restored.done():
+            restored.set_result(None)
+        return taken
 
     def _end_attempt(self) -> None:
         """An attempt failed (or its connection ended): close its transport."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        restoring, self._restoring = self._restoring, None
-        if restoring is not None and not restoring.done.done():
-            restoring.done.set_exception(
-                ConnectionLostError("the connection was lost during recovery")
-            )
-            restoring.done.exception()
-        if not self._opened.done():
-            self._opened.set_exception(
-                ConnectionLostError("the connection was lost in the handshake")
-            )
-            self._opened.exception()
+        error = self._book.error or ConnectionLostError("the connection was lost during recovery")
+        for future in (self._restored, self._opened):
+            if future is not None and not future.done():
+                future.set_exception(error)
+                future.exception()  # retrieved: the attempt may be gone already
         if self._transport is not None:
             self._transport.abort()
             self._transport = None
 
-    def _give_up(self, cause: AMQPError, books: dict[int, ChannelBook] | None) -> None:
-        """Recovery ends for good: the consumers end with *cause*, the connection is closed."""
-        suspended = books if books is not None else self._lost_books
-        self._lost_books = {}
-        end_suspended(suspended, cause)
+    def _give_up(self, cause: AMQPError) -> None:
+        """Recovery ended for good (the consumers ended with *cause*): what still waits gets
+        it, and the connection is closed."""
+        self._lost_channels = {}
         lost = Router(self._core)
         lost.fail(cause)
         self._book = lost
@@ -808,8 +653,7 @@ class Connection:
 
     def _on_timer(self) -> None:
         self._timer = None
-        # Reads paused for a full consumer buffer: the peer's silence proves nothing.
-        self._core.handle_timer(self._loop.time(), reading=not self._reading.paused)
+        self._core.handle_timer(self._loop.time())
         self._process_events()
         self._arm_timer()
 
@@ -824,7 +668,7 @@ def connect(  # type: ignore[overload-overlap]
     protocol: Literal["0-10", ProtocolVersion.AMQP_0_10],
     tracer_provider: TracerProvider | None = ...,
     meter_provider: MeterProvider | None = ...,
-    recovery: None = ...,
+    recovery: RecoveryPolicy | None = ...,
 ) -> AbstractAsyncContextManager[Connection010]: ...
 
 
@@ -885,7 +729,12 @@ def connect(
     if wants_0_10(
         protocol, recovery=recovery, tracer_provider=tracer_provider, meter_provider=meter_provider
     ):
-        return connect_0_10(url_or_params, ssl_context=ssl_context, connection_name=connection_name)
+        return connect_0_10(
+            url_or_params,
+            ssl_context=ssl_context,
+            connection_name=connection_name,
+            recovery=recovery,
+        )
     return _connect(
         url_or_params,
         ssl_context,
@@ -961,6 +810,7 @@ async def _open(
     except BaseException:
         conn._finish()
         raise
+    conn._supervisor.opened()
     logger.info(
         "connected to %s (vhost %r, heartbeat %d s)",
         params.address,
@@ -968,80 +818,3 @@ async def _open(
         conn.heartbeat,
     )
     return conn
-
-
-@final
-class RecoveryEvents:
-    """The recovery events of a :class:`Connection` (from :meth:`Connection.recovery_events`),
-    as an async iterator; it ends when the connection is closed for good. At most 1,000 wait:
-    older ones are dropped for a reader that does not keep up."""
-
-    def __init__(self, conn: Connection) -> None:
-        self._conn = conn
-        self._events: deque[RecoveryEvent] = deque(maxlen=1000)
-        self._waiter: asyncio.Future[None] | None = None
-        self._closed = False
-
-    def __aiter__(self) -> RecoveryEvents:
-        return self
-
-    async def __anext__(self) -> RecoveryEvent:
-        while not self._events:
-            if self._closed:
-                raise StopAsyncIteration
-            waiter = self._waiter = self._conn._loop.create_future()
-            try:
-                await waiter
-            finally:
-                self._waiter = None
-        return self._events.popleft()
-
-    def _push(self, event: RecoveryEvent) -> None:
-        self._events.append(event)
-        self._wake()
-
-    def _close(self) -> None:
-        self._closed = True
-        self._wake()
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-
-@final
-class _Restoring:
-    """One recovery attempt's restorer, and the channel books it makes as channels reopen
-    (with the lost channels' consumers in them, so deliveries after consume-ok find them)."""
-
-    def __init__(
-        self,
-        conn: Connection,
-        restorer: TopologyRestorer,
-        books: dict[int, ChannelBook],
-        done: asyncio.Future[None],
-    ) -> None:
-        self.conn = conn
-        self.restorer = restorer
-        self.books = books
-        self.done = done
-
-    def handle(self, event: Event) -> bool:
-        restorer = self.restorer
-        try:
-            taken = restorer.handle(event)
-        except AMQPError as exc:
-            if not self.done.done():
-                self.done.set_exception(exc)
-                self.done.exception()  # retrieved: the attempt may be gone already
-            # The router still closes what a connection-level event ends.
-            return not isinstance(event, ConnectionClosed | ConnectionLost | HeartbeatTimeout)
-        if taken and type(event) is ChannelOpened:
-            assert isinstance(event, ChannelOpened)
-            old = next(o for o, n in restorer.channel_map.items() if n == event.channel)
-            lost = self.books.get(old)
-            self.conn._book.channel_reopened(event.channel, lost)
-        if restorer.done and not self.done.done():
-            self.done.set_result(None)
-        return taken

@@ -11,14 +11,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl as ssl_module
 import uuid
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final, final
 
 from amqp_sansio.client import (
     DEFAULT_URL,
+    AMQPError,
+    Connect,
     ConnectionParameters,
     ConnectionTimeoutError,
+    RecoveryPolicy,
+    RecoverySupervisor,
+    Resume,
+    connect_failed,
     connection_parameters,
 )
 from amqp_sansio.v0_10.client import (
@@ -26,6 +33,7 @@ from amqp_sansio.v0_10.client import (
     ClientCore,
     ClientSession,
     FlowModeName,
+    LostSessions,
     Message,
     Pending,
     Properties,
@@ -33,6 +41,7 @@ from amqp_sansio.v0_10.client import (
 )
 
 from ._generated_session import SessionMethods
+from ._recovery import RecoveryEvents, RecoveryObservable, carry_out, wait_for_recovery
 
 if TYPE_CHECKING:
     import ssl
@@ -51,24 +60,37 @@ _NO_PROPERTIES: Final = Properties()
 class _Protocol(asyncio.Protocol):
     def __init__(self, conn: Connection010) -> None:
         self._conn = conn
+        # A recovered connection gets a new transport: the old one's late callbacks are
+        # ignored.
+        self._generation = conn._generation
+
+    def _current(self) -> bool:
+        return self._generation == self._conn._generation
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
+        if not self._current():
+            transport.abort()
+            return
         self._conn._transport = transport
         self._conn._flush()
 
     def data_received(self, data: bytes) -> None:
+        if not self._current():
+            return
         conn = self._conn
-        conn._core.receive_data(data)
-        conn._core.process()
+        conn._core.receive_data(data, conn._loop.time())
+        conn._process()
         conn._flush()
         conn._arm_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if not self._current():
+            return
         conn = self._conn
         conn._transport = None
         conn._core.receive_data(b"")
-        conn._core.process()
+        conn._process()
         conn._core.closed.finish()
 
 
@@ -83,24 +105,64 @@ def _future_pending(loop: asyncio.AbstractEventLoop) -> tuple[Pending, asyncio.F
 
 
 @final
-class Connection010:
+class Connection010(RecoveryObservable[ClientCore, ClientSession]):
     """An AMQP 0-10 connection (from :func:`connect_0_10`): open sessions with
-    :meth:`session`."""
+    :meth:`session`.
 
-    def __init__(self, params: ConnectionParameters, loop: asyncio.AbstractEventLoop) -> None:
+    With a :class:`~amqp_sansio.client.RecoveryPolicy` (``connect_0_10(..., recovery=...)``)
+    a lost connection is recovered by the client layer's supervisor, as a 0-9-1 one is (see
+    :doc:`/recovery`): new sessions replace the lost ones, what the client declared is declared
+    again, subscriptions subscribe again into the same iterators.
+    """
+
+    def __init__(
+        self,
+        params: ConnectionParameters,
+        loop: asyncio.AbstractEventLoop,
+        recovery: RecoveryPolicy | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.params: Final = params
         self._loop = loop
+        self._policy = recovery
+        self._ssl_context = ssl_context
+        self._generation = 0
         self._transport: asyncio.Transport | None = None
-        self._core = ClientCore(params, wake=self._flush_soon)
+        self._subscribers: set[RecoveryEvents] = set()
+        self._supervisor: RecoverySupervisor[ClientCore, ClientSession] = RecoverySupervisor(
+            params, recovery, emit=self._emit, logger=logger
+        )
+        self._core = self._new_core(params)
+        self._sessions: dict[int, Session010] = {}
         self._flush_scheduled = False
         self._timer: asyncio.TimerHandle | None = None
+        self._closing = False
+        #: While recovering: resolved when the connection is back (or recovery ended).
+        self._recovered: asyncio.Future[None] | None = None
+        self._recovery_task: asyncio.Task[None] | None = None
+        # The current attempt: its handshake and its restore.
+        self._attempt_futures: list[asyncio.Future[None]] = []
 
     def __repr__(self) -> str:
         return f"<amqp_asyncio.Connection010 {self.params.address} closed={self.is_closed}>"
 
+    def _new_core(self, params: ConnectionParameters) -> ClientCore:
+        core = ClientCore(params, wake=self._flush_soon)
+        supervisor = self._supervisor
+        core.epochs = supervisor.epoch
+        if self._policy is not None:
+            core.recover_on = supervisor.recover_on
+        return core
+
     @property
     def is_closed(self) -> bool:
-        return self._core.error is not None
+        return self._core.error is not None and self._recovered is None
+
+    @property
+    def close_error(self) -> AMQPError | None:
+        """Why the connection ended (as a 0-9-1 connection's ``close_error``); None while open
+        or recovering."""
+        return self._core.error if self.is_closed else None
 
     @property
     def heartbeat(self) -> int:
@@ -121,13 +183,144 @@ class Connection010:
         await future
         return pending.outcome()
 
+    async def _wait_recovered(self) -> None:
+        """While recovering: wait for the connection to come back (see
+        :func:`~amqp_asyncio._recovery.wait_for_recovery`)."""
+        if self._recovered is not None:
+            assert self._policy is not None
+            await wait_for_recovery(self._supervisor, self._policy.publish_wait, self._recovered)
+
+    def _process(self) -> None:
+        """Route the core's events; then look where a restore stands, and whether the
+        connection was lost for recovery."""
+        core = self._core
+        core.process()
+        supervisor = self._supervisor
+        if supervisor.restoring:
+            try:
+                supervisor.handle(None)
+            except AMQPError as exc:
+                self._end_attempt(exc)
+            else:
+                if not supervisor.restoring:
+                    self._resolve_attempt()
+        if core.error is None:
+            return
+        if supervisor.attempting:
+            self._end_attempt(core.error)
+        elif core.suspended and not supervisor.recovering and not self._closing:
+            self._lost()
+
+    # --- recovery: the supervisor decides, this carries its actions out -----------------------
+
+    def _lost(self) -> None:
+        core = self._core
+        assert core.error is not None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._transport is not None:
+            self._transport.close()
+        self._recovered = self._loop.create_future()
+        self._supervisor.lost(LostSessions(core), core.error, self._loop.time())
+        self._recovery_task = self._loop.create_task(self._recover())
+
+    async def _recover(self) -> None:
+        await carry_out(
+            self._supervisor,
+            self._loop,
+            self._attempt,
+            self._drop_transport,
+            lambda _cause: self._give_up(),
+        )
+
+    async def _attempt(self, action: Connect) -> None:
+        supervisor = self._supervisor
+        loop = self._loop
+        params = action.params
+        self._generation += 1
+        self._transport = None
+        core = self._core = self._new_core(params)
+        opened, restored = loop.create_future(), loop.create_future()
+        self._attempt_futures = [opened, restored]
+        core.opened = Pending(lambda: self._resolve(opened))
+        context = self._ssl_context if params.tls or self._ssl_context else None
+        if context is None and params.tls:
+            context = params.ssl_context()
+        async with asyncio.timeout_at(action.deadline):
+            try:
+                await loop.create_connection(
+                    lambda: _Protocol(self),
+                    params.host,
+                    params.port,
+                    ssl=context,
+                    server_hostname=params.tls_server_hostname if context is not None else None,
+                )
+            except OSError as exc:
+                if isinstance(exc, TimeoutError | ssl_module.SSLError):
+                    raise
+                raise connect_failed(params.address, exc) from exc
+            await opened
+            core.opened.outcome()
+            supervisor.connected(core)
+            self._flush()
+            self._arm_timer()
+            if supervisor.restoring:
+                await restored
+        resume = supervisor.next_action(loop.time())
+        assert isinstance(resume, Resume)
+        lost, self._sessions = self._sessions, {}
+        for old, new in resume.channels.items():
+            session = lost.get(old)
+            if session is not None:
+                session._core = new
+                self._sessions[new.channel] = session
+        supervisor.resume()
+        self._flush()
+        recovered, self._recovered = self._recovered, None
+        if recovered is not None and not recovered.done():
+            recovered.set_result(None)
+
+    @staticmethod
+    def _resolve(future: asyncio.Future[None]) -> None:
+        if not future.done():
+            future.set_result(None)
+
+    def _resolve_attempt(self) -> None:
+        for future in self._attempt_futures[1:]:
+            self._resolve(future)
+
+    def _end_attempt(self, error: BaseException) -> None:
+        for future in self._attempt_futures:
+            if not future.done():
+                future.set_exception(error)
+                future.exception()  # retrieved: the attempt may be gone already
+
+    def _drop_transport(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._transport is not None:
+            self._transport.abort()
+            self._transport = None
+
+    def _give_up(self) -> None:
+        recovered, self._recovered = self._recovered, None
+        if recovered is not None and not recovered.done():
+            recovered.set_result(None)
+        self._set_closed()
+
+    # --- API ----------------------------------------------------------------------------------
+
     async def open_session(self, name: str | None = None) -> Session010:
         """Attach a session (named *name*, default a random one)."""
+        await self._wait_recovered()
         core = self._core.attach(name or f"amqp_asyncio.{uuid.uuid4()}")
         pending, future = _future_pending(self._loop)
         core.attached = pending
         await self._wait(pending, future)
-        return Session010(self, core)
+        session = self._sessions[core.channel] = Session010(self, core)
+        return session
 
     @asynccontextmanager
     async def session(self, name: str | None = None) -> AsyncIterator[Session010]:
@@ -139,7 +332,18 @@ class Connection010:
             await session.close()
 
     async def aclose(self) -> None:
-        """Close the connection (``connection.close``) and wait for ``close-ok``."""
+        """Close the connection (``connection.close``) and wait for ``close-ok``. Closing
+        while recovering stops recovery."""
+        self._closing = True
+        task = self._recovery_task
+        if self._supervisor.close():
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            self._drop_transport()
+            self._give_up()
+            return
         core = self._core
         if core.error is None:
             pending, future = _future_pending(self._loop)
@@ -149,6 +353,7 @@ class Connection010:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(future, self.params.connection_timeout)
         self._finish()
+        self._set_closed()
 
     def _finish(self) -> None:
         if self._timer is not None:
@@ -184,10 +389,13 @@ class Connection010:
     def _on_timer(self) -> None:
         self._timer = None
         self._core.conn.handle_timer(self._loop.time())
-        self._core.process()
+        self._process()
         self._flush()
         if self._core.error is not None:
-            self._finish()
+            if self._recovered is None and not self._supervisor.attempting:
+                self._finish()
+            elif self._transport is not None:
+                self._transport.abort()  # the heartbeat timeout: connection_lost follows
             return
         self._arm_timer()
 
@@ -221,12 +429,14 @@ class Session010(SessionMethods):
         body: bytes | None = None,
     ) -> Struct | None:
         """Send any command with the sync bit; return its result (None without one)."""
+        await self._conn._wait_recovered()
         pending, future = _future_pending(self._conn._loop)
         self._core.execute(command, pending, headers=headers, body=body)
         return await self._conn._wait(pending, future)
 
     async def sync(self) -> None:
         """``execution.sync``: returns once every earlier command is complete."""
+        await self._conn._wait_recovered()
         pending, future = _future_pending(self._conn._loop)
         self._core.sync(pending)
         await self._conn._wait(pending, future)
@@ -245,6 +455,7 @@ class Session010(SessionMethods):
         With *sync* (the default) it returns once the broker completed it (it was routed and
         enqueued: 0-10's publisher confirm); else it returns at once.
         """
+        await self._conn._wait_recovered()
         headers = properties.header_segment(routing_key, len(body))
         if not sync:
             self._core.transfer(destination, body, headers, None)
@@ -269,6 +480,7 @@ class Session010(SessionMethods):
         """``message.subscribe`` to *queue* with *prefetch* messages of credit (granted back
         as they are taken); iterate the returned :class:`Subscription010`. *accept* False:
         accept mode none (no settling); *acquire* False: browse (acquire mode not-acquired)."""
+        await self._conn._wait_recovered()
         pending, future = _future_pending(self._conn._loop)
         sub = self._core.subscribe(
             queue,
@@ -287,6 +499,7 @@ class Session010(SessionMethods):
 
     async def close(self) -> None:
         """Detach the session (after syncing, when it is usable)."""
+        self._conn._sessions.pop(self._core.channel, None)
         core = self._core
         if core.error is None and self._conn._core.error is None:
             with contextlib.suppress(Exception):
@@ -355,12 +568,14 @@ async def connect_0_10(
     *,
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
+    recovery: RecoveryPolicy | None = None,
 ) -> AsyncIterator[Connection010]:
     """Open an AMQP 0-10 connection for the duration of an ``async with`` block (as
-    :func:`connect` does for 0-9-1: the same URLs and parameters)."""
+    :func:`connect` does for 0-9-1: the same URLs and parameters, and *recovery*, see
+    :doc:`/recovery`)."""
     params = connection_parameters(url_or_params, connection_name)
     loop = asyncio.get_running_loop()
-    conn = Connection010(params, loop)
+    conn = Connection010(params, loop, recovery, ssl_context)
     context = ssl_context
     if context is None and params.tls:
         context = params.ssl_context()
@@ -377,6 +592,7 @@ async def connect_0_10(
             )
             await future
         pending.outcome()
+        conn._supervisor.opened()
     except TimeoutError:
         conn._finish()
         raise ConnectionTimeoutError(

@@ -24,6 +24,7 @@ from amqp_sansio.client.exports import *  # noqa: F403  (the exceptions, Connect
 
 from ._channel import Channel, Consumer, Message, Publisher, PublishTicket
 from ._connection import Connection, OpenedCore, RecoveryEvents, connect, connect_core
+from ._inbox import Inbox
 from ._v0_10 import Connection010, Session010, Subscription010, connect_0_10
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "Connection",
     "Connection010",
     "Consumer",
+    "Inbox",
     "Message",
     "OpenedCore",
     "PublishTicket",

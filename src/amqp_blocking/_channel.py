@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from amqp_sansio.client import ChannelBook, Epoch, Reply
 
     from ._connection import Connection
+    from ._inbox import Inbox
 
 __all__ = ["Channel", "Consumer", "Message", "PublishTicket", "Publisher"]
 
@@ -196,6 +197,9 @@ class Channel(ChannelMethods):
             self._check_locked()
         conn._wait_writable_locked(timeout)
 
+    def _has_reply(self, method: Method) -> bool:
+        return self._connection._core.protocol.has_reply(method.NAME)
+
     def _request(
         self, method: Method, timeout: float | None, consumer: Consumer | None = None
     ) -> Reply:
@@ -254,11 +258,20 @@ class Channel(ChannelMethods):
         with self._connection._lock:
             self._check_locked()
 
-    def _message(self, event: MessageReceived) -> Message:
+    def _message(self, event: MessageReceived, book: ChannelBook | None = None) -> Message:
+        """*event* as a message settled on this channel; *book*: the channel incarnation it
+        came on (a delivery), else the current one (a get-ok)."""
         conn = self._connection
         if conn._policy is None:
             return _bound_message(Message, event, self, None)
-        return _bound_message(Message, event, self, conn._epoch, self._book)
+        return _bound_message(Message, event, self, conn._epoch, book or self._book)
+
+    def _resume_consumer(self, consumer_tag: str) -> None:
+        """A consumer over its bound caught up: consume again if the router paused it."""
+        conn = self._connection
+        with conn._lock:
+            if conn._book.resume_consumer(self._number, consumer_tag):
+                conn._flush_locked()
 
     def _got_message(self, reply: Reply) -> Message | None:
         event = client.got_message(reply, MessageReceived)
@@ -348,10 +361,20 @@ class Channel(ChannelMethods):
         consumer_tag: str = "",
         arguments: FieldTable | None = None,
         timeout: float | None = None,
+        buffer_size: int | None = None,
+        inbox: Inbox | None = None,
     ) -> Consumer:
         """Start a consumer: an iterator of :class:`Message` and a context manager that
-        cancels it. Iteration blocks until a message arrives or the consumer ends."""
-        return self._consume(queue, no_ack, exclusive, consumer_tag, arguments, timeout, None)
+        cancels it. Iteration blocks until a message arrives or the consumer ends.
+
+        The buffer holds *buffer_size* messages (default: the channel's prefetch count, or
+        1000 without one); see :class:`Consumer`. With *inbox*, its deliveries and its end go
+        to that :class:`Inbox` instead, shared with other consumers (take them with
+        :meth:`Inbox.get`; the consumer itself is then not iterated, only cancelled or
+        closed)."""
+        return self._consume(
+            queue, no_ack, exclusive, consumer_tag, arguments, timeout, None, buffer_size, inbox
+        )
 
     def consume(
         self,
@@ -362,6 +385,7 @@ class Channel(ChannelMethods):
         exclusive: bool = False,
         consumer_tag: str = "",
         arguments: FieldTable | None = None,
+        buffer_size: int | None = None,
     ) -> Consumer:
         """Like :meth:`basic_consume`, but iteration ends (and the consumer is cancelled)
         after *timeout* seconds without a message. ``for msg in ch.consume(q, timeout=5):``.
@@ -369,7 +393,9 @@ class Channel(ChannelMethods):
         Stream queues: ``arguments={"x-stream-offset": n}`` (after ``basic_qos``). Closing the
         consumer never rejects a buffered delivery.
         """
-        return self._consume(queue, no_ack, exclusive, consumer_tag, arguments, timeout, timeout)
+        return self._consume(
+            queue, no_ack, exclusive, consumer_tag, arguments, timeout, timeout, buffer_size
+        )
 
     def _consume(
         self,
@@ -380,9 +406,12 @@ class Channel(ChannelMethods):
         arguments: FieldTable | None,
         timeout: float | None,
         inactivity_timeout: float | None,
+        buffer_size: int | None,
+        inbox: Inbox | None = None,
     ) -> Consumer:
         tag = client.consumer_tag(consumer_tag, "amqp-blocking", ())
-        consumer = Consumer(self, tag, no_ack, inactivity_timeout, queue)
+        size = client.consumer_buffer_size(buffer_size, self._book.prefetch_count)
+        consumer = Consumer(self, tag, no_ack, inactivity_timeout, queue, inbox, buffer_size=size)
         method = BasicConsume(
             queue=queue,
             consumer_tag=tag,
@@ -404,7 +433,11 @@ class Consumer:
     """The deliveries of one consumer, in order. Iterate it from one thread at a time;
     :meth:`cancel` works from any thread.
 
-    Messages wait in a local buffer (bounded by the channel's prefetch) until taken.
+    Messages wait in a local buffer of ``buffer_size`` messages (by default the channel's
+    prefetch count) until taken. The I/O thread never stops reading for a full buffer (a close,
+    a heartbeat, a cancel is always seen at once): with a prefetch the broker sends no more than
+    that, and a consumer without one is paused (``basic.cancel``) while it holds more than
+    ``buffer_size`` and resumed once the application took half (see :doc:`/recovery`).
     Cancelling never rejects a buffered delivery: on a classic queue it returns to the queue
     when the channel closes; a stream queue's offsets stay untouched.
     """
@@ -416,8 +449,17 @@ class Consumer:
         no_ack: bool,
         inactivity_timeout: float | None,
         queue: str = "",
+        inbox: Inbox | None = None,
+        *,
+        buffer_size: int = client.DEFAULT_CONSUMER_BUFFER,
     ) -> None:
         self._channel = channel
+        self._inbox = inbox
+        #: How many deliveries the buffer holds before the consumer is paused.
+        self.buffer_size: Final = buffer_size
+        # The buffer went over buffer_size: the router may have paused the consumer, so the
+        # consuming thread asks it to resume once half is taken.
+        self._over = False
         #: The queue consumed from.
         self.queue: Final = queue
         # OpenTelemetry: the connection's hooks, and the message being processed.
@@ -457,8 +499,12 @@ class Consumer:
 
     # called by the I/O thread (connection lock held): must not block
 
-    def deliver(self, event: MessageReceived, /) -> bool:
-        self._buffer.append(self._channel._message(event))
+    def deliver(self, event: MessageReceived, book: ChannelBook, /) -> bool:
+        if self._inbox is not None:  # bounded by the prefetch, shared with other consumers
+            self._inbox._put(self._channel._message(event, book))
+            return True
+        buffer = self._buffer
+        buffer.append(self._channel._message(event, book))
         if self._waiting:
             # One wake-up per wait, not per delivery: the rest of the read goes into the
             # buffer while the iterating thread gets going (it re-arms _waiting to wait again).
@@ -466,17 +512,25 @@ class Consumer:
                 if self._waiting:
                     self._waiting = False
                     self._cond.notify()
-        return True  # never full: the buffer is bounded by the channel's prefetch
+        if len(buffer) > self.buffer_size:
+            self._over = True
+            return False
+        return True
 
     def cancelling(self) -> None:
         """Deliveries until cancel-ok are buffered as before."""
 
-    def _forget_unhanded(self) -> None:
+    def drop_unhanded(self) -> int:
         """The connection was lost: deliveries not handed out yet can no longer be acked, and
         the broker requeued them (they come again); no_ack ones were settled and stay."""
-        if not self._no_ack:
-            with self._cond:
-                self._buffer.clear()
+        if self._no_ack:
+            return 0
+        dropped = 0 if self._inbox is None else self._inbox._drop(self)
+        with self._cond:
+            dropped += len(self._buffer)
+            self._buffer.clear()
+            self._over = False
+        return dropped
 
     def finish(self, error: AMQPError | None, by_us: bool, /) -> None:
         if by_us:
@@ -490,6 +544,8 @@ class Consumer:
             # can no longer be acked); a broker cancel comes after what is buffered.
             self._fatal = error is not None and not isinstance(error, ConsumerCancelledError)
             self._cond.notify_all()
+        if error is not None and self._inbox is not None:
+            self._inbox._end(self, error)
 
     # the consuming side
 
@@ -503,7 +559,10 @@ class Consumer:
             deliveries can no longer be acknowledged).
         :raises ConnectionClosedError: the connection was closed (also at once).
         :raises ConnectionLostError: the connection was lost (also at once).
+        :raises RuntimeError: the consumer delivers into an :class:`Inbox`.
         """
+        if self._inbox is not None:
+            raise RuntimeError("this consumer delivers into an Inbox: take from Inbox.get()")
         if self._processing is not None:
             self._end_processing()
         buffer = self._buffer
@@ -511,6 +570,8 @@ class Consumer:
             raise self._error
         if buffer:
             message = buffer.popleft()
+            if self._over:
+                self._taken()
             return message if self._telemetry is None else self._process(message)
         with self._cond:
             try:
@@ -532,7 +593,16 @@ class Consumer:
             finally:
                 self._waiting = False
         message = buffer.popleft()
+        if self._over:
+            self._taken()
         return message if self._telemetry is None else self._process(message)
+
+    def _taken(self) -> None:
+        """A message was taken from a buffer that went over its bound: once half is left,
+        the consumer is resumed if the router paused it."""
+        if len(self._buffer) <= self.buffer_size // 2:
+            self._over = False
+            self._channel._resume_consumer(self._tag)
 
     def _process(self, message: Message) -> Message:
         """OpenTelemetry: the "process" span of *message*, current until the next one."""
@@ -574,6 +644,8 @@ class Consumer:
         self.cancel()
         left = len(self._buffer)
         self._buffer.clear()
+        if self._inbox is not None:
+            left += self._inbox._drop(self)
         if left:
             self.dropped += left
             logger.info(

@@ -23,16 +23,12 @@ import socket
 import ssl
 import threading
 import time
-from collections import deque
 from typing import TYPE_CHECKING, Final, Literal, NamedTuple, final, overload
-
-import attrs
 
 from amqp_sansio import (
     NEED_DATA,
     ChannelClosed,
     ChannelFlowChanged,
-    ChannelOpened,
     ConnectionClosed,
     ConnectionLost,
     ConnectionOpened,
@@ -51,43 +47,43 @@ from amqp_sansio.client import (
     DEFAULT_URL,
     AMQPError,
     ChannelBook,
-    ChannelReopened,
+    Connect,
     ConnectionClosedError,
     ConnectionLostError,
     ConnectionParameters,
     ConnectionTimeoutError,
-    Epoch,
     HeartbeatTimeoutError,
+    LostChannels,
     ProtocolFallback,
     ProtocolVersionRefused,
-    Recovered,
     RecoveryEvent,
-    RecoveryLost,
-    RecoveryPlan,
     RecoveryPolicy,
-    RecoveryState,
+    RecoverySupervisor,
+    Resume,
     Router,
-    TopologyRestorer,
     connect_failed,
     connection_parameters,
     connection_telemetry,
-    end_suspended,
     error_from,
+    report_closed_by_broker,
+    report_lost,
+    report_protocol_error,
     wants_0_10,
 )
 
-from ._channel import Channel, Consumer
+from ._channel import Channel
+from ._recovery import RecoveryEvents, RecoveryObservable, carry_out, wait_for_recovery_locked
 from ._v0_10 import Connection010, connect_0_10
 from ._waiter import Waiter
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
     from types import TracebackType
 
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
-    from amqp_sansio import Event, FieldTable, ProtocolVersion, Topology
+    from amqp_sansio import Event, FieldTable, ProtocolVersion
     from amqp_sansio.client import ConnectionParameters as Params
     from amqp_sansio.client import Telemetry
 
@@ -118,7 +114,7 @@ def connect(  # type: ignore[overload-overlap]
     protocol: Literal["0-10", ProtocolVersion.AMQP_0_10],
     tracer_provider: TracerProvider | None = ...,
     meter_provider: MeterProvider | None = ...,
-    recovery: None = ...,
+    recovery: RecoveryPolicy | None = ...,
 ) -> Connection010: ...
 
 
@@ -172,7 +168,12 @@ def connect(
     if wants_0_10(
         protocol, recovery=recovery, tracer_provider=tracer_provider, meter_provider=meter_provider
     ):
-        return connect_0_10(url_or_params, ssl_context=ssl_context, connection_name=connection_name)
+        return connect_0_10(
+            url_or_params,
+            ssl_context=ssl_context,
+            connection_name=connection_name,
+            recovery=recovery,
+        )
     opened = connect_core(
         url_or_params,
         ssl_context=ssl_context,
@@ -324,7 +325,7 @@ def _send_quietly(sock: socket.socket, data: bytes) -> None:
 
 
 @final
-class Connection:
+class Connection(RecoveryObservable[Router, ChannelBook]):
     """An open AMQP connection with its I/O thread. Every method is safe from any thread.
 
     Made by :func:`connect`; close it with :meth:`close` or a ``with`` block.
@@ -344,16 +345,19 @@ class Connection:
         self._telemetry: Final = telemetry
         self._policy = recovery
         self._ssl_context = ssl_context
-        self._epoch = Epoch("raise" if recovery is None else recovery.stale_settle)
-        self._state = RecoveryState.OPEN
+        self._listeners: list[Callable[[RecoveryEvent], None]] = []
+        self._logger = logger
+        # Recovery's decisions; the I/O thread carries out its actions.
+        self._supervisor: RecoverySupervisor[Router, ChannelBook] = RecoverySupervisor(
+            params, recovery, emit=self._emit_locked, logger=logger
+        )
+        self._epoch = self._supervisor.epoch
         #: True from a loss the policy recovers until the connection is back or gave up.
         self._recovering = False
         self._suspend_pending = False
         self._stop_recovery = threading.Event()
-        self._waiting_bytes = 0
-        # The lost connection's books (their consumers), for as long as recovery runs.
-        self._lost_books: dict[int, ChannelBook] = {}
-        self._listeners: list[Callable[[RecoveryEvent], None]] = []
+        # The lost connection's channel objects, by their number there, until resumed.
+        self._lost_channels: dict[int, Channel] = {}
         self._channel_objs: dict[int, Channel] = {}
         self._sock = sock
         self._core = core
@@ -364,9 +368,10 @@ class Connection:
         self._lock = threading.Lock()
         #: Publishers wait on this while too much is queued for the socket.
         self._writable = threading.Condition(self._lock)
+        self._events_guard = self._writable
         self._book = Router(core, telemetry)
-        if recovery is not None:
-            self._book.recover_with(recovery, self._recover_on, self._channel_reopened_locked)
+        self._supervisor.attach(self._book, self._channel_reopened_locked)
+        self._supervisor.opened()  # connect_core did the handshake
         self._out = bytearray()
         self._wake_pending = False
         self._close_waiter: Waiter | None = None
@@ -392,33 +397,6 @@ class Connection:
         return f"<amqp_blocking.Connection {self._params.address} {state}>"
 
     # --- public API ---------------------------------------------------------------------------
-
-    @property
-    def recovery_state(self) -> RecoveryState:
-        """``OPEN``, ``RECOVERING`` (lost, reconnecting) or ``CLOSED`` (for good)."""
-        return self._state
-
-    @property
-    def epoch(self) -> int:
-        """0 for the first connection, +1 each time one was lost (deliveries carry theirs)."""
-        return self._epoch.current
-
-    def on_recovery(self, callback: Callable[[RecoveryEvent], None]) -> None:
-        """Call *callback* with each recovery event (lost, attempt, recovered, gave up), from
-        the I/O thread: it must not block or call the connection."""
-        with self._lock:
-            self._listeners.append(callback)
-
-    def recovery_events(self) -> RecoveryEvents:
-        """An iterator over the recovery events from now on; it ends when the connection is
-        closed for good."""
-        events = RecoveryEvents()
-        with self._lock:
-            if self._state is RecoveryState.CLOSED:
-                events._close()
-            else:
-                self._listeners.append(events._push)
-        return events
 
     @property
     def server_properties(self) -> FieldTable:
@@ -496,7 +474,7 @@ class Connection:
         waiter: Waiter | None = None
         self._stop_recovery.set()
         with self._lock:
-            if self._recovering:
+            if self._supervisor.close():
                 self._give_up_locked(ConnectionClosedError("closed by the client", reply_code=200))
             if not self._finished and self._book.error is None and self._close_waiter is None:
                 waiter = self._close_waiter = Waiter()
@@ -718,7 +696,7 @@ class Connection:
             try:
                 event = core.next_event()
             except RemoteProtocolError as exc:
-                logger.error("protocol error from %s: %s", self._params.address, exc.reply_text)
+                report_protocol_error(logger, self._params.address, exc)
                 book.fail(error_from(exc, connection=True))
                 self._drain_and_finish_locked()
                 return
@@ -737,11 +715,8 @@ class Connection:
         if cls is ConnectionClosed:
             assert isinstance(event, ConnectionClosed)
             if event.by_peer:
-                logger.warning(
-                    "%s closed the connection: %d %s",
-                    self._params.address,
-                    event.reply_code,
-                    event.reply_text,
+                report_closed_by_broker(
+                    logger, self._params.address, error_from(event, connection=True)
                 )
             else:
                 logger.debug("connection to %s closed", self._params.address)
@@ -753,7 +728,9 @@ class Connection:
                     self._channel_objs.pop(event.channel, None)
             self._writable.notify_all()  # publishers waiting in _wait_publishable_locked
         elif cls is ConnectionLost:
-            logger.warning("lost the connection to %s", self._params.address)
+            error = self._book.error
+            if error is not None and self._book.suspended is None and self._close_waiter is None:
+                report_lost(logger, self._params.address, error)
             self._finish_locked()
         elif cls is HeartbeatTimeout:
             error = HeartbeatTimeoutError(self._params.address, self._core.heartbeat)
@@ -775,7 +752,15 @@ class Connection:
                 self._book.handle(event)
         except RemoteProtocolError:
             pass
-        self._book.fail(ConnectionLostError(f"lost the connection to {self._params.address}"))
+        self._book.fail(
+            ConnectionLostError(
+                f"the transport to {self._params.address} closed without a close handshake"
+            )
+        )
+        final = self._book.error
+        quiet = error is not None or self._book.suspended is not None or self._close_waiter
+        if final is not None and not quiet:  # a heartbeat timeout was said; recovery says its own
+            report_lost(logger, self._params.address, final)
         self._finish_locked()
 
     def _drain_and_finish_locked(self) -> None:
@@ -796,12 +781,13 @@ class Connection:
             return
         if self._book.suspended is not None and self._close_waiter is None:
             # Lost, and the policy recovers it: the I/O thread reconnects once out of _serve.
-            # Calls wait from now on (the router already holds the loss's error).
+            # Calls wait from now on (the router already holds the loss's error), and the
+            # deliveries of this connection can no longer be settled.
             self._suspend_pending = True
             self._recovering = True
-            self._lost_books = self._book.suspended
-            # Deliveries of this connection can no longer be settled, from now on.
-            self._epoch.current += 1
+            cause = self._book.error
+            assert cause is not None
+            self._supervisor.lost(LostChannels(self._book), cause, time.monotonic())
             with contextlib.suppress(OSError):
                 self._sock.close()
             return
@@ -813,230 +799,120 @@ class Connection:
         self._writable.notify_all()
         self._set_closed_locked()
 
-    # --- recovery (the I/O thread, but for the waiting) ---------------------------------------
+    # --- recovery: the supervisor decides, the I/O thread carries its actions out -------------
 
-    def _recover_on(self, error: AMQPError) -> bool:
-        if self._close_waiter is not None or self._policy is None:
-            return False
-        if self._recovering and not self._suspend_pending:
-            return True  # during an attempt: keep the consumers whatever went wrong
-        return self._policy.triggers(error)
-
-    def _channel_reopened_locked(self, old: int, book: ChannelBook, cause: AMQPError) -> None:
+    def _channel_reopened_locked(self, old: int, book: ChannelBook) -> None:
         """The router opened channel *old* again as *book* after a channel error (the I/O
         thread flushes after routing)."""
         ch = self._channel_objs.pop(old, None)
         if ch is not None:
             ch._rebind_locked(book)
             self._channel_objs[book.number] = ch
-        self._emit_locked(ChannelReopened(channel=old, new_channel=book.number, cause=cause))
-
-    def _emit_locked(self, event: RecoveryEvent) -> None:
-        for listener in self._listeners:
-            try:
-                listener(event)
-            except Exception:
-                logger.exception("a recovery event listener failed")
-
-    def _set_closed_locked(self) -> None:
-        if self._state is RecoveryState.CLOSED:
-            return
-        self._state = RecoveryState.CLOSED
-        listeners, self._listeners = self._listeners, []
-        for listener in listeners:
-            owner = getattr(listener, "__self__", None)
-            if isinstance(owner, RecoveryEvents):
-                owner._close()
 
     def _wait_recovered_locked(self, octets: int = 0) -> None:
-        """While recovering: wait (lock released) for the connection to come back, up to the
-        policy's ``publish_wait`` (0: fail at once), at most ``publish_buffer`` octets."""
-        policy = self._policy
-        assert policy is not None
-        error = self._book.error
-        policy.admit_wait(self._waiting_bytes, octets, self._params.address, error)
-        self._waiting_bytes += octets
-        try:
-            if not self._writable.wait_for(lambda: not self._recovering, policy.publish_wait):
-                raise policy.wait_expired(self._params.address, error)
-        finally:
-            self._waiting_bytes -= octets
+        """While recovering: wait (lock released) for the connection to come back (see
+        :func:`~amqp_blocking._recovery.wait_for_recovery_locked`)."""
+        assert self._policy is not None
+        wait_for_recovery_locked(
+            self._supervisor,
+            self._policy.publish_wait,
+            self._writable,
+            lambda: self._recovering,
+            octets,
+        )
 
     def _recover(self) -> bool:
-        """Reconnect under the policy; True once the connection is back."""
-        policy = self._policy
-        assert policy is not None
+        """Carry out the supervisor's actions until the connection is back (True) or it gave
+        up or the application closed (False)."""
+        supervisor = self._supervisor
         with self._lock:
-            book = self._book
-            cause = book.error
-            suspended = book.suspended
-            assert cause is not None
-            assert suspended is not None
-            unknown = book.unknown
-            topology = self._core.topology
-            channels = dict(self._channel_objs)
+            self._lost_channels = dict(self._channel_objs)
             self._channel_objs.clear()
-            for lost in suspended.values():
-                for sink in lost.consumers.values():
-                    if isinstance(sink, Consumer):
-                        sink._forget_unhanded()
             self._out.clear()
             self._send_error = None
-            self._lost_books = suspended
-            self._state = RecoveryState.RECOVERING
-            self._recovering = True
             self._suspend_pending = False
-            logger.warning(
-                "lost the connection to %s (%s): recovering", self._params.address, cause
-            )
-            self._emit_locked(RecoveryLost(cause=cause))
             self._writable.notify_all()
-        started = time.monotonic()
-        attempt = 0
-        while True:
-            attempt += 1
-            if self._stop_recovery.wait(policy.delay(attempt)):
-                return False  # close() gave up for us
-            url = policy.endpoint(attempt, "")
-            params = (
-                connection_parameters(url, self._params.connection_name) if url else (self._params)
-            )
-            try:
-                recovered = self._attempt(params, attempt, topology, channels, suspended)
-            except (OSError, AMQPError, TimeoutError) as exc:
-                failed, gave_up = policy.failed_attempt(
-                    attempt,
-                    time.monotonic() - started,
-                    params.address,
-                    exc,
-                    address=self._params.address,
-                    logger=logger,
-                )
-                with self._lock:
-                    self._emit_locked(failed)
-                    if gave_up is not None:
-                        self._emit_locked(gave_up)
-                        self._give_up_locked(cause, suspended)
-                        return False
-                continue
-            with self._lock:
-                if self._finished:  # closed by the application meanwhile
-                    with contextlib.suppress(OSError):
-                        self._sock.close()
-                    return False
-                self._recovering = False
-                self._lost_books = {}
-                self._state = RecoveryState.OPEN
-                self._writable.notify_all()
-                logger.info(
-                    "recovered the connection to %s (attempt %d, epoch %d)",
-                    params.address,
-                    attempt,
-                    recovered.epoch,
-                )
-                self._emit_locked(
-                    attrs.evolve(recovered, unknown_publishes=unknown + recovered.unknown_publishes)
-                )
-            return True
-
-    def _attempt(
-        self,
-        params: ConnectionParameters,
-        attempt: int,
-        topology: Topology,
-        channels: dict[int, Channel],
-        books: dict[int, ChannelBook],
-    ) -> Recovered:
-        policy = self._policy
-        assert policy is not None
-        opened = connect_core(params, ssl_context=self._ssl_context)
-        sock, core = opened.sock, opened.core
-        deadline = time.monotonic() + params.connection_timeout
-        plan = RecoveryPlan(
-            topology,
-            channels=list(channels),
-            confirm_channels=[n for n, b in books.items() if b.confirm_mode],
-            policy=policy,
+        return carry_out(
+            supervisor,
+            self._writable,
+            self._stop_recovery,
+            self._attempt,
+            self._give_up_locked,
+            lambda: self._finished,  # closed by the application meanwhile
         )
-        restorer = TopologyRestorer(core, plan, policy)
+
+    def _attempt(self, action: Connect) -> None:
+        """Connect to the action's endpoint, restore the topology reading the new socket in
+        this thread, then resume the channels."""
+        supervisor = self._supervisor
+        opened = connect_core(action.params, ssl_context=self._ssl_context)
+        sock, core = opened.sock, opened.core
         router = Router(core, self._telemetry)
-        router.recover_with(policy, self._recover_on, self._channel_reopened_locked)
+        supervisor.attach(router, self._channel_reopened_locked)
         try:
             with self._lock:
+                if self._finished:
+                    raise ConnectionClosedError("closed by the client", reply_code=200)
                 self._sock, self._core, self._book = sock, core, router
                 self._opened = opened.opened
-                restorer.start()
+                supervisor.connected(router)
                 sock.sendall(core.data_to_send())
-            while not restorer.done:
-                remaining = deadline - time.monotonic()
+            while supervisor.restoring:
+                remaining = action.deadline - time.monotonic()
                 if remaining <= 0:
-                    raise ConnectionTimeoutError(
-                        f"topology recovery on {params.address} took over "
-                        f"{params.connection_timeout} s"
-                    )
+                    raise supervisor.timeout_error()
                 sock.settimeout(remaining)
                 try:
                     data = sock.recv(_READ_SIZE)
                 except TimeoutError:
                     continue
                 with self._lock:
-                    core.receive_data(data)
-                    self._restore_events_locked(restorer, books)
+                    core.receive_data(data, time.monotonic())
+                    self._restore_events_locked()
                     out = core.data_to_send()
                 if out:
                     sock.sendall(out)
                 if not data:
-                    raise ConnectionLostError("the connection was lost during recovery")
+                    raise router.error or ConnectionLostError(
+                        "the connection was lost during recovery"
+                    )
         except BaseException:
             with contextlib.suppress(OSError):
                 sock.close()
             raise
         sock.setblocking(False)
-        republished = unknown = 0
         with self._lock:
-            for old, ch in channels.items():
-                number = restorer.channel_map[old]
-                book = router.channels[number]
-                ch._rebind_locked(book)
-                self._channel_objs[number] = ch
-                sent, ended = router.resume(books.get(old), book)
-                republished += sent
-                unknown += ended
-            for lost in books.values():
-                lost.consumers = {}
-            if republished:
-                self._flush_locked()
-        return Recovered(
-            attempt=attempt,
-            epoch=self._epoch.current,
-            renamed_queues=dict(plan.renamed),
-            unknown_publishes=unknown,
-            skipped=tuple(plan.skipped),
-            republished=republished,
-        )
+            if self._finished:  # closed by the application meanwhile
+                with contextlib.suppress(OSError):
+                    sock.close()
+                return
+            resume = supervisor.next_action(time.monotonic())
+            assert isinstance(resume, Resume)
+            lost, self._lost_channels = self._lost_channels, {}
+            for old, book in resume.channels.items():
+                ch = lost.get(old)
+                if ch is not None:
+                    ch._rebind_locked(book)
+                    self._channel_objs[book.number] = ch
+            self._recovering = False
+            supervisor.resume()
+            self._flush_locked()
+            self._writable.notify_all()
 
-    def _restore_events_locked(
-        self, restorer: TopologyRestorer, books: dict[int, ChannelBook]
-    ) -> None:
-        """Route the new core's events during restore: the restorer's first (it raises when a
-        step is refused), the rest (deliveries to restored consumers) to the router."""
+    def _restore_events_locked(self) -> None:
+        """Route the new core's events during restore: the supervisor's first (it raises when
+        a step is refused), the rest (deliveries to restored consumers) to the router."""
         core = self._core
+        supervisor = self._supervisor
         while (event := core.next_event()) is not NEED_DATA:
-            if restorer.handle(event):
-                if type(event) is ChannelOpened:
-                    assert isinstance(event, ChannelOpened)
-                    old = next(o for o, n in restorer.channel_map.items() if n == event.channel)
-                    self._book.channel_reopened(event.channel, books.get(old))
+            if supervisor.restoring and supervisor.handle(event):
                 continue
             self._book.handle(event)
 
-    def _give_up_locked(
-        self, cause: AMQPError, books: dict[int, ChannelBook] | None = None
-    ) -> None:
-        """Recovery ends for good: consumers end with *cause*, the connection is closed."""
-        suspended = books if books is not None else self._lost_books
-        self._lost_books = {}
-        end_suspended(suspended, cause)
+    def _give_up_locked(self, cause: AMQPError) -> None:
+        """Recovery ended for good (the consumers ended with *cause*): what still waits gets
+        it, and the connection is closed."""
+        self._lost_channels = {}
         lost = Router(self._core)
         lost.fail(cause)
         self._book = lost
@@ -1048,41 +924,3 @@ class Connection:
             self._close_waiter.set_result(None)
         self._writable.notify_all()
         self._set_closed_locked()
-
-
-@final
-class RecoveryEvents:
-    """The recovery events of a :class:`Connection` (from
-    :meth:`Connection.recovery_events`), as an iterator that blocks for the next one; it ends
-    when the connection is closed for good. At most 1,000 wait: older ones are dropped."""
-
-    def __init__(self) -> None:
-        self._events: deque[RecoveryEvent] = deque(maxlen=1000)
-        self._cond = threading.Condition(threading.Lock())
-        self._closed = False
-
-    def __iter__(self) -> Iterator[RecoveryEvent]:
-        return self
-
-    def __next__(self) -> RecoveryEvent:
-        event = self.get()
-        if event is None:
-            raise StopIteration
-        return event
-
-    def get(self, timeout: float | None = None) -> RecoveryEvent | None:
-        """The next event; None after *timeout* seconds without one, or once closed."""
-        with self._cond:
-            if not self._cond.wait_for(lambda: self._events or self._closed, timeout):
-                return None
-            return self._events.popleft() if self._events else None
-
-    def _push(self, event: RecoveryEvent) -> None:
-        with self._cond:
-            self._events.append(event)
-            self._cond.notify_all()
-
-    def _close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()

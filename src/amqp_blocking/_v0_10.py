@@ -10,6 +10,7 @@ threads.
 from __future__ import annotations
 
 import contextlib
+import logging
 import select
 import socket
 import threading
@@ -19,9 +20,17 @@ from typing import TYPE_CHECKING, Final, final
 
 from amqp_sansio.client import (
     DEFAULT_URL,
+    AMQPError,
+    Connect,
+    ConnectionClosedError,
     ConnectionLostError,
     ConnectionParameters,
     ConnectionTimeoutError,
+    RecoveryEvent,
+    RecoveryPolicy,
+    RecoverySupervisor,
+    Resume,
+    connect_failed,
     connection_parameters,
 )
 from amqp_sansio.v0_10.client import (
@@ -29,6 +38,7 @@ from amqp_sansio.v0_10.client import (
     ClientCore,
     ClientSession,
     FlowModeName,
+    LostSessions,
     Message,
     Pending,
     Properties,
@@ -36,32 +46,62 @@ from amqp_sansio.v0_10.client import (
 )
 
 from ._generated_session import SessionMethods
+from ._recovery import RecoveryObservable, carry_out, wait_for_recovery_locked
 
 if TYPE_CHECKING:
     import ssl
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
     from types import TracebackType
 
     from amqp_sansio.v0_10 import Command, Map, Struct
 
 __all__ = ["Connection010", "Session010", "Subscription010", "connect_0_10"]
 
+logger: Final = logging.getLogger("amqp_blocking")
+
 _NO_PROPERTIES: Final = Properties()
 _READ: Final = 65536
 
 
 @final
-class Connection010:
+class Connection010(RecoveryObservable[ClientCore, ClientSession]):
     """An AMQP 0-10 connection (from :func:`connect_0_10`; a context manager that closes
-    it): open sessions with :meth:`session`."""
+    it): open sessions with :meth:`session`.
 
-    def __init__(self, params: ConnectionParameters, sock: socket.socket) -> None:
+    With a :class:`~amqp_sansio.client.RecoveryPolicy` (``connect_0_10(..., recovery=...)``)
+    a lost connection is recovered by the client layer's supervisor on the I/O thread, as a
+    0-9-1 one is (see :doc:`/recovery`): new sessions replace the lost ones, what the client
+    declared is declared again, subscriptions subscribe again into the same iterators.
+    """
+
+    def __init__(
+        self,
+        params: ConnectionParameters,
+        sock: socket.socket,
+        recovery: RecoveryPolicy | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.params: Final = params
         self._sock = sock
+        self._policy = recovery
+        self._ssl_context = ssl_context
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
-        self._core = ClientCore(params, wake=self._flush_locked, guard=self._lock)
+        self._events_guard = self._cond
+        self._listeners: list[Callable[[RecoveryEvent], None]] = []
+        self._logger = logger
+        self._supervisor: RecoverySupervisor[ClientCore, ClientSession] = RecoverySupervisor(
+            params, recovery, emit=self._emit_locked, logger=logger
+        )
+        self._core = self._new_core(params)
+        self._sessions: dict[int, Session010] = {}
+        self._closing = False
+        #: True from a loss the policy recovers until the connection is back or gave up.
+        self._recovering = False
+        self._stop_recovery = threading.Event()
         self._thread = threading.Thread(target=self._run, name="amqp_blocking 0-10", daemon=True)
+        # Where wait_any starts looking next: each subscription gets its turn.
+        self._next_ready = 0
 
     def __repr__(self) -> str:
         return f"<amqp_blocking.Connection010 {self.params.address} closed={self.is_closed}>"
@@ -77,9 +117,23 @@ class Connection010:
     ) -> None:
         self.close()
 
+    def _new_core(self, params: ConnectionParameters) -> ClientCore:
+        core = ClientCore(params, wake=self._flush_locked, guard=self._lock)
+        supervisor = self._supervisor
+        core.epochs = supervisor.epoch
+        if self._policy is not None:
+            core.recover_on = supervisor.recover_on
+        return core
+
     @property
     def is_closed(self) -> bool:
-        return self._core.error is not None
+        return self._core.error is not None and not self._recovering
+
+    @property
+    def close_error(self) -> AMQPError | None:
+        """Why the connection ended (as a 0-9-1 connection's ``close_error``); None while open
+        or recovering."""
+        return self._core.error if self.is_closed else None
 
     @property
     def heartbeat(self) -> int:
@@ -108,6 +162,20 @@ class Connection010:
                 self._core.process()
 
     def _run(self) -> None:
+        while True:
+            self._serve()
+            with self._lock:
+                core = self._core
+                if not core.suspended or self._closing or core.error is None:
+                    self._set_closed_locked()
+                    return
+                self._recovering = True
+                self._supervisor.lost(LostSessions(core), core.error, time.monotonic())
+            if not self._recover():
+                return
+
+    def _serve(self) -> None:
+        """Serve the current socket until the connection ends."""
         core = self._core
         conn = core.conn
         while True:
@@ -125,23 +193,129 @@ class Connection010:
                 if data is None:
                     conn.handle_timer(time.monotonic())
                 else:
-                    core.receive_data(data)
+                    core.receive_data(data, time.monotonic())
                 core.process()
                 self._flush_locked()
-                if data == b"":
+                eof = data is not None and not data
+                if eof:
                     core.closed.finish()
                 self._cond.notify_all()
-                if data == b"" or core.closed.done:
-                    if core.error is not None:
-                        # over (closed by either side, or lost): the socket is done too
-                        with contextlib.suppress(OSError):
-                            self._sock.close()
+                if eof or core.error is not None:
+                    # over (closed by either side, or lost): the socket is done too
+                    with contextlib.suppress(OSError):
+                        self._sock.close()
                     return
+
+    # --- recovery: the supervisor decides, the I/O thread carries its actions out -------------
+
+    def _recover(self) -> bool:
+        return carry_out(
+            self._supervisor,
+            self._cond,
+            self._stop_recovery,
+            self._attempt,
+            lambda _cause: self._give_up_locked(),
+            lambda: self._closing,
+        )
+
+    def _attempt(self, action: Connect) -> None:
+        supervisor = self._supervisor
+        params = action.params
+        sock = _open_socket(params, self._ssl_context, action.deadline)
+        try:
+            with self._lock:
+                if self._closing:
+                    raise ConnectionClosedError("closed by the client", reply_code=200)
+                self._sock = sock
+                core = self._core = self._new_core(params)
+                self._flush_locked()  # the protocol header
+            self._read_until(sock, core, action.deadline, lambda: core.opened.done)
+            with self._lock:
+                core.opened.outcome()
+                supervisor.connected(core)
+                self._flush_locked()
+            self._read_until(sock, core, action.deadline, lambda: not supervisor.restoring)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                sock.close()
+            raise
+        with self._lock:
+            if self._closing:
+                with contextlib.suppress(OSError):
+                    sock.close()
+                return
+            resume = supervisor.next_action(time.monotonic())
+            assert isinstance(resume, Resume)
+            lost, self._sessions = self._sessions, {}
+            for old, new in resume.channels.items():
+                session = lost.get(old)
+                if session is not None:
+                    session._core = new
+                    self._sessions[new.channel] = session
+            self._recovering = False
+            supervisor.resume()
+            self._flush_locked()
+            self._cond.notify_all()
+
+    def _read_until(
+        self, sock: socket.socket, core: ClientCore, deadline: float, done: Callable[[], bool]
+    ) -> None:
+        """Read the attempt's socket in this thread until *done* (the handshake, the restore).
+
+        :raises AMQPError: the connection failed, or a restore step was refused.
+        """
+        supervisor = self._supervisor
+        while True:
+            with self._lock:
+                if core.error is not None:
+                    raise core.error
+                if done():
+                    return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise supervisor.timeout_error()
+            readable, _, _ = select.select([sock], [], [], remaining)
+            if not readable:
+                continue
+            data = sock.recv(_READ)
+            with self._lock:
+                core.receive_data(data, time.monotonic())
+                core.process()
+                if supervisor.restoring:
+                    supervisor.handle(None)
+                self._flush_locked()
+                if not data and core.error is None:
+                    raise ConnectionLostError("the connection was lost during recovery")
+
+    def _give_up_locked(self) -> None:
+        self._recovering = False
+        self._set_closed_locked()
+
+    def _wait_recovered_locked(self) -> None:
+        """While recovering: wait (lock released) for the connection to come back (see
+        :func:`~amqp_blocking._recovery.wait_for_recovery_locked`)."""
+        if self._recovering:
+            assert self._policy is not None
+            wait_for_recovery_locked(
+                self._supervisor, self._policy.publish_wait, self._cond, lambda: self._recovering
+            )
 
     def _start(self) -> None:
         with self._lock:
             self._flush_locked()  # the protocol header
         self._thread.start()
+
+    def _abandon(self) -> None:
+        """A connect that failed: stop the I/O thread (it sees the end of the stream, whatever
+        arrives later) and close the socket; nothing outlives the failed call."""
+        with self._lock:
+            self._closing = True
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the thread's select
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(self.params.connection_timeout)
+        with contextlib.suppress(OSError):
+            self._sock.close()
 
     def _wait(self, pending: Pending, timeout: float | None = None) -> Struct | None:
         """Write what the call queued, then wait for *pending* (the lock is held)."""
@@ -155,10 +329,12 @@ class Connection010:
     def open_session(self, name: str | None = None) -> Session010:
         """Attach a session (named *name*, default a random one)."""
         with self._lock:
+            self._wait_recovered_locked()
             core = self._core.attach(name or f"amqp_blocking.{uuid.uuid4()}")
             core.attached = Pending()
             self._wait(core.attached)
-            return Session010(self, core)
+            session = self._sessions[core.channel] = Session010(self, core)
+            return session
 
     @contextlib.contextmanager
     def session(self, name: str | None = None) -> Iterator[Session010]:
@@ -169,9 +345,50 @@ class Connection010:
         finally:
             session.close()
 
-    def close(self) -> None:
-        """Close the connection (``connection.close``) and wait for ``close-ok``."""
+    def wait_any(
+        self, subscriptions: Iterable[Subscription010], timeout: float | None = None
+    ) -> Subscription010 | None:
+        """Wait until one of *subscriptions* (of this connection's sessions) has a message
+        to take, or has ended; return it (then ``get(timeout=0)`` takes the message, or raises
+        why it ended, or returns None for a cancelled one), or None after *timeout* seconds.
+        One thread serves several subscriptions this way; they take turns when several are
+        ready.
+
+        :raises ValueError: a subscription of another connection.
+        :raises ConnectionClosedError: the connection is over (also ``ConnectionLostError``).
+        """
+        subs = list(subscriptions)
+        for sub in subs:
+            if sub._session._conn is not self:
+                raise ValueError(f"{sub!r} belongs to another connection")
+        found: list[Subscription010] = []
+
+        def ready() -> bool:
+            count = len(subs)
+            for step in range(count):
+                sub = subs[(self._next_ready + step) % count]
+                if sub._core.buffer or sub._core.finished:
+                    self._next_ready = (self._next_ready + step + 1) % count
+                    found.append(sub)
+                    return True
+            return self._core.error is not None
+
         with self._lock:
+            if not self._cond.wait_for(ready, timeout):
+                return None
+            if found:
+                return found[0]
+            assert self._core.error is not None
+            raise self._core.error
+
+    def close(self) -> None:
+        """Close the connection (``connection.close``) and wait for ``close-ok``. Closing
+        while recovering stops recovery."""
+        self._stop_recovery.set()
+        with self._lock:
+            self._closing = True
+            if self._supervisor.close():
+                self._give_up_locked()
             core = self._core
             if core.error is None:
                 core.closed = Pending()
@@ -182,6 +399,8 @@ class Connection010:
             self._thread.join(self.params.connection_timeout)
         with contextlib.suppress(OSError):
             self._sock.close()
+        with self._lock:
+            self._set_closed_locked()
 
 
 @final
@@ -205,8 +424,15 @@ class Session010(SessionMethods):
     def connection(self) -> Connection010:
         return self._conn
 
+    @property
+    def is_closed(self) -> bool:
+        """Whether the session is over (detached, failed with an ``execution.exception``, or
+        its connection closed)."""
+        return self._core.error is not None or self._core.detached.done or self._conn.is_closed
+
     def _call(self, send: Callable[[Pending], object]) -> Struct | None:
         with self._conn._lock:
+            self._conn._wait_recovered_locked()
             pending = Pending()
             send(pending)
             return self._conn._wait(pending)
@@ -242,6 +468,7 @@ class Session010(SessionMethods):
         headers = properties.header_segment(routing_key, len(body))
         if not sync:
             with self._conn._lock:
+                self._conn._wait_recovered_locked()
                 self._core.transfer(destination, body, headers, None)
                 self._conn._flush_locked()
             return
@@ -286,6 +513,7 @@ class Session010(SessionMethods):
         """Detach the session (after syncing, when it is usable)."""
         conn = self._conn
         with conn._lock:
+            conn._sessions.pop(self._core.channel, None)
             core = self._core
             if core.error is None and conn._core.error is None:
                 with contextlib.suppress(Exception):
@@ -305,6 +533,9 @@ class Subscription010:
         self._session = session
         self._core = core
 
+    def __repr__(self) -> str:
+        return f"<amqp_blocking.Subscription010 {self.destination!r} on {self.queue!r}>"
+
     @property
     def destination(self) -> str:
         return self._core.destination
@@ -322,7 +553,7 @@ class Subscription010:
         conn = self._session._conn
         with conn._lock:
             ready = conn._cond.wait_for(
-                lambda: bool(core.buffer) or core.finished or conn._core.error is not None,
+                lambda: bool(core.buffer) or core.finished or conn.is_closed,
                 timeout,
             )
             message = core.take()
@@ -333,8 +564,8 @@ class Subscription010:
                 raise core.error
             if core.cancelled:
                 return None
-            if conn._core.error is not None:
-                raise conn._core.error
+            if conn.is_closed:
+                raise conn._core.error or ConnectionLostError("the connection ended")
             if not ready:
                 raise TimeoutError(f"no message within {timeout} s")
             raise ConnectionLostError("the subscription ended")
@@ -350,38 +581,58 @@ class Subscription010:
         self._session._call(lambda p: self._session._core.cancel(self._core, p))
 
 
+def _open_socket(
+    params: ConnectionParameters, ssl_context: ssl.SSLContext | None, deadline: float
+) -> socket.socket:
+    context = ssl_context
+    if context is None and params.tls:
+        context = params.ssl_context()
+    try:
+        sock = socket.create_connection(
+            (params.host, params.port), max(deadline - time.monotonic(), 0.001)
+        )
+    except TimeoutError:
+        raise ConnectionTimeoutError(
+            f"could not connect to {params.address} within {params.connection_timeout} s"
+        ) from None
+    except OSError as exc:
+        raise connect_failed(params.address, exc) from exc
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if context is not None:
+        try:
+            sock = context.wrap_socket(sock, server_hostname=params.tls_server_hostname)
+        except BaseException:
+            sock.close()
+            raise
+    sock.settimeout(None)
+    return sock
+
+
 def connect_0_10(
     url_or_params: str | ConnectionParameters = DEFAULT_URL,
     *,
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
+    recovery: RecoveryPolicy | None = None,
 ) -> Connection010:
     """Open an AMQP 0-10 connection (as :func:`connect` does for 0-9-1: the same URLs and
-    parameters); use it as a context manager, or call :meth:`Connection010.close`."""
+    parameters, and *recovery*, see :doc:`/recovery`); use it as a context manager, or call
+    :meth:`Connection010.close`.
+
+    :raises ConnectionTimeoutError: no ``connection.open-ok`` within ``connection_timeout``
+        (the I/O thread is stopped before this raises).
+    """
     params = connection_parameters(url_or_params, connection_name)
-    context = ssl_context
-    if context is None and params.tls:
-        context = params.ssl_context()
     deadline = time.monotonic() + params.connection_timeout
-    try:
-        sock = socket.create_connection((params.host, params.port), params.connection_timeout)
-    except TimeoutError:
-        raise ConnectionTimeoutError(
-            f"could not connect to {params.address} within {params.connection_timeout} s"
-        ) from None
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    if context is not None:
-        sock = context.wrap_socket(sock, server_hostname=params.tls_server_hostname)
-    sock.settimeout(None)
-    conn = Connection010(params, sock)
+    sock = _open_socket(params, ssl_context, deadline)
+    conn = Connection010(params, sock, recovery, ssl_context)
     conn._start()
     try:
         with conn._lock:
             remaining = max(0.0, deadline - time.monotonic())
             conn._wait(conn._core.opened, remaining)
     except BaseException:
-        conn._core.receive_data(b"")
-        with contextlib.suppress(OSError):
-            sock.close()
+        conn._abandon()
         raise
+    conn._supervisor.opened()
     return conn

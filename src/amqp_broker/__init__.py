@@ -19,7 +19,15 @@ from ._broker import Broker
 from ._channel import DeliverySink, GetResult, ModelChannel, ModelConnection, PublishOutcome
 from ._cli import load_config, main
 from ._errors import BrokerError
-from ._inmemory import MemoryServer, MemoryServerSide, memory_pair, memory_server
+from ._inmemory import (
+    MemoryServer,
+    MemoryServer010,
+    MemoryServerSide,
+    MemoryServerSide010,
+    memory_pair,
+    memory_server,
+    memory_server_0_10,
+)
 from ._inspect import (
     BindingSnapshot,
     BrokerSnapshot,
@@ -57,7 +65,9 @@ __all__ = [
     "ExchangeSnapshot",
     "GetResult",
     "MemoryServer",
+    "MemoryServer010",
     "MemoryServerSide",
+    "MemoryServerSide010",
     "Message",
     "ModelChannel",
     "ModelConnection",
@@ -75,6 +85,7 @@ __all__ = [
     "make_broker",
     "memory_pair",
     "memory_server",
+    "memory_server_0_10",
     "run_in_thread",
     "running",
     "serve",

@@ -10,21 +10,35 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, final
 
+import attrs
+
 from amqp_sansio import Connection, ConnectionConfig, Role
 from amqp_sansio.testing import ConnectionPair
+from amqp_sansio.v0_10 import Connection as Connection010
 
 from ._broker import Broker
+from ._server_0_10 import config_0_10
 from ._session import Session
+from ._session_0_10 import Session010
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from amqp_sansio import Event, RemoteProtocolError
+    from amqp_sansio.v0_10 import Event as Event010
 
     from ._options import BrokerOptions
     from ._permissions import User
 
-__all__ = ["MemoryServer", "MemoryServerSide", "memory_pair", "memory_server"]
+__all__ = [
+    "MemoryServer",
+    "MemoryServer010",
+    "MemoryServerSide",
+    "MemoryServerSide010",
+    "memory_pair",
+    "memory_server",
+    "memory_server_0_10",
+]
 
 
 @final
@@ -65,6 +79,18 @@ class MemoryServerSide:
         does when its channel is idle."""
         self.session.flush_confirms()
 
+    def queue_counts(self, queue: str, vhost: str = "/") -> tuple[int, int]:
+        """``amqp_sansio.testing.QueueProbe``: *queue*'s ready messages, and those this
+        connection holds unacknowledged."""
+        found = self.session.broker.vhosts[vhost].queues.get(queue)
+        ready = 0 if found is None else found.message_count
+        connection = self.session.connection
+        unacked = 0
+        if connection is not None and not self.session.finished:
+            for channel in connection.channels.values():
+                unacked += sum(1 for r in channel.unacked.values() if r.queue.name == queue)
+        return ready, unacked
+
     def lost(self) -> None:
         """The link was cut: requeue what the connection held unacknowledged and delete its
         exclusive queues, as the broker does when a socket closes."""
@@ -94,7 +120,15 @@ class MemoryServer:
         self.broker = Broker(
             clock=self.clock, wall_clock=lambda: 1_700_000_000.0, options=options, users=users
         )
-        self.config = config
+        # what connection.start says, as on a socket (the config's own properties win)
+        base = ConnectionConfig() if config is None else config
+        self.config = attrs.evolve(
+            base,
+            server_properties={
+                **self.broker.options.server_properties,
+                **(base.server_properties or {}),
+            },
+        )
         self._count = 0
 
     def __repr__(self) -> str:
@@ -145,3 +179,66 @@ def memory_pair(
     """
     side = (memory_server() if server is None else server)()
     return ConnectionPair(client_config, byte_at_a_time=byte_at_a_time, server_side=side)
+
+
+@final
+class MemoryServerSide010:
+    """The broker's end of one in-memory 0-10 connection
+    (``amqp_sansio.v0_10.testing.ServerSide010``)."""
+
+    __slots__ = ("core", "session")
+
+    def __init__(self, broker: Broker, peer: str) -> None:
+        #: The server-role 0-10 core the client's octets go to.
+        self.core = Connection010(Role.SERVER, config_0_10(broker))
+        self.session = Session010(broker, self.core, wake=_nothing, peer=peer)
+
+    def __repr__(self) -> str:
+        return f"<MemoryServerSide010 {self.session.peer}>"
+
+    def handle(self, event: Event010) -> None:
+        """Act on one event of :attr:`core`."""
+        self.session.handle(event)
+
+    def lost(self) -> None:
+        """The link was cut: release what the connection held unaccepted, as the broker does
+        when a socket closes."""
+        self.session.end()
+
+    def queue_counts(self, queue: str, vhost: str = "/") -> tuple[int, int]:
+        """*queue*'s ready messages, and those this connection acquired and not accepted."""
+        found = self.session.broker.vhosts[vhost].queues.get(queue)
+        ready = 0 if found is None else found.message_count
+        held = 0
+        if not self.session.finished:
+            for channel in self.session.channels.values():
+                held += sum(
+                    1 for d in channel.deliveries.values() if d.acquired and d.queue.name == queue
+                )
+        return ready, held
+
+
+@final
+class MemoryServer010:
+    """A factory of :class:`MemoryServerSide010`\\ s sharing one :class:`Broker`."""
+
+    __slots__ = ("_count", "broker", "clock")
+
+    def __init__(self, *, options: BrokerOptions | None = None) -> None:
+        self.clock = _ManualClock()
+        self.broker = Broker(clock=self.clock, wall_clock=lambda: 1_700_000_000.0, options=options)
+        self._count = 0
+
+    def __call__(self) -> MemoryServerSide010:
+        self._count += 1
+        return MemoryServerSide010(self.broker, f"memory-0-10-{self._count}")
+
+
+def memory_server_0_10(*, options: BrokerOptions | None = None) -> MemoryServer010:
+    """A 0-10 server factory for ``amqp_sansio.v0_10.testing`` (``MemoryConnection010``,
+    ``fault_sweep_0_10``) over a new in-memory broker."""
+    return MemoryServer010(options=options)
+
+
+def _nothing() -> None:
+    pass

@@ -1,5 +1,9 @@
 """Heartbeats as a timer machine: time is an input (aioquic's ``handle_timer``), liveness is
-"did any octet arrive since the last tick" (pika's byte counters), never a clock read here."""
+"did any octet arrive since the last tick" (pika's byte counters), never a clock read here.
+
+One machine for both protocol families: the 0-9-1 core (0-8, 0-9 too) and the 0-10 core tell
+it the same things (octets received at *now*, octets handed out) and ask it the same question,
+so a silent peer is declared dead two intervals after its last octet in either."""
 
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ class Heartbeat:
     """
 
     __slots__ = (
+        "_frame_size",
         "_last_seen",
         "_queued",
         "_received",
@@ -39,9 +44,11 @@ class Heartbeat:
         "interval",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, frame_size: int = _FRAME_SIZE) -> None:
         #: Seconds; 0 means off.
         self.interval = 0
+        # The size of one heartbeat as this protocol family writes it (0-10's is a control).
+        self._frame_size = frame_size
         self._started = False
         self._sent = False  # something but our own heartbeats written since the last check
         self._received = False  # an octet arrived since the last tick
@@ -99,5 +106,5 @@ class Heartbeat:
         self._send_check = now + interval / 2
         if not due:
             return Tick.NOTHING
-        self._queued += _FRAME_SIZE
+        self._queued += self._frame_size
         return Tick.SEND_HEARTBEAT

@@ -89,8 +89,10 @@ class Consumer:
     """The messages of one ``basic.consume``, as an async iterator.
 
     Deliveries wait in a buffer of ``buffer_size`` messages (by default the channel's
-    prefetch count): when it is full the connection's reader stops reading the socket, so a
-    slow consumer slows the broker down instead of filling memory. Iteration ends with
+    prefetch count). The reader never stops reading for a full buffer (a close, a heartbeat, a
+    cancel is always seen at once): with a prefetch the broker sends no more than that, and a
+    consumer without one is paused (``basic.cancel``) while it holds more than ``buffer_size``
+    and resumed once the application took half (see :doc:`/recovery`). Iteration ends with
     :class:`~amqp_sansio.client.ConsumerCancelledError` after the buffered messages when the
     broker cancels the consumer, with the close error when the channel or connection closes,
     and normally (``StopAsyncIteration``) after :meth:`Channel.basic_cancel`.
@@ -115,24 +117,21 @@ class Consumer:
         self.consumer_tag: Final = consumer_tag
         self.no_ack: Final = no_ack
         self.buffer_size: Final = buffer_size
-        # Deliveries not handed out yet. The reader appends (deliver), the iterator takes;
-        # the iterator parks on _readable while it is empty, the reader on _room while it is
-        # full, holding the delivery it could not buffer in _pending. A plain deque: a
-        # memory channel's send and receive cost more than the rest of the path.
+        # Deliveries not handed out yet. The reader appends (deliver), the iterator takes and
+        # parks on _readable while it is empty. A plain deque: a memory channel's send and
+        # receive cost more than the rest of the path.
         self._buffer: deque[Message] = deque()
         self._readable = trio.lowlevel.ParkingLot()
         self._parked_readers = 0  # len(self._readable) without a call per delivery
-        self._room = trio.lowlevel.ParkingLot()
+        # The buffer went over buffer_size: the router may have paused the consumer, so the
+        # iterator asks it to resume once half is taken.
+        self._over = False
         self._receive_closed = False
         self._error: AMQPError | None = None
         self._fatal = False
-        #: Set when the client asked to stop: deliveries no longer wait for buffer space.
+        #: Set when the client asked to stop: deliveries are dropped, not buffered.
         self._stopping = False
         self._ended = False
-        self._send_scope: trio.CancelScope | None = None
-        # The delivery deliver() could not buffer: the reader waits with it (_wait_for_room)
-        # and the iterator moves it into the buffer when it takes a message.
-        self._pending: Message | None = None
         self._unyielded = 0
         #: Deliveries received but dropped undelivered (after the consumer was stopped).
         self.dropped = 0
@@ -155,8 +154,8 @@ class Consumer:
         buffer = self._buffer
         if buffer:
             message = buffer.popleft()
-            if self._pending is not None:
-                self._let_pending_in()
+            if self._over:
+                self._taken()
             self._unyielded += 1
             if self._unyielded >= YIELD_EVERY:
                 self._unyielded = 0
@@ -174,17 +173,16 @@ class Consumer:
             finally:
                 self._parked_readers -= 1
         message = buffer.popleft()
-        if self._pending is not None:
-            self._let_pending_in()
+        if self._over:
+            self._taken()
         return message if self._telemetry is None else self._process(message)
 
-    def _let_pending_in(self) -> None:
-        """A message was taken: the delivery the reader waits with takes its place."""
-        pending = self._pending
-        if pending is not None and not self._stopping:
-            self._pending = None
-            self._buffer.append(pending)
-            self._room.unpark()
+    def _taken(self) -> None:
+        """A message was taken from a buffer that went over its bound: once half is left,
+        the consumer is resumed if the router paused it."""
+        if len(self._buffer) <= self.buffer_size // 2:
+            self._over = False
+            self._channel._resume_consumer(self.consumer_tag)
 
     def _process(self, message: Message) -> Message:
         """OpenTelemetry: the "process" span of *message*, current until the next one."""
@@ -229,25 +227,24 @@ class Consumer:
 
     # --- The router's ConsumerSink, called in the reader task ------------------------------
 
-    def deliver(self, event: MessageReceived, /) -> bool:
-        """Buffer or drop a delivery without waiting; False when the buffer is full (then the
-        reader awaits :meth:`_wait_for_room`)."""
+    def deliver(self, event: MessageReceived, book: ChannelBook, /) -> bool:
+        """Buffer (or, once stopped, drop) a delivery that came on *book*'s channel; False
+        when the buffer holds more than ``buffer_size`` (the router may pause the consumer)."""
         if self._stopping or self._receive_closed:
             self.dropped += 1
             return True
-        channel = self._channel
-        conn = channel._conn
+        conn = self._channel._conn
         if conn._policy is None:
-            message = _bound_message(Message, event, channel, None)
+            message = _bound_message(Message, event, self._channel, None)
         else:
-            message = _bound_message(Message, event, channel, conn._epoch, channel._book)
+            message = _bound_message(Message, event, self._channel, conn._epoch, book)
         buffer = self._buffer
-        if len(buffer) >= self.buffer_size:
-            self._pending = message
-            return False
         buffer.append(message)
         if self._parked_readers:
             self._readable.unpark()
+        if len(buffer) > self.buffer_size:
+            self._over = True
+            return False
         return True
 
     def finish(self, error: AMQPError | None, by_us: bool, /) -> None:
@@ -263,46 +260,19 @@ class Consumer:
             self._end(error, fatal=not channel_closed)
 
     def cancelling(self) -> None:
-        """Our basic.cancel is on its way: deliveries no longer wait for buffer space."""
-        self._stop_buffering()
+        """Our basic.cancel is on its way: later deliveries are dropped (they stay
+        unacknowledged and go back to the queue with the channel)."""
+        self._stopping = True
 
-    async def _wait_for_room(self) -> None:
-        """The reader, after :meth:`deliver` said the buffer is full: wait until the
-        application takes a message (or the consumer stops, which cancels this wait) while the
-        socket stays unread. Backpressure: a slow consumer slows the broker down."""
-        assert self._pending is not None
-        try:
-            with trio.CancelScope() as scope:
-                self._send_scope = scope
-                await trio.lowlevel.checkpoint_if_cancelled()
-                # _let_pending_in() moves the delivery into the buffer and wakes us.
-                while self._must_wait_for_room():
-                    await self._room.park()
-        except BaseException:
-            self._pending = None
-            raise
-        finally:
-            self._send_scope = None
-        if self._pending is not None:  # the consumer stopped first
-            self._pending = None
-            self.dropped += 1
-
-    def _must_wait_for_room(self) -> bool:
-        return self._pending is not None and not self._ended and not self._receive_closed
-
-    def _forget_unhanded(self) -> None:
+    def drop_unhanded(self) -> int:
         """The connection was lost: deliveries not handed out yet can no longer be acked, and
         the broker requeued them (they come again); no_ack ones were settled and stay."""
         if self.no_ack:
-            return
-        while self._buffer:
-            self._buffer.popleft()
-            self._let_pending_in()
-
-    def _stop_buffering(self) -> None:
-        self._stopping = True
-        if self._send_scope is not None:
-            self._send_scope.cancel()
+            return 0
+        dropped = len(self._buffer)
+        self._buffer.clear()
+        self._over = False
+        return dropped
 
     def _end(self, error: AMQPError | None, *, fatal: bool) -> None:
         """No more deliveries: after the buffered ones (not ``fatal``) iteration raises
@@ -312,16 +282,14 @@ class Consumer:
         self._ended = True
         self._error = error
         self._fatal = fatal
-        self._stop_buffering()
+        self._stopping = True
         self._readable.unpark_all()
-        self._room.unpark_all()
 
     async def _close_receiving(self) -> None:
         left = self.buffered
         self._receive_closed = True
         self._buffer.clear()
         self._readable.unpark_all()
-        self._room.unpark_all()
         await trio.lowlevel.checkpoint()
         self.dropped += left
 
@@ -499,6 +467,9 @@ class Channel(ChannelMethods):
         self.number = book.number
         self._flow_resumed.set()
 
+    def _has_reply(self, method: Method) -> bool:
+        return self._core.protocol.has_reply(method.NAME)
+
     def _check_open(self) -> None:
         self._conn._check_open()
         error = self._book.error
@@ -566,6 +537,11 @@ class Channel(ChannelMethods):
         if conn._policy is None:
             return _bound_message(Message, event, self, None)
         return _bound_message(Message, event, self, conn._epoch, self._book)
+
+    def _resume_consumer(self, consumer_tag: str) -> None:
+        """A consumer over its bound caught up: consume again if the router paused it."""
+        if self._router.resume_consumer(self.number, consumer_tag):
+            self._wire.schedule_flush()
 
     def _got_message(self, reply: Reply) -> Message | None:
         event = client.got_message(reply, MessageReceived)
@@ -814,7 +790,7 @@ class Channel(ChannelMethods):
 
     async def _finish_consumer(self, consumer: Consumer) -> None:
         consumer._end_processing()
-        consumer._stop_buffering()
+        consumer._stopping = True
         await consumer._close_receiving()
         tag = consumer.consumer_tag
         consumers = self._book.consumers

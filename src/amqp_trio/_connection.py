@@ -51,10 +51,13 @@ from amqp_sansio.client import (
     connection_parameters,
     connection_telemetry,
     error_from,
+    report_closed_by_broker,
+    report_lost,
+    report_protocol_error,
     wants_0_10,
 )
 
-from ._channel import Channel, Consumer
+from ._channel import Channel
 from ._recovery import Recovering
 from ._v0_10 import connect_0_10
 from ._waiter import Waiter
@@ -207,11 +210,13 @@ class Connection(Recovering):
             if self._recovered is not None:
                 # Recovering: stop, and end what waits for the connection to come back.
                 self._closing = True
+                self._supervisor.close()
                 if self._recovery_scope is not None:
                     self._recovery_scope.cancel()
                 self._give_up(ConnectionClosedError("closed by the client", reply_code=200))
                 await self._wire.close_transport()
                 return
+            self._supervisor.close()
             if self._usable and not self._handshaking:
                 self._closing = True
                 with trio.move_on_after(self.params.connection_timeout):
@@ -292,6 +297,7 @@ class Connection(Recovering):
                 f"no connection.open-ok from {self.params.address} within "
                 f"{self.params.connection_timeout} s"
             )
+        self._supervisor.opened()
         logger.info(
             "connected to %s (vhost %r, heartbeat %d s)",
             self.params.address,
@@ -315,13 +321,12 @@ class Connection(Recovering):
                     event = stash.popleft() if stash else core_next_event()
                 except RemoteProtocolError as exc:
                     failed = True
-                    logger.warning("protocol error from the broker: %r", exc)
+                    report_protocol_error(logger, self.params.address, exc)
                     self._die(error_from(exc, connection=True))
                     break
-                restoring = self._restoring
-                if restoring is not None and event is not NEED_DATA:
+                if self._supervisor.restoring and event is not NEED_DATA:
                     assert not isinstance(event, type(NEED_DATA))
-                    if restoring.handle(event):
+                    if self._restore_event(event):
                         self._needs_flush = True  # its next step is queued in the core
                         continue
                 if event is NEED_DATA:
@@ -333,13 +338,10 @@ class Connection(Recovering):
                 cls = type(event)
                 if cls is MessageReceived:
                     assert isinstance(event, MessageReceived)
-                    full = route_message(event)
-                    if full is not None:
-                        # Backpressure: a consumer's buffer is full. The socket stays unread
-                        # until the application takes a message (or stops the consumer).
-                        assert isinstance(full, Consumer)
-                        wire.pause_reading()
-                        await full._wait_for_room()
+                    # Never waits: a consumer over its bound is paused by the router, whose
+                    # basic.cancel goes out with the next flush.
+                    if route_message(event):
+                        self._needs_flush = True
                     continue
                 if cls is PublishConfirmed or cls is PublishNacked or cls is PublishReturned:
                     route(event)
@@ -362,7 +364,10 @@ class Connection(Recovering):
         (:data:`_REACTIONS`); True when the connection is finished."""
         kind = type(event)
         if kind is ConnectionLost:  # before the router, whose error would not say why
-            self._die(self._lost_error())
+            error = self._lost_error()
+            self._die(error)
+            if self._router.suspended is None and not self._closing and not self._handshaking:
+                report_lost(logger, self.params.address, error)
             return True
         if kind is HeartbeatTimeout:
             logger.warning("%s", self._heartbeat_error())
@@ -431,8 +436,9 @@ class Connection(Recovering):
         if event.by_peer:
             error = error_from(event, connection=True)
             # During the handshake connect() raises it: a warning would say it twice.
-            log = logger.debug if self._handshaking else logger.warning
-            log("the broker closed the connection: %s", error)
+            report_closed_by_broker(
+                logger, self.params.address, error, handshaking=self._handshaking
+            )
         if self._router.suspended is not None:
             self._on_suspended()
             return True
@@ -484,7 +490,7 @@ def connect(  # type: ignore[overload-overlap]
     protocol: Literal["0-10", ProtocolVersion.AMQP_0_10],
     tracer_provider: TracerProvider | None = ...,
     meter_provider: MeterProvider | None = ...,
-    recovery: None = ...,
+    recovery: RecoveryPolicy | None = ...,
 ) -> AbstractAsyncContextManager[Connection010]: ...
 
 
@@ -546,7 +552,12 @@ def connect(
     if wants_0_10(
         protocol, recovery=recovery, tracer_provider=tracer_provider, meter_provider=meter_provider
     ):
-        return connect_0_10(url_or_params, ssl_context=ssl_context, connection_name=connection_name)
+        return connect_0_10(
+            url_or_params,
+            ssl_context=ssl_context,
+            connection_name=connection_name,
+            recovery=recovery,
+        )
     return _connect(
         url_or_params,
         ssl_context,

@@ -10,6 +10,7 @@ then waits on a Trio event.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import uuid
 from contextlib import asynccontextmanager
@@ -19,8 +20,15 @@ import trio
 
 from amqp_sansio.client import (
     DEFAULT_URL,
+    AMQPError,
+    Connect,
+    ConnectionLostError,
     ConnectionParameters,
     ConnectionTimeoutError,
+    RecoveryPolicy,
+    RecoverySupervisor,
+    Resume,
+    connect_failed,
     connection_parameters,
 )
 from amqp_sansio.v0_10.client import (
@@ -28,6 +36,7 @@ from amqp_sansio.v0_10.client import (
     ClientCore,
     ClientSession,
     FlowModeName,
+    LostSessions,
     Message,
     Pending,
     Properties,
@@ -35,14 +44,17 @@ from amqp_sansio.v0_10.client import (
 )
 
 from ._generated_session import SessionMethods
+from ._recovery import RecoveryEvents, RecoveryObservable, carry_out, wait_for_recovery
 
 if TYPE_CHECKING:
     import ssl
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Awaitable, Callable
 
     from amqp_sansio.v0_10 import Command, Map, Struct
 
 __all__ = ["Connection010", "Session010", "Subscription010", "connect_0_10"]
+
+logger: Final = logging.getLogger("amqp_trio")
 
 _NO_PROPERTIES: Final = Properties()
 _READ: Final = 65536
@@ -54,22 +66,63 @@ def _pending() -> tuple[Pending, trio.Event]:
 
 
 @final
-class Connection010:
+class Connection010(RecoveryObservable[ClientCore, ClientSession]):
     """An AMQP 0-10 connection (from :func:`connect_0_10`): open sessions with
-    :meth:`session`."""
+    :meth:`session`.
 
-    def __init__(self, params: ConnectionParameters, stream: trio.abc.Stream) -> None:
+    With a :class:`~amqp_sansio.client.RecoveryPolicy` (``connect_0_10(..., recovery=...)``)
+    a lost connection is recovered by the client layer's supervisor, as a 0-9-1 one is (see
+    :doc:`/recovery`): new sessions replace the lost ones, what the client declared is declared
+    again, subscriptions subscribe again into the same iterators.
+    """
+
+    def __init__(
+        self,
+        params: ConnectionParameters,
+        stream: trio.abc.Stream,
+        recovery: RecoveryPolicy | None = None,
+        reopen: Callable[[ConnectionParameters], Awaitable[trio.abc.Stream]] | None = None,
+    ) -> None:
         self.params: Final = params
         self._stream = stream
         self._wake = trio.Event()
-        self._core = ClientCore(params, wake=self._wake_writer)
+        self._policy = recovery
+        self._reopen = reopen
+        self._subscribers: set[RecoveryEvents] = set()
+        self._supervisor: RecoverySupervisor[ClientCore, ClientSession] = RecoverySupervisor(
+            params, recovery, emit=self._emit, logger=logger
+        )
+        self._core = self._new_core(params)
+        self._sessions: dict[int, Session010] = {}
+        self._closing = False
+        #: While recovering: set when the connection is back (or recovery ended).
+        self._recovered: trio.Event | None = None
+        self._recovery_scope: trio.CancelScope | None = None
+        self._restored = trio.Event()
+        self._attempt_error: BaseException | None = None
+        self._resumed = False
+        self._finished = trio.Event()
 
     def __repr__(self) -> str:
         return f"<amqp_trio.Connection010 {self.params.address} closed={self.is_closed}>"
 
+    def _new_core(self, params: ConnectionParameters) -> ClientCore:
+        core = ClientCore(params, wake=self._wake_writer)
+        supervisor = self._supervisor
+        core.epochs = supervisor.epoch
+        if self._policy is not None:
+            core.recover_on = supervisor.recover_on
+        return core
+
     @property
     def is_closed(self) -> bool:
-        return self._core.error is not None
+        return self._core.error is not None and self._recovered is None
+
+    @property
+    def close_error(self) -> AMQPError | None:
+        """Why the connection ended (as a 0-9-1 connection's ``close_error``); None while open
+        or recovering."""
+        return self._core.error if self.is_closed else None
 
     @property
     def heartbeat(self) -> int:
@@ -93,6 +146,13 @@ class Connection010:
         await event.wait()
         return pending.outcome()
 
+    async def _wait_recovered(self) -> None:
+        """While recovering: wait for the connection to come back (see
+        :func:`~amqp_trio._recovery.wait_for_recovery`)."""
+        if self._recovered is not None:
+            assert self._policy is not None
+            await wait_for_recovery(self._supervisor, self._policy.publish_wait, self._recovered)
+
     async def _run_reader(self) -> None:
         core = self._core
         conn = core.conn
@@ -103,16 +163,30 @@ class Connection010:
                     data = await self._stream.receive_some(_READ)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     data = b""
-                core.receive_data(data)
-                core.process()
-                self._wake.set()
+                core.receive_data(data, trio.current_time())
+                self._process()
                 if not data:
                     core.closed.finish()
                     return
                 continue
             conn.handle_timer(trio.current_time())
-            core.process()
-            self._wake.set()
+            self._process()
+
+    def _process(self) -> None:
+        core = self._core
+        core.process()
+        supervisor = self._supervisor
+        if supervisor.restoring:
+            # The restore's steps answer through the core's pendings: look where it stands.
+            try:
+                supervisor.handle(None)
+            except AMQPError as exc:
+                self._attempt_error = exc
+                self._restored.set()
+            else:
+                if not supervisor.restoring:
+                    self._restored.set()
+        self._wake.set()
 
     async def _run_writer(self) -> None:
         conn = self._core.conn
@@ -126,12 +200,107 @@ class Connection010:
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
 
+    # --- recovery: the supervisor decides, these tasks carry its actions out -------------------
+
+    async def _serve(self, attempt: Connect | None) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._run_writer)
+            if attempt is not None:
+                nursery.start_soon(self._run_attempt, attempt)
+            await self._run_reader()
+            nursery.cancel_scope.cancel()
+
+    async def _supervise(self) -> None:
+        """The connection's tasks under a recovery policy: serve, and recover after a loss."""
+        try:
+            await self._serve(None)
+            while self._core.suspended and not self._closing:
+                core = self._core
+                assert core.error is not None
+                self._recovered = trio.Event()
+                self._supervisor.lost(LostSessions(core), core.error, trio.current_time())
+                with trio.CancelScope() as scope:
+                    self._recovery_scope = scope
+                    if not await self._recover():
+                        return
+                if scope.cancelled_caught:
+                    return
+        finally:
+            self._recovery_scope = None
+            self._set_closed()
+            self._finished.set()
+
+    async def _recover(self) -> bool:
+        assert self._reopen is not None
+        return await carry_out(
+            self._supervisor, self._reopen, self._attempt, lambda _cause: self._give_up()
+        )
+
+    async def _attempt(self, action: Connect, stream: trio.abc.Stream) -> BaseException | None:
+        self._stream = stream
+        self._core = self._new_core(action.params)
+        self._wake = trio.Event()
+        self._restored = trio.Event()
+        self._attempt_error = None
+        self._resumed = False
+        await self._serve(action)
+        return None if self._resumed else self._attempt_failure()
+
+    def _attempt_failure(self) -> BaseException:
+        error = self._attempt_error or self._core.error
+        return error or ConnectionLostError("the connection was lost during recovery")
+
+    async def _run_attempt(self, action: Connect) -> None:
+        supervisor = self._supervisor
+        core = self._core
+        core.opened, opened = _pending()
+        self._wake.set()  # the protocol header
+        try:
+            with trio.fail_at(action.deadline):
+                await opened.wait()
+                if core.opened.error is not None:
+                    self._attempt_error = core.opened.error
+                else:
+                    supervisor.connected(core)
+                    self._wake.set()
+                    if supervisor.restoring:
+                        await self._restored.wait()
+        except trio.TooSlowError:
+            self._attempt_error = supervisor.timeout_error()
+        if self._attempt_error is not None:
+            await trio.aclose_forcefully(self._stream)
+            return
+        resume = supervisor.next_action(trio.current_time())
+        assert isinstance(resume, Resume)
+        lost, self._sessions = self._sessions, {}
+        for old, new in resume.channels.items():
+            session = lost.get(old)
+            if session is not None:
+                session._core = new
+                self._sessions[new.channel] = session
+        supervisor.resume()
+        self._resumed = True
+        recovered, self._recovered = self._recovered, None
+        if recovered is not None:
+            recovered.set()
+        self._wake.set()
+
+    def _give_up(self) -> None:
+        recovered, self._recovered = self._recovered, None
+        if recovered is not None:
+            recovered.set()
+        self._set_closed()
+
+    # --- API ----------------------------------------------------------------------------------
+
     async def open_session(self, name: str | None = None) -> Session010:
         """Attach a session (named *name*, default a random one)."""
+        await self._wait_recovered()
         core = self._core.attach(name or f"amqp_trio.{uuid.uuid4()}")
         core.attached, event = _pending()
         await self._wait(core.attached, event)
-        return Session010(self, core)
+        session = self._sessions[core.channel] = Session010(self, core)
+        return session
 
     @asynccontextmanager
     async def session(self, name: str | None = None) -> AsyncIterator[Session010]:
@@ -144,7 +313,15 @@ class Connection010:
                 await session.close()
 
     async def aclose(self) -> None:
-        """Close the connection (``connection.close``) and wait for ``close-ok``."""
+        """Close the connection (``connection.close``) and wait for ``close-ok``. Closing while
+        recovering stops recovery."""
+        self._closing = True
+        if self._supervisor.close():
+            if self._recovery_scope is not None:
+                self._recovery_scope.cancel()
+            self._give_up()
+            await trio.aclose_forcefully(self._stream)
+            return
         core = self._core
         if core.error is None:
             core.closed, event = _pending()
@@ -183,12 +360,14 @@ class Session010(SessionMethods):
         body: bytes | None = None,
     ) -> Struct | None:
         """Send any command with the sync bit; return its result (None without one)."""
+        await self._conn._wait_recovered()
         pending, event = _pending()
         self._core.execute(command, pending, headers=headers, body=body)
         return await self._conn._wait(pending, event)
 
     async def sync(self) -> None:
         """``execution.sync``: returns once every earlier command is complete."""
+        await self._conn._wait_recovered()
         pending, event = _pending()
         self._core.sync(pending)
         await self._conn._wait(pending, event)
@@ -207,6 +386,7 @@ class Session010(SessionMethods):
         With *sync* (the default) it returns once the broker completed it (it was routed and
         enqueued: 0-10's publisher confirm); else it returns at once.
         """
+        await self._conn._wait_recovered()
         headers = properties.header_segment(routing_key, len(body))
         if not sync:
             self._core.transfer(destination, body, headers, None)
@@ -232,6 +412,7 @@ class Session010(SessionMethods):
         """``message.subscribe`` to *queue* with *prefetch* messages of credit (granted back
         as they are taken); iterate the returned :class:`Subscription010`. *accept* False:
         accept mode none (no settling); *acquire* False: browse (acquire mode not-acquired)."""
+        await self._conn._wait_recovered()
         pending, event = _pending()
         sub = self._core.subscribe(
             queue,
@@ -250,6 +431,7 @@ class Session010(SessionMethods):
 
     async def close(self) -> None:
         """Detach the session (after syncing, when it is usable)."""
+        self._conn._sessions.pop(self._core.channel, None)
         core = self._core
         if core.error is None and self._conn._core.error is None:
             with contextlib.suppress(Exception):
@@ -315,40 +497,56 @@ class Subscription010:
         await self._session._conn._wait(pending, event)
 
 
+async def _open_stream(
+    params: ConnectionParameters, context: ssl.SSLContext | None
+) -> trio.abc.Stream:
+    try:
+        with trio.fail_after(params.connection_timeout):
+            if context is not None:
+                return await trio.open_ssl_over_tcp_stream(
+                    params.host,
+                    params.port,
+                    ssl_context=context,
+                    https_compatible=False,
+                )
+            try:
+                return await trio.open_tcp_stream(params.host, params.port)
+            except OSError as exc:
+                raise connect_failed(params.address, exc) from exc
+    except trio.TooSlowError:
+        raise ConnectionTimeoutError(
+            f"could not connect to {params.address} within {params.connection_timeout} s"
+        ) from None
+
+
 @asynccontextmanager
 async def connect_0_10(
     url_or_params: str | ConnectionParameters = DEFAULT_URL,
     *,
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
+    recovery: RecoveryPolicy | None = None,
 ) -> AsyncIterator[Connection010]:
     """Open an AMQP 0-10 connection for the duration of an ``async with`` block (as
-    :func:`connect` does for 0-9-1: the same URLs and parameters)."""
+    :func:`connect` does for 0-9-1: the same URLs and parameters, and *recovery*, see
+    :doc:`/recovery`)."""
     params = connection_parameters(url_or_params, connection_name)
     context = ssl_context
     if context is None and params.tls:
         context = params.ssl_context()
-    try:
-        with trio.fail_after(params.connection_timeout):
-            stream: trio.abc.Stream
-            if context is not None:
-                stream = await trio.open_ssl_over_tcp_stream(
-                    params.host,
-                    params.port,
-                    ssl_context=context,
-                    https_compatible=False,
-                )
-            else:
-                stream = await trio.open_tcp_stream(params.host, params.port)
-    except trio.TooSlowError:
-        raise ConnectionTimeoutError(
-            f"could not connect to {params.address} within {params.connection_timeout} s"
-        ) from None
-    conn = Connection010(params, stream)
+
+    async def reopen(again: ConnectionParameters) -> trio.abc.Stream:
+        return await _open_stream(again, context if again.tls or ssl_context else None)
+
+    stream = await _open_stream(params, context)
+    conn = Connection010(params, stream, recovery, reopen)
     failure: BaseException | None = None
     async with stream, trio.open_nursery() as nursery:
-        nursery.start_soon(conn._run_writer)
-        nursery.start_soon(conn._run_reader)
+        if recovery is not None:
+            nursery.start_soon(conn._supervise)
+        else:
+            nursery.start_soon(conn._run_writer)
+            nursery.start_soon(conn._run_reader)
         try:
             conn._core.opened, opened = _pending()
             conn._wake.set()
@@ -359,6 +557,7 @@ async def connect_0_10(
                     f"could not connect to {params.address} within {params.connection_timeout} s"
                 )
             conn._core.opened.outcome()
+            conn._supervisor.opened()
             yield conn
         except BaseException as exc:
             # re-raised outside the nursery: the caller sees the body's own exception, not
@@ -367,6 +566,8 @@ async def connect_0_10(
         finally:
             with trio.CancelScope(shield=True):
                 await conn.aclose()
+                if conn._stream is not stream:  # a recovered connection's
+                    await trio.aclose_forcefully(conn._stream)
             nursery.cancel_scope.cancel()
     if failure is not None:
         raise failure

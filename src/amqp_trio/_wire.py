@@ -75,9 +75,6 @@ class Wire:
         # (a heartbeat timeout); the reader takes them before asking the core again.
         self._stash: deque[Event] = deque()
         self._reader_parked = False
-        # While the reader waits for room in a consumer's buffer it reads nothing, so silence
-        # from the peer proves nothing: the core's timer is told so (handle_timer's reading).
-        self._reading_paused = False
         self._eof = False
         #: Set once the transport failed or was closed; writes stop.
         self.broken = False
@@ -283,7 +280,7 @@ class Wire:
                 await self._gather_output()
             now = trio.current_time()
             if deadline is not None and now >= deadline:
-                core.handle_timer(now, reading=not self._reading_paused)
+                core.handle_timer(now)
                 if self._reader_parked:
                     await self._poll_parked_reader()
             try:
@@ -307,11 +304,6 @@ class Wire:
                 return
             seen = queued
             rounds += 1
-
-    def pause_reading(self) -> None:
-        """The reader is about to wait for something other than the transport (room in a
-        consumer's buffer): the core's timer must not take the silence for a dead peer."""
-        self._reading_paused = True
 
     async def _poll_parked_reader(self) -> None:
         # The reader drained the core before parking, so anything next_event() returns now
@@ -337,9 +329,6 @@ class Wire:
         of the stream (``receive_data(b"")``)."""
         if self._eof:
             raise AssertionError("receive() after the end of the stream")
-        # Reading again: from here silence counts (cleared only after the read, a pause kept
-        # the peer alive for as long as it stayed silent, dead or not).
-        self._reading_paused = False
         self._reader_parked = True
         try:
             data = await self.stream.receive_some(RECEIVE_SIZE)

@@ -13,7 +13,7 @@ import pytest
 from amqp_broker import memory_server
 from amqp_sansio import BasicAck, QueueDeclare
 from amqp_sansio.client import RecoveryPolicy, StaleDeliveryError
-from amqp_sansio.testing import MemoryConnection, fault_sweep, run_workload
+from amqp_sansio.testing import BacklogConsume, MemoryConnection, fault_sweep, run_workload
 
 from ..support.sweep import DURABLE, ConfirmedConsume
 
@@ -97,3 +97,28 @@ def test_settling_a_stale_delivery_is_refused_or_ignored() -> None:
                 conn.settle(channel, BasicAck(delivery_tag=1), epoch=0)
         assert conn.refused_settles == 1
         assert conn.core.data_to_send() == b""  # nothing reached the wire
+
+
+# --- Issue 28: the backlog workload, through the client layer ---------------------------------
+
+
+def test_the_backlog_workload_runs_uncut() -> None:
+    workload = BacklogConsume()
+    conn = run_workload(workload, memory_server())
+    assert conn.recoveries == []
+    assert workload.acked == set(range(60))
+    assert workload.checked > 0
+    assert workload.stale_refused == 0
+
+
+def test_a_backlog_cut_at_every_frame_boundary() -> None:
+    """At every cut: every confirmed message acked, no delivery of the live connection refused,
+    the broker's unacked count equal to what the client buffered or holds (so no prefetch
+    slot is leaked), and the backlog consumed to the end (BacklogConsume.check)."""
+    report = fault_sweep(BacklogConsume, memory_server, seed=28)
+    assert report.total > 400
+    assert len(report.cut_points) == report.total  # all of them: about 4 ms each
+    # Cuts before the channels open recover no topology; the others recover, and those that
+    # caught messages in the application's hands refused settling them.
+    assert report.recoveries > report.total - 20
+    assert report.refused_settles > report.total // 2

@@ -436,56 +436,6 @@ async def test_transport_loss_fails_pending_calls(
 # --- Consumers --------------------------------------------------------------------------------
 
 
-async def test_backpressure_reader_stops_when_the_consumer_buffer_is_full(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    total = 6
-    written: list[int] = []
-    acks: list[int] = []
-
-    async def script(conn: ServerConnection) -> None:
-        await accept(conn)
-        channel, tag = await serve_consume(conn, prefetch=2)
-
-        async def write_deliveries() -> None:
-            for n in range(1, total + 1):
-                deliver(conn, channel, tag, n)
-                await conn.flush()  # lockstep: returns once the client read it
-                written.append(n)
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(write_deliveries)  # a broker writes and reads independently
-            while len(acks) < total:
-                ack = await expect(conn, BasicAck)
-                assert isinstance(ack.method, BasicAck)
-                acks.append(ack.method.delivery_tag)
-        cancel = await expect(conn, BasicCancel)
-        assert isinstance(cancel.method, BasicCancel)
-        await reply(conn, channel, BasicCancelOk(consumer_tag=tag))
-        assert await until_channel_closed(conn) == []
-
-    async with trio.open_nursery() as nursery:
-        client, _ = await run_server(nursery, script, lockstep=True)
-        async with connect(client) as conn, conn.channel() as ch:
-            await ch.basic_qos(2)
-            async with ch.basic_consume("q") as consumer:
-                assert consumer.buffer_size == 2
-                await trio.sleep(10)
-                # Two messages buffered, a third read and held by the blocked reader; the
-                # fourth stays unread in the transport.
-                assert written == [1, 2, 3]
-                assert consumer.buffered == 2
-                received = []
-                async for msg in consumer:
-                    received.append(msg.body)
-                    await msg.ack()
-                    if len(received) == total:
-                        break
-            assert received == [b"m%d" % n for n in range(1, total + 1)]
-    assert written == list(range(1, total + 1))
-    assert acks == list(range(1, total + 1))
-
-
 async def test_leaving_a_consumer_cancels_it_without_rejecting_buffered_messages(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -627,12 +577,105 @@ async def test_server_sees_a_lost_client(autojump_clock: trio.testing.MockClock)
     assert isinstance(events[0], ConnectionLost)
 
 
+async def test_a_full_buffer_never_stops_the_reader(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Issue 28: the application takes nothing, its buffer holds the whole prefetch, and the
+    broker's close is still seen at once: the reader never waits for room."""
+
+    async def script(conn: ServerConnection) -> None:
+        await accept(conn)
+        channel, tag = await serve_consume(conn, prefetch=2)
+        for n in (1, 2):
+            deliver(conn, channel, tag, n)
+        await conn.flush()
+        await trio.sleep(5)
+        conn.core.close(320, "CONNECTION_FORCED - test")
+        await conn.flush()
+        await conn.next_event()  # close-ok
+
+    async with trio.open_nursery() as nursery:
+        client, _ = await run_server(nursery, script)
+        async with connect(client) as conn, conn.channel() as ch:
+            await ch.basic_qos(2)
+            async with ch.basic_consume("q") as consumer:
+                await trio.sleep(4)
+                assert consumer.buffered == 2
+                assert conn.close_error is None
+                await trio.sleep(2)
+                # Seen within a second of being sent, with the buffer still full.
+                assert isinstance(conn.close_error, amqp_trio.ConnectionForced)
+                with pytest.raises(amqp_trio.ConnectionForced):
+                    await consumer.__anext__()
+
+
+async def test_a_consumer_without_a_prefetch_is_paused_and_resumed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Issue 28: a consumer the broker does not bound (no prefetch) holds at most its
+    buffer_size: past it the client sends basic.cancel, and consumes again with the same tag
+    once the application took half; nothing is lost or reordered."""
+    sent: list[type[Method]] = []
+
+    async def script(conn: ServerConnection) -> None:
+        await accept(conn)
+        declare = await expect(conn, QueueDeclare)
+        await reply(conn, declare.channel, declare_ok("q"))
+        consume = await expect(conn, BasicConsume)
+        assert isinstance(consume.method, BasicConsume)
+        channel, tag = consume.channel, consume.method.consumer_tag
+        await reply(conn, channel, BasicConsumeOk(consumer_tag=tag))
+        for n in range(1, 7):  # 6 on their way: 4 fit, the 5th pauses, the 6th was in flight
+            deliver(conn, channel, tag, n)
+        await conn.flush()
+        cancel = await expect(conn, BasicCancel)
+        assert isinstance(cancel.method, BasicCancel)
+        assert cancel.method.consumer_tag == tag
+        sent.append(BasicCancel)
+        await reply(conn, channel, BasicCancelOk(consumer_tag=tag))
+        acks: list[int] = []
+        while len(acks) < 8:  # the acks, and the consume again once half was taken
+            event = await expect(conn, BasicAck | BasicConsume)  # type: ignore[arg-type]
+            if isinstance(event.method, BasicAck):
+                acks.append(event.method.delivery_tag)
+                continue
+            assert isinstance(event.method, BasicConsume)
+            assert event.method.consumer_tag == tag
+            assert acks == [1, 2, 3]  # resumed as the 4th was taken: 2 of 6 left
+            sent.append(BasicConsume)
+            await reply(conn, channel, BasicConsumeOk(consumer_tag=tag))
+            for n in range(7, 9):
+                deliver(conn, channel, tag, n)
+            await conn.flush()
+        assert acks == list(range(1, 9))
+        await expect(conn, BasicCancel)
+        await reply(conn, channel, BasicCancelOk(consumer_tag=tag))
+        assert await until_channel_closed(conn) == []
+
+    async with trio.open_nursery() as nursery:
+        client, _ = await run_server(nursery, script)
+        async with connect(client) as conn, conn.channel() as ch:
+            await ch.queue_declare("q")
+            async with ch.basic_consume("q", buffer_size=4) as consumer:
+                await trio.sleep(1)
+                assert consumer.buffered == 6  # kept, not dropped: the pause is upstream
+                assert sent == [BasicCancel]
+                received = []
+                async for msg in consumer:
+                    received.append(msg.delivery_tag)
+                    await msg.ack()
+                    if len(received) == 8:
+                        break
+                assert received == list(range(1, 9))
+                assert sent == [BasicCancel, BasicConsume]
+
+
 async def test_slow_consumer_is_not_mistaken_for_a_dead_peer(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     async def script(conn: ServerConnection) -> None:
         await accept(conn)
-        channel, tag = await serve_consume(conn, prefetch=1)
+        channel, tag = await serve_consume(conn, prefetch=3)
         for n in range(1, 4):
             deliver(conn, channel, tag, n)
         await conn.flush()
@@ -647,11 +690,11 @@ async def test_slow_consumer_is_not_mistaken_for_a_dead_peer(
     async with trio.open_nursery() as nursery:
         client, _ = await run_server(nursery, script, heartbeat=2, lockstep=True)
         async with connect(client) as conn, conn.channel() as ch:
-            await ch.basic_qos(1)
+            await ch.basic_qos(3)
             async with ch.basic_consume("q") as consumer:
-                # The reader holds a delivery it cannot buffer for 15 heartbeat intervals.
+                # The application takes nothing for 15 heartbeat intervals.
                 await trio.sleep(30)
-                assert consumer.buffered == 1
+                assert consumer.buffered == 3
                 assert client.heartbeats_sent() >= 10  # the server kept hearing from us
                 for _ in range(3):
                     msg = await consumer.__anext__()
@@ -659,16 +702,15 @@ async def test_slow_consumer_is_not_mistaken_for_a_dead_peer(
                 assert (await ch.queue_declare("q")).queue == "still here"
 
 
-async def test_dead_peer_is_detected_after_a_consumer_had_no_room(
+async def test_dead_peer_is_detected_while_a_consumer_buffer_is_full(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    # The reader paused for a full consumer buffer, then read again: silence from then on is
-    # a dead peer (the pause kept it alive only while it lasted).
+    # The application takes nothing: the reader still reads, so a silent peer is dead two
+    # intervals after its last octet, full buffer or not.
     async def script(conn: ServerConnection) -> None:
         await accept(conn)
         channel, tag = await serve_consume(conn, prefetch=1)
-        for n in (1, 2):
-            deliver(conn, channel, tag, n)
+        deliver(conn, channel, tag, 1)
         await conn.flush()
         await trio.sleep_forever()
 
@@ -676,15 +718,19 @@ async def test_dead_peer_is_detected_after_a_consumer_had_no_room(
         client, server = await run_server(nursery, script, heartbeat=2)
         async with connect(client) as conn, conn.channel() as ch:
             await ch.basic_qos(1)
-            async with ch.basic_consume("q", no_ack=True) as consumer:
-                await trio.sleep(1)  # the second delivery waits for room: reading paused
+            async with ch.basic_consume("q") as consumer:
+                await trio.sleep(1)
                 assert consumer.buffered == 1
-                assert [(await consumer.__anext__()).body for _ in (1, 2)] == [b"m1", b"m2"]
                 server.silent = True
-                reading_again = trio.current_time()  # the tick at 1 s, paused, kept it alive
-                with trio.fail_after(60), pytest.raises(amqp_trio.HeartbeatTimeoutError):
+                silent_since = trio.current_time()
+                with trio.fail_after(60):
+                    while conn.close_error is None:
+                        await trio.sleep(0.25)
+                assert isinstance(conn.close_error, amqp_trio.HeartbeatTimeoutError)
+                assert trio.current_time() - silent_since <= 2 * 2 + 0.25
+                assert consumer.buffered == 1
+                with pytest.raises(amqp_trio.HeartbeatTimeoutError):
                     await consumer.__anext__()
-                assert trio.current_time() - reading_again == pytest.approx(2 * 2)
         nursery.cancel_scope.cancel()
 
 
@@ -895,6 +941,79 @@ async def test_server_aclose_after_a_protocol_error_waits_for_the_client(
         assert times["closed"] == times["failed"]  # closed at the close-ok, no linger
     else:
         assert times["closed"] - times["failed"] == pytest.approx(CLOSE_LINGER)
+
+
+@pytest.mark.parametrize("client_closes", [True, False])
+async def test_server_reads_until_the_client_closes_after_close_ok(
+    autojump_clock: trio.testing.MockClock, client_closes: bool
+) -> None:
+    """After the close-ok answering the client's close, the server reads (and discards) what
+    the client still writes, until it closes its end or ``linger`` seconds: closing a socket
+    with unread input resets it under the close-ok (amqplib writes the publishes it queued
+    before its close)."""
+    times: dict[str, float] = {}
+
+    async def handler(conn: ServerConnection) -> None:
+        conn.linger = 5.0
+        await accept(conn)
+        closed = await conn.next_event()
+        assert isinstance(closed, ConnectionClosed)
+        assert closed.by_peer
+        times["close-ok"] = trio.current_time()
+        await conn.aclose()
+        times["closed"] = trio.current_time()
+
+    client, server = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(amqp_trio.serve_stream, handler, server)
+        core = await _client_handshake(client)
+        core.close()
+        await client.send_all(core.data_to_send())
+        await client.send_all(b"publishes queued before the close" * 100)
+        closed = await _read_close(client, core)
+        assert not closed.by_peer  # the server's close-ok answered ours
+        await trio.sleep(1.0)
+        await client.send_all(b"more of them" * 100)  # still read: no error
+        if client_closes:
+            await client.send_eof()
+        assert await client.receive_some() == b""  # the server closed the transport
+    if client_closes:
+        assert times["closed"] - times["close-ok"] == pytest.approx(1.0)  # at our end
+    else:
+        assert times["closed"] - times["close-ok"] == pytest.approx(5.0)  # linger's bound
+
+
+@pytest.mark.parametrize("where", ["handler", "before_write", "after_write"])
+async def test_an_application_error_closes_with_541(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture, where: str
+) -> None:
+    """A handler (or a write hook) that raises ends its connection with connection.close 541
+    INTERNAL_ERROR and a log line, never a dropped socket; the server waits for close-ok."""
+
+    def fail() -> None:
+        raise RuntimeError("a bug in the application")
+
+    async def handler(conn: ServerConnection) -> None:
+        await accept(conn)
+        declare = await expect(conn, QueueDeclare)
+        if where == "handler":
+            fail()
+        setattr(conn, where, fail)
+        conn.core.send_method(declare.channel, declare_ok("q"))
+        await conn.flush()
+        await conn.next_event()  # close-ok
+
+    async with trio.open_nursery() as nursery:
+        client, _ = await run_server(nursery, handler)
+        async with connect(client) as conn, conn.channel() as ch:
+            if where != "handler":
+                await ch.queue_declare("q")  # answered; the failed hook's close follows
+            with pytest.raises(amqp_trio.ConnectionClosedError) as info:
+                await ch.queue_declare("q")
+    assert info.value.reply_code == 541
+    assert info.value.reply_text == "INTERNAL_ERROR"
+    assert "closing with 541" in caplog.text
+    assert "a bug in the application" in caplog.text
 
 
 async def _collect_bodies(conn: ServerConnection, into: list[bytes]) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 import amqp_asyncio
 import amqp_blocking
+import amqp_kombu
 import amqp_sansio
 import amqp_sansio.client
 import amqp_sansio.client.exports
@@ -32,6 +33,7 @@ PUBLIC_MODULES = [
     amqp_trio,
     amqp_asyncio,
     amqp_blocking,
+    amqp_kombu,
     amqp_tools,
 ]
 ADAPTERS = [amqp_trio, amqp_asyncio, amqp_blocking]
@@ -56,6 +58,7 @@ def test_public_classes_are_final(module: types.ModuleType) -> None:
         amqp_sansio.client.AsyncMessage,
         amqp_sansio.client.PublisherCounts,
         amqp_sansio.client.PublishTicketState,
+        amqp_kombu.Transport,  # kombu transports are subclassed (SSLTransport)
     }
     for name in module.__all__:
         obj = getattr(module, name)

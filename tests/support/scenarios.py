@@ -717,9 +717,42 @@ async def scenario_priority_queue(connect: FullConnect, url: str) -> None:
             await ch.queue_delete(queue)
 
 
+async def scenario_bind_missing(connect: FullConnect, url: str) -> None:
+    """queue.bind and exchange.bind with an end missing are 404 NOT_FOUND naming it; with both
+    missing the 404 names the source exchange (RabbitMQ looks both up and reports the source
+    first), before any exclusive-owner check of the queue."""
+    queue, source, destination = unique("bind-q"), unique("bind-src"), unique("bind-dst")
+    vhost = "in vhost '/'"
+    # (which bind, its destination, its source, the missing end named, class id, method id)
+    cases = [
+        ("queue", queue, source, f"exchange '{source}'", 50, 20),
+        ("queue", queue, "amq.direct", f"queue '{queue}'", 50, 20),
+        ("exchange", destination, source, f"exchange '{source}'", 40, 30),
+        ("exchange", destination, "amq.direct", f"exchange '{destination}'", 40, 30),
+        ("exchange", "amq.direct", source, f"exchange '{source}'", 40, 30),
+    ]
+    async with connect(url) as conn:
+        for kind, into, origin, named, class_id, method_id in cases:
+            async with conn.channel() as ch:
+                bind = ch.queue_bind if kind == "queue" else ch.exchange_bind
+                with pytest.raises(NotFound) as missing:
+                    await bind(into, origin, "k")
+                assert missing.value.reply_text == f"NOT_FOUND - no {named} {vhost}"
+                assert (missing.value.class_id, missing.value.method_id) == (class_id, method_id)
+                assert ch.is_closed
+        async with connect(url) as owner, owner.channel() as mine:
+            await mine.queue_declare(queue, exclusive=True)
+            async with conn.channel() as ch:
+                with pytest.raises(NotFound) as missing:
+                    await ch.queue_bind(queue, source, "k")  # not 405: the exchange is missing
+                assert missing.value.reply_text == f"NOT_FOUND - no exchange '{source}' {vhost}"
+        assert not conn.is_closed
+
+
 #: Behaviours A, B, C, E, F of issue 15, by name (D needs raw frames: see
-#: :func:`channel_above_channel_max`).
+#: :func:`channel_above_channel_max`), and the 404s of a bind with missing ends.
 BEHAVIOUR_SCENARIOS: Final[dict[str, Callable[[FullConnect, str], Awaitable[None]]]] = {
+    "bind_missing": scenario_bind_missing,
     "unbind_missing": scenario_unbind_missing,
     "requeue_in_place": scenario_requeue_in_place,
     "passive_default_exchange": scenario_passive_default_exchange,

@@ -38,7 +38,7 @@ from ._instrument import (
     uninstrument,
 )
 from ._message import AsyncMessage, AsyncSettler, Message, bound_message
-from ._params import DEFAULT_URL, AuthMechanism
+from ._params import DEFAULT_URL, AuthMechanism, redact_url
 from ._recovery import (
     Epoch,
     RecoveryEvent,
@@ -47,6 +47,7 @@ from ._recovery import (
     TopologyRestorer,
     check_settle,
 )
+from ._reports import report_closed_by_broker, report_lost, report_protocol_error
 from ._requests import (
     DEFAULT_CONSUMER_BUFFER,
     REQUESTS,
@@ -72,6 +73,18 @@ from ._router import (
     Waiter,
     end_suspended,
 )
+from ._supervisor import (
+    ChannelRestoration,
+    Connect,
+    GiveUp,
+    LostChannels,
+    LostConnection,
+    RecoveryAction,
+    RecoverySupervisor,
+    Restoration,
+    Resume,
+    Wait,
+)
 from ._versions import (
     ADAPTER_VERSIONS,
     USE_0_10,
@@ -93,13 +106,18 @@ __all__ = [
     "AsyncSettler",
     "AuthMechanism",
     "ChannelBook",
+    "ChannelRestoration",
     "ClientProtocol",
     "CloseReason",
     "ConfirmSink",
     "ConfirmTracker",
+    "Connect",
     "ConsumeBlock",
     "ConsumerSink",
     "Epoch",
+    "GiveUp",
+    "LostChannels",
+    "LostConnection",
     "Message",
     "Param",
     "Processing",
@@ -108,16 +126,21 @@ __all__ = [
     "PublishTicketState",
     "PublisherCounts",
     "Receiving",
+    "RecoveryAction",
     "RecoveryEvent",
     "RecoveryPlan",
     "RecoveryStep",
+    "RecoverySupervisor",
     "Reply",
     "Request",
+    "Restoration",
+    "Resume",
     "ReturnSink",
     "Router",
     "Settling",
     "Telemetry",
     "TopologyRestorer",
+    "Wait",
     "Waiter",
     "bound_message",
     "check_settle",
@@ -137,7 +160,11 @@ __all__ = [
     "instrument",
     "is_instrumented",
     "message_count",
+    "redact_url",
+    "report_closed_by_broker",
     "report_dropped",
+    "report_lost",
+    "report_protocol_error",
     "uninstrument",
     "wants_0_10",
 ]

@@ -21,7 +21,7 @@ from ._versions import ADAPTER_VERSIONS, ClientProtocol, client_protocol
 if TYPE_CHECKING:
     from .. import FieldTable
 
-__all__ = ["DEFAULT_URL", "AuthMechanism", "ConnectionParameters"]
+__all__ = ["DEFAULT_URL", "AuthMechanism", "ConnectionParameters", "redact_url"]
 
 #: The URL used when none is given: a local RabbitMQ with its default user.
 DEFAULT_URL: Final = "amqp://guest:guest@127.0.0.1:5672/"
@@ -257,6 +257,17 @@ class ConnectionParameters:
         """``host:port`` for messages (IPv6 hosts in brackets)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
+
+
+def redact_url(url: str) -> str:
+    """*url* with its password replaced by ``***``, for reprs, logs and events: no secret is
+    ever shown (``amqp://guest:***@host/``)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user, _, host = parts.netloc.rpartition("@")
+    name = user.partition(":")[0]
+    return parts._replace(netloc=f"{name}:***@{host}").geturl()
 
 
 def _netloc_without_password(url: str) -> str:

@@ -35,9 +35,9 @@ from .. import (
     QueueDeclareOk,
 )
 from ._errors import AMQPError, ConnectionClosedError, ConnectionLostError, error_from
+from ._params import redact_url
 
 if TYPE_CHECKING:
-    import logging
     from collections.abc import Callable, Iterable, Mapping
 
     from .. import Connection, Event, Method, Topology
@@ -221,6 +221,11 @@ def _urls(urls: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
     return tuple(urls)
 
 
+def _redacted(urls: tuple[str, ...]) -> str:
+    # A URL's password never reaches a repr or a log line.
+    return repr(tuple(redact_url(url) for url in urls))
+
+
 def _codes(codes: set[int] | frozenset[int] | list[int] | tuple[int, ...]) -> frozenset[int]:
     return frozenset(codes)
 
@@ -281,7 +286,7 @@ class RecoveryPolicy:
     jitter: float = attrs.field(default=0.5)
     max_attempts: int | None = attrs.field(default=None)
     max_duration: float | None = attrs.field(default=None, validator=_optional_positive)
-    endpoints: tuple[str, ...] = attrs.field(default=(), converter=_urls)
+    endpoints: tuple[str, ...] = attrs.field(default=(), converter=_urls, repr=_redacted)
     recover_codes: frozenset[int] = attrs.field(default=DEFAULT_RECOVER_CODES, converter=_codes)
     restore_exclusive: bool = True
     restore_auto_delete: bool = True
@@ -340,60 +345,6 @@ class RecoveryPolicy:
             return True
         return self.max_duration is not None and elapsed >= self.max_duration
 
-    def admit_wait(self, waiting: int, octets: int, address: str, error: AMQPError | None) -> None:
-        """A call made while recovering wants to wait for the connection with *octets* of
-        body, *waiting* octets already waiting: fine under :attr:`publish_wait` and
-        :attr:`publish_buffer`.
-
-        :raises ConnectionLostError: ``publish_wait`` is 0 or the buffer would overflow.
-        """
-        if not self.publish_wait or waiting + octets > self.publish_buffer:
-            why = "publish_wait is 0" if not self.publish_wait else "publish_buffer is full"
-            raise ConnectionLostError(f"the connection to {address} is recovering ({why}): {error}")
-
-    def wait_expired(self, address: str, error: AMQPError | None) -> ConnectionLostError:
-        """The error of a call that waited :attr:`publish_wait` seconds in vain."""
-        return ConnectionLostError(
-            f"the connection to {address} did not recover within {self.publish_wait} s: {error}"
-        )
-
-    def failed_attempt(
-        self,
-        attempt: int,
-        elapsed: float,
-        endpoint: str,
-        error: BaseException,
-        *,
-        address: str,
-        logger: logging.Logger,
-    ) -> tuple[RecoveryAttempt, RecoveryGaveUp | None]:
-        """What attempt number *attempt* failing with *error* means, logged on the adapter's
-        *logger*: the event to emit and, when it was the last one, the give-up event after it.
-
-        The last attempt is the policy's limit, a refused topology step under ``"give_up"``, or
-        a refusal that no retry can change (403, 530)."""
-        last = (
-            self.gives_up(attempt, elapsed)
-            or (isinstance(error, TopologyRecoveryError) and self.on_topology_error == "give_up")
-            or (isinstance(error, ConnectionClosedError) and error.reply_code in (403, 530))
-        )
-        logger.info("recovery attempt %d to %s failed: %s", attempt, endpoint, error)
-        event = RecoveryAttempt(
-            attempt=attempt,
-            url=endpoint,
-            error=error,
-            next_delay=None if last else self.delay(attempt + 1),
-        )
-        if not last:
-            return event, None
-        logger.error(
-            "gave up recovering the connection to %s after %d attempts: %s",
-            address,
-            attempt,
-            error,
-        )
-        return event, RecoveryGaveUp(attempts=attempt, cause=error)
-
 
 # --- Events -----------------------------------------------------------------------------------
 
@@ -435,6 +386,9 @@ class Recovered:
     :ivar republished: publishes pending at the loss that were published again
         (:attr:`RecoveryPolicy.republish_unknown`).
     :ivar skipped: steps skipped by the filter, the policy or a refusal under ``"skip"``.
+    :ivar dropped_deliveries: deliveries the consumers had received on the lost connection (or
+        on a failed attempt's) and not handed out yet: dropped, since their tags died with the
+        connection; the broker requeued them and delivers them again.
     """
 
     attempt: int
@@ -443,6 +397,7 @@ class Recovered:
     unknown_publishes: int
     skipped: tuple[RecoveryStep, ...] = ()
     republished: int = 0
+    dropped_deliveries: int = 0
 
 
 @final
@@ -502,6 +457,8 @@ class RecoveryPlan:
     :param confirm_channels: the channels that were in confirm mode.
     :param policy: which entities to restore (:attr:`RecoveryPolicy.restore_exclusive`,
         ``restore_auto_delete``, ``topology_filter``).
+    :param paused: consumers the client had paused (``basic.cancel`` while its buffer was over
+        its bound, so not in *topology*), by ``(channel, tag)``: restored like the others.
     """
 
     __slots__ = ("channels", "renamed", "skipped", "steps")
@@ -513,6 +470,7 @@ class RecoveryPlan:
         channels: Iterable[int] = (),
         confirm_channels: Iterable[int] = (),
         policy: RecoveryPolicy | None = None,
+        paused: Mapping[tuple[int, str], BasicConsume] | None = None,
     ) -> None:
         policy = policy or RecoveryPolicy()
         keep = policy.topology_filter or (lambda _step: True)
@@ -564,8 +522,11 @@ class RecoveryPlan:
                 ),
                 not {ebind.source, ebind.destination} & dropped_exchanges,
             )
+        consumers = dict(topology.consumers)
+        for key, consume in (paused or {}).items():
+            consumers.setdefault(key, consume)
         ordered = list(dict.fromkeys(channels))
-        for channel, _ in topology.consumers:
+        for channel, _ in consumers:
             if channel not in ordered:
                 ordered.append(channel)
         for channel in topology.qos:
@@ -581,7 +542,7 @@ class RecoveryPlan:
                         kind="confirm", channel=channel, method=ConfirmSelect(), name=str(channel)
                     )
                 )
-            for (on, tag), consume in topology.consumers.items():
+            for (on, tag), consume in consumers.items():
                 if on == channel:
                     # The tag the broker confirmed, so a consumer keeps its name.
                     method = attrs.evolve(consume, consumer_tag=tag)

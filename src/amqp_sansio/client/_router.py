@@ -96,12 +96,15 @@ class Waiter(Protocol):
 
 
 class ConsumerSink(Protocol):
-    """Where a consumer's deliveries go."""
+    """Where a consumer's deliveries go. A sink never refuses one: the adapter never stops
+    reading the socket for a full buffer (closes, heartbeats, confirms and cancels must be
+    seen at once), so a consumer's memory is bounded by its prefetch, or by pausing it."""
 
-    def deliver(self, event: MessageReceived, /) -> bool:
-        """Take one delivery. False means "I'm full": the sink kept the delivery and the
-        adapter must let it in (waiting for room, with the transport unread) before it routes
-        the next event; :meth:`Router.handle` hands such a sink back."""
+    def deliver(self, event: MessageReceived, book: ChannelBook, /) -> bool:
+        """Take one delivery, which came on *book*'s channel (the incarnation its tag
+        belongs to: a message settles there, or is stale). False means "I hold more than my
+        bound": the router pauses the consumer when that is safe (see
+        :meth:`Router.resume_consumer`); the delivery is kept all the same."""
 
     def finish(self, error: AMQPError | None, by_us: bool, /) -> None:
         """No more deliveries. *error* is None after our ``basic.cancel`` was answered, else
@@ -112,6 +115,11 @@ class ConsumerSink(Protocol):
     def cancelling(self) -> None:
         """Our ``basic.cancel`` for this consumer was just sent: deliveries until its
         cancel-ok may be dropped rather than waited for."""
+
+    def drop_unhanded(self) -> int:
+        """The connection was lost: drop the deliveries not handed out yet (their tags died
+        with the connection; the broker requeued them) and say how many; ``no_ack`` ones were
+        settled already and stay."""
 
 
 class ConfirmSink(Protocol):
@@ -147,12 +155,15 @@ class ChannelBook:
         "flow_active",
         "kept",
         "number",
+        "paused",
+        "pausing",
         "prefetch_count",
         "qos",
         "return_sink",
         "rpcs",
         "superseded",
         "tracker",
+        "unbounded",
     )
 
     def __init__(self, number: int) -> None:
@@ -166,6 +177,15 @@ class ChannelBook:
         self.consumers: dict[str, ConsumerSink] = {}
         #: Their ``basic.consume`` requests, by tag (to consume again after a server cancel).
         self.consumes: dict[str, BasicConsume] = {}
+        #: Consumers whose pausing ``basic.cancel`` is on its way, by tag: True once their sink
+        #: asked to be resumed before the cancel-ok came.
+        self.pausing: dict[str, bool] = {}
+        #: Paused consumers (cancel-ok came), by tag: consumed again by
+        #: :meth:`Router.resume_consumer`.
+        self.paused: dict[str, ConsumerSink] = {}
+        #: Consumers over their bound that are not paused, by tag: their prefetch bounds them,
+        #: or pausing them is unsafe (warned about once).
+        self.unbounded: set[str] = set()
         #: The sink of each unconfirmed publish, by publish number.
         self.confirms: dict[int, ConfirmSink] = {}
         self.tracker = ConfirmTracker()
@@ -192,6 +212,12 @@ class ChannelBook:
         #: connection (``RecoveryPolicy.republish_unknown``); None: not kept.
         self.kept: dict[int, Republish] | None = None
 
+    def paused_consumes(self) -> dict[str, BasicConsume]:
+        """The ``basic.consume`` of each consumer paused or pausing, by tag."""
+        return {
+            tag: self.consumes[tag] for tag in (*self.paused, *self.pausing) if tag in self.consumes
+        }
+
     def keep(
         self, publish_number: int, method: Method, properties: ContentProperties, body: Buffer
     ) -> None:
@@ -211,6 +237,7 @@ class ChannelBook:
         and unconfirmed publishes do not: see :meth:`Router.republish`)."""
         book = ChannelBook(number)
         book.consumers = dict(self.consumers)
+        book.consumers.update(self.paused)  # a paused consumer consumes again when restored
         book.consumes = dict(self.consumes)
         book.confirm_mode = self.confirm_mode
         book.prefetch_count = self.prefetch_count
@@ -221,7 +248,13 @@ class ChannelBook:
 
     def expect(self, request: Method, waiter: Waiter, consumer: ConsumerSink | None = None) -> None:
         """*request*, which expects a reply, was sent on this channel; *consumer* is the sink
-        of a ``basic.consume``, registered when the broker confirms it."""
+        of a ``basic.consume``, registered when the broker confirms it.
+
+        :raises AssertionError: *request* has no reply in the connection's version (0-9's
+            ``basic.recover``): the core waits for none, so the waiter would never be done.
+        """
+        if not request.expects_reply():
+            raise AssertionError(f"{request.NAME} has no reply in this version: nothing to await")
         self.rpcs.append((waiter, consumer, request))
         request = AMQP_0_9_1.adapt(request)  # the meaning of a 0-8/0-9 connection's class
         cls = type(request)
@@ -299,6 +332,10 @@ class _Keep:
 _KEEP: Final = _Keep()
 #: The waiter of each step that restores a reopened channel (see :meth:`Router._reopen`).
 _RESTORE: Final = _Keep()
+#: The waiter of a ``basic.cancel`` that pauses a consumer (see :meth:`Router._pause`).
+_PAUSE: Final = _Keep()
+#: The queue of RabbitMQ's direct reply-to: consuming it again is a new pseudo-queue.
+_REPLY_TO: Final = "amq.rabbitmq.reply-to"
 
 
 def _settle_all(book: ChannelBook, error: AMQPError, *, by_us: bool) -> None:
@@ -308,6 +345,9 @@ def _settle_all(book: ChannelBook, error: AMQPError, *, by_us: bool) -> None:
         if not waiter.done():
             waiter.set_exception(error)
     consumers, book.consumers = book.consumers, {}
+    consumers.update(book.paused)
+    book.paused = {}
+    book.pausing = {}
     for sink in consumers.values():
         sink.finish(error, by_us)
     confirms, book.confirms = book.confirms, {}
@@ -379,6 +419,11 @@ class Router:
         #: (it may have the old number) and reports it. Without it nothing is reopened.
         self.on_reopened: Callable[[int, ChannelBook, AMQPError], None] | None = None
 
+    @property
+    def core(self) -> Connection:
+        """The client core whose events this router routes."""
+        return self._core
+
     def recover_with(
         self,
         policy: RecoveryPolicy,
@@ -447,19 +492,16 @@ class Router:
 
     # --- events --------------------------------------------------------------------------------
 
-    def handle(self, event: Event) -> ConsumerSink | None:
+    def handle(self, event: Event) -> bool:
         """Resolve whatever *event* answers; events about the transport are the adapter's.
-
-        Returns the consumer sink that said it is full (see :meth:`ConsumerSink.deliver`): the
-        adapter lets the delivery in before it routes the next event. None otherwise.
-        """
+        True when a delivery paused its consumer (:meth:`route_message`): flush the core."""
         if type(event) is MessageReceived:  # the hot path: no table lookup
             assert isinstance(event, MessageReceived)
             return self.route_message(event)
         route = _ROUTES.get(type(event))
         if route is not None:
             route(self, event)
-        return None
+        return False
 
     # --- one method per event type (see _ROUTES) -----------------------------------------------
 
@@ -596,6 +638,9 @@ class Router:
         error, publishes kept for republish stay pending and the other unconfirmed ones end
         unknown (how many is returned), consumers are kept, unfinished."""
         consumers, book.consumers = book.consumers, {}
+        consumers.update(book.paused)  # restored consuming: their buffers start again
+        book.paused = {}
+        book.pausing = {}
         kept = book.kept or {}
         pending = {n: sink for n, sink in book.confirms.items() if n in kept}
         book.confirms = {n: sink for n, sink in book.confirms.items() if n not in kept}
@@ -728,17 +773,19 @@ class Router:
         self.channels[channel].expect(request, _UNAWAITED)
         return True
 
-    def route_message(self, event: MessageReceived) -> ConsumerSink | None:
+    def route_message(self, event: MessageReceived) -> bool:
         """:meth:`handle` for a delivery or a get-ok: adapters call it straight from their
-        read loop (once per message, the dispatch is worth skipping)."""
+        read loop (once per message, the dispatch is worth skipping). True when it queued
+        output in the core (a consumer over its bound was paused): flush."""
         book = self.channels.get(event.channel)
         if book is None:
-            return None  # a closing channel's delivery: the broker requeues it
+            return False  # a closing channel's delivery: the broker requeues it
         method = event.method
         if type(method) is BasicDeliver:
-            consumer = book.consumers.get(method.consumer_tag)
+            tag = method.consumer_tag
+            consumer = book.consumers.get(tag)
             if consumer is not None:
-                return None if consumer.deliver(event) else consumer
+                return False if consumer.deliver(event, book) else self._pause(book, tag)
             # Between our basic.cancel and its ok; never rejected, so a stream queue's offsets
             # stay untouched and a classic queue requeues it at channel close.
             logger.debug(
@@ -746,13 +793,83 @@ class Router:
                 method.delivery_tag,
                 method.consumer_tag,
             )
-            return None
+            return False
         # A get-ok names its basic.get, which may have been passed by an outstanding consume
         # or cancel like any reply.
         waiter = book.take(event.request)[0]
         if not waiter.done():
             waiter.set_result(event)
-        return None
+        return False
+
+    # --- a consumer's bound -------------------------------------------------------------------
+
+    def _pause(self, book: ChannelBook, tag: str) -> bool:
+        """A consumer holds more than its bound (the application lags): pause it with a
+        ``basic.cancel`` (the deliveries already on their way still come to it) when the broker
+        does not bound it itself and pausing is safe. True when the cancel was queued."""
+        if tag in book.pausing or tag in book.paused or tag in book.unbounded:
+            return False
+        sent = book.consumes.get(tag)
+        core = self._core
+        if (
+            sent is None
+            or core.state is not ConnectionState.OPEN
+            or core.channel_state(book.number) is not ChannelState.OPEN
+        ):
+            return False
+        consume = AMQP_0_9_1.adapt(sent)
+        assert isinstance(consume, BasicConsume)
+        if not consume.no_ack and book.prefetch_count:
+            book.unbounded.add(tag)  # no: the prefetch bounds it, the broker sends no more
+            return False
+        why = _unpausable(consume, core)
+        if why is not None:
+            book.unbounded.add(tag)
+            logger.warning(
+                "consumer %s holds more deliveries than its buffer_size and cannot be "
+                "paused (%s): its buffer grows until the application catches up; give the "
+                "channel a prefetch (basic_qos) to bound it",
+                tag,
+                why,
+            )
+            return False
+        request = core.protocol.adapt(BasicCancel(consumer_tag=tag))
+        core.send_method(book.number, request)
+        book.rpcs.append((_PAUSE, None, request))
+        book.pausing[tag] = False
+        logger.debug("paused consumer %s on channel %d: its buffer is full", tag, book.number)
+        return True
+
+    def resume_consumer(self, channel: int, consumer_tag: str) -> bool:
+        """A paused consumer's application caught up (its sink calls this once its buffer is
+        down to half its bound): consume again, with the same tag into the same sink. True
+        when something was queued in the core (flush); nothing when it was not paused."""
+        book = self.channels.get(channel)
+        if book is None:
+            return False
+        if consumer_tag in book.pausing:
+            book.pausing[consumer_tag] = True  # consumed again at its cancel-ok
+            return False
+        sink = book.paused.pop(consumer_tag, None)
+        if sink is None:
+            return False
+        return self._consume_again(book, consumer_tag, sink)
+
+    def _consume_again(self, book: ChannelBook, tag: str, sink: ConsumerSink) -> bool:
+        core = self._core
+        consume = book.consumes.get(tag)
+        if (
+            consume is None
+            or core.state is not ConnectionState.OPEN
+            or core.channel_state(book.number) is not ChannelState.OPEN
+        ):
+            book.paused[tag] = sink  # ended with the channel, like the others
+            return False
+        request = core.protocol.adapt(consume)
+        core.send_method(book.number, request)
+        book.expect(request, _KEEP, sink)
+        logger.debug("resumed consumer %s on channel %d", tag, book.number)
+        return True
 
     def _on_method(self, event: Event) -> None:
         assert isinstance(event, MethodReceived)
@@ -772,6 +889,15 @@ class Router:
             if waiter.done():  # basic_consume() gave up: nobody iterates this consumer
                 # It stays registered until cancel-ok: what comes before goes to its sink.
                 self._send_unawaited(event.channel, BasicCancel(consumer_tag=method.consumer_tag))
+        elif cls is BasicCancelOk and waiter is _PAUSE:
+            assert isinstance(method, BasicCancelOk)
+            tag = method.consumer_tag
+            paused = book.consumers.pop(tag, None)
+            resume = book.pausing.pop(tag, False)
+            if paused is not None:
+                book.paused[tag] = paused
+                if resume:  # queued in the core: the adapter flushes after a reply
+                    self.resume_consumer(event.channel, tag)
         elif cls is BasicCancelOk:
             assert isinstance(method, BasicCancelOk)
             cancelled = book.consumers.pop(method.consumer_tag, None)
@@ -830,11 +956,30 @@ class Router:
             self.telemetry.channel_ended(book.number, error)
 
 
+def _unpausable(consume: BasicConsume, core: Connection) -> str | None:
+    """Why cancelling *consume* for a while could lose or reorder what the application relies
+    on, or None when it is safe: a paused exclusive consumer lets another one take the queue,
+    the last consumer of an auto-delete queue deletes it (and what is in it), and a queue this
+    connection did not declare may be one."""
+    if consume.exclusive:
+        return "an exclusive consumer"
+    if consume.queue == _REPLY_TO:
+        return "direct reply-to"
+    declared = core.topology.queues.get(consume.queue)
+    if declared is None:
+        return f"queue {consume.queue!r} was not declared on this connection"
+    if declared.auto_delete:
+        return f"queue {consume.queue!r} is auto-delete"
+    return None
+
+
 def end_suspended(books: Mapping[int, ChannelBook], cause: AMQPError) -> None:
     """Recovery gave up: the consumers kept in the lost connection's *books* end with *cause*,
     and the publishes kept for republish end unknown."""
     for book in books.values():
         consumers, book.consumers = book.consumers, {}
+        consumers.update(book.paused)
+        book.paused = {}
         for sink in consumers.values():
             sink.finish(cause, False)
         confirms, book.confirms = book.confirms, {}

@@ -132,12 +132,10 @@ def wants_0_10(
     """Whether a ``connect(protocol=...)`` argument asks for 0-10 (checked like any other).
 
     :raises ValueError: it does, with an option of ``connect()`` that only the 0-9 family has
-        (recovery, OpenTelemetry).
+        (OpenTelemetry). Recovery is for both families.
     """
     if protocol is None or client_protocol(protocol) != "0-10":
         return False
     if tracer_provider is not None or meter_provider is not None:
         raise ValueError("OpenTelemetry instruments AMQP 0-9-1, 0-9 and 0-8 connections only")
-    if recovery is not None:
-        raise ValueError("recovery is for AMQP 0-9-1, 0-9 and 0-8 connections")
     return True

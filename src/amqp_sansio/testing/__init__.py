@@ -31,8 +31,12 @@ from .._frames import FrameReader, encode_content, encode_method_frame
 from .._generated.spec_0_9_1 import FRAME_MIN_SIZE
 from .._method import Role
 from .._protocol import AMQP_0_9_1
+from ._backlog import BacklogConsume
 from ._sweep import (
     MemoryConnection,
+    MemoryConsumer,
+    MemoryMessage,
+    QueueProbe,
     ServerFactory,
     ServerSide,
     SweepReport,
@@ -49,8 +53,12 @@ if TYPE_CHECKING:
     from .._protocol import ProtocolSpec
 
 __all__ = [
+    "BacklogConsume",
     "ConnectionPair",
     "MemoryConnection",
+    "MemoryConsumer",
+    "MemoryMessage",
+    "QueueProbe",
     "ServerFactory",
     "ServerSide",
     "SweepReport",

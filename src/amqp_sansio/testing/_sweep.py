@@ -1,5 +1,6 @@
-"""A client against a server in memory, its link cut at a chosen frame or octet, recovered with
-the client layer's recovery plan; and the sweep that cuts a workload at every point.
+"""A client against a server in memory, its link cut at a chosen frame or octet, recovered by the
+client layer's recovery supervisor (the same one the adapters run); and the sweep that cuts a
+workload at every point.
 
 The core never imports a broker: :class:`MemoryConnection` and :func:`fault_sweep` take a
 *server factory* (``amqp_broker.memory_server`` is one) whose calls give the server side of each
@@ -8,9 +9,11 @@ new connection (:class:`ServerSide`).
 
 from __future__ import annotations
 
+import logging
 import random
 import struct
-from typing import TYPE_CHECKING, Final, Literal, Protocol, TypeAlias, final
+from collections import deque
+from typing import TYPE_CHECKING, Final, Literal, Protocol, TypeAlias, final, runtime_checkable
 
 import attrs
 
@@ -25,18 +28,39 @@ from .._events import (
     ConnectionOpened,
     Event,
     HeartbeatTimeout,
+    MessageReceived,
     PublishNacked,
 )
-from .._generated.spec_0_9_1 import BasicAck, BasicNack, BasicReject, ConfirmSelect
+from .._generated.spec_0_9_1 import (
+    BasicAck,
+    BasicConsume,
+    BasicNack,
+    BasicReject,
+    ConfirmSelect,
+)
 from .._method import Role
 from .._state import ConnectionState
 from ..client._errors import AMQPError, ConnectionLostError
+from ..client._message import Message, bound_message
+from ..client._params import ConnectionParameters
 from ..client._recovery import (
+    Epoch,
     Recovered,
-    RecoveryPlan,
+    RecoveryAttempt,
+    RecoveryEvent,
     RecoveryPolicy,
-    TopologyRestorer,
+    RecoveryState,
     check_settle,
+)
+from ..client._requests import consumer_buffer_size
+from ..client._router import ChannelBook, Router
+from ..client._supervisor import (
+    Connect,
+    GiveUp,
+    LostChannels,
+    RecoverySupervisor,
+    Resume,
+    Wait,
 )
 
 if TYPE_CHECKING:
@@ -44,9 +68,13 @@ if TYPE_CHECKING:
 
     from .._method import Buffer, ContentProperties, Method
     from .._topology import Topology
+    from ..client._router import Reply
 
 __all__ = [
     "MemoryConnection",
+    "MemoryConsumer",
+    "MemoryMessage",
+    "QueueProbe",
     "ServerFactory",
     "ServerSide",
     "SweepReport",
@@ -60,6 +88,8 @@ Unit: TypeAlias = Literal["frame", "octet"]
 _FRAME_HEADER: Final = struct.Struct(">BHI")
 _BASIC_NACK: Final = bytes((0, 60, 0, 120))  # class 60, method 120
 _MAX_STEPS: Final = 100_000
+
+logger: Final = logging.getLogger("amqp_sansio.testing")
 
 
 class ServerSide(Protocol):
@@ -108,14 +138,204 @@ def _units(data: bytes, header: bool, unit: Unit) -> list[bytes]:
 
 
 @final
+class _Noted:
+    """The waiter of a request sent through :meth:`MemoryConnection.send`: its reply goes to
+    the workload as an event, so the waiter only keeps the router's books straight."""
+
+    __slots__ = ()
+
+    def done(self) -> bool:
+        return False
+
+    def set_result(self, result: Reply, /) -> None:
+        pass
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        pass
+
+
+_NOTED: Final = _Noted()
+
+
+@final
+class _NotedConfirm:
+    """The confirm sink of a publish through :meth:`MemoryConnection.publish`: its outcome
+    goes to the workload as an event."""
+
+    __slots__ = ()
+
+    def settle(self, publish_number: int, error: AMQPError | None, /) -> None:
+        pass
+
+
+_NOTED_CONFIRM: Final = _NotedConfirm()
+
+
+@runtime_checkable
+class QueueProbe(Protocol):
+    """A server side that can say what one queue holds (``amqp_broker.memory_server``'s
+    can): the workloads check what the broker has against what the client holds."""
+
+    def queue_counts(self, queue: str, /) -> tuple[int, int]:
+        """The queue's ready messages, and those this connection holds unacknowledged."""
+        ...
+
+
+@final
+@attrs.define(kw_only=True, slots=True, weakref_slot=False)
+class MemoryMessage(Message):
+    """A delivery from a :class:`MemoryConsumer`, settled with :meth:`ack` on the channel
+    incarnation it came on (a stale one raises :class:`~amqp_sansio.client.StaleDeliveryError`
+    or is ignored, as the policy says; it is never sent)."""
+
+    _owner: MemoryConsumer | None = attrs.field(default=None, repr=False, eq=False, alias="owner")
+    #: The epoch of the connection it came on.
+    epoch: int = attrs.field(default=0, eq=False)
+    _epoch_cell: Epoch | None = attrs.field(default=None, repr=False, eq=False, alias="epoch_cell")
+    _came_on: ChannelBook | None = attrs.field(default=None, repr=False, eq=False, alias="came_on")
+
+    def ack(self) -> bool:
+        """Acknowledge it; False when it was stale and the policy ignores stale settles.
+
+        :raises StaleDeliveryError: it came on a lost connection or channel.
+        """
+        owner = self._owner
+        cell = self._epoch_cell
+        came_on = self._came_on
+        assert owner is not None
+        assert cell is not None
+        assert came_on is not None
+        conn = owner.connection
+        try:
+            allowed = cell.allows(self.delivery_tag, self.epoch, superseded=came_on.superseded)
+        except AMQPError:
+            conn.refused_settles += 1
+            raise
+        if not allowed:
+            conn.refused_settles += 1
+            return False
+        conn.core.send_method(came_on.number, BasicAck(delivery_tag=self.delivery_tag))
+        return True
+
+
+@final
+class MemoryConsumer:
+    """A consumer made with :meth:`MemoryConnection.consume`: the client layer's
+    :class:`~amqp_sansio.client.ConsumerSink` with a buffer the workload takes messages from,
+    as an adapter's consumer is (bounded the same way: paused past ``buffer_size`` when the
+    broker does not bound it, never refusing a delivery)."""
+
+    __slots__ = (
+        "_buffer",
+        "_over",
+        "buffer_size",
+        "channel",
+        "connection",
+        "dropped",
+        "ended",
+        "no_ack",
+        "started",
+        "tag",
+    )
+
+    def __init__(
+        self, connection: MemoryConnection, channel: int, tag: str, buffer_size: int, no_ack: bool
+    ) -> None:
+        self.connection: Final = connection
+        #: The logical channel it consumes on.
+        self.channel: Final = channel
+        self.tag: Final = tag
+        self.buffer_size: Final = buffer_size
+        self.no_ack: Final = no_ack
+        self._buffer: deque[MemoryMessage] = deque()
+        self._over = False
+        #: Deliveries dropped at losses (not handed out; the broker requeued them).
+        self.dropped = 0
+        #: How it ended (None: our cancel), once it did; a consume the broker never confirmed
+        #: (the link was cut first) ends with the loss's error, as an adapter's call raises it.
+        self.ended: list[AMQPError | None] = []
+        #: Whether the broker confirmed it (consume-ok).
+        self.started = False
+
+    def __repr__(self) -> str:
+        return f"<MemoryConsumer {self.tag!r} {len(self._buffer)} buffered>"
+
+    @property
+    def buffered(self) -> int:
+        """Deliveries not handed out yet."""
+        return len(self._buffer)
+
+    def take(self) -> MemoryMessage | None:
+        """The next delivery, or None."""
+        buffer = self._buffer
+        if not buffer:
+            return None
+        message = buffer.popleft()
+        if self._over and len(buffer) <= self.buffer_size // 2:
+            self._over = False
+            conn = self.connection
+            conn.router.resume_consumer(conn.channel(self.channel), self.tag)
+        return message
+
+    # --- ConsumerSink -------------------------------------------------------------------------
+
+    def deliver(self, event: MessageReceived, book: ChannelBook, /) -> bool:
+        conn = self.connection
+        buffer = self._buffer
+        buffer.append(bound_message(MemoryMessage, event, self, conn.supervisor.epoch, book))
+        if len(buffer) > self.buffer_size:
+            self._over = True
+            return False
+        return True
+
+    def finish(self, error: AMQPError | None, by_us: bool, /) -> None:
+        self.ended.append(error)
+
+    def cancelling(self) -> None:
+        pass
+
+    def drop_unhanded(self) -> int:
+        if self.no_ack:
+            return 0
+        dropped = len(self._buffer)
+        self._buffer.clear()
+        self._over = False
+        self.dropped += dropped
+        return dropped
+
+
+@final
+class _ConsumeWaiter:
+    """The waiter of :meth:`MemoryConnection.consume`: tells its consumer how it went."""
+
+    __slots__ = ("_consumer",)
+
+    def __init__(self, consumer: MemoryConsumer) -> None:
+        self._consumer = consumer
+
+    def done(self) -> bool:
+        return False
+
+    def set_result(self, result: Reply, /) -> None:
+        self._consumer.started = True
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        assert isinstance(exception, AMQPError)
+        self._consumer.ended.append(exception)
+
+
+@final
 class MemoryConnection:
-    """A client core joined to a server in memory, recovered under a
-    :class:`~amqp_sansio.client.RecoveryPolicy` when the link is cut.
+    """A client core joined to a server in memory through the client layer's
+    :class:`~amqp_sansio.client.Router`, recovered by a
+    :class:`~amqp_sansio.client.RecoverySupervisor` (on a virtual clock, :attr:`now`) under a
+    :class:`~amqp_sansio.client.RecoveryPolicy` when the link is cut: an adapter without I/O.
 
     The application (a :class:`Workload`) sends through :meth:`open_channel`, :meth:`send`,
-    :meth:`publish` and :meth:`settle`, which keep what recovery needs (the channels in order,
-    which are in confirm mode) and refuse settling a delivery from an older :attr:`epoch`.
-    Channel numbers given and taken are the *first* connection's: :meth:`channel` maps them.
+    :meth:`publish` and :meth:`settle` and sees the core's events, or consumes through
+    :meth:`consume` and takes :class:`MemoryMessage`\\ s as an adapter's application does.
+    Channel numbers given and taken are logical (the *first* connection's): :meth:`channel`
+    maps them to the current connection's.
 
     :param server: the server factory.
     :param cut_after: cut the link when this many units (frames, or octets) crossed it, in
@@ -137,32 +357,62 @@ class MemoryConnection:
         self.policy = policy or RecoveryPolicy(max_attempts=5, jitter=0)
         self._cut_after = cut_after
         self.unit: Unit = unit
+        #: The virtual clock the supervisor's waits move.
+        self.now = 0.0
         #: Units that crossed the link so far (counted across connections).
         self.moved = 0
         #: Units that crossed before both ends were open, on the first connection.
         self.handshake_units: int | None = None
-        #: 0 for the first connection, +1 each time a connection is lost; deliveries carry it.
-        self.epoch = 0
-        #: Every recovery so far.
+        #: Every recovery so far, and every recovery event.
         self.recoveries: list[Recovered] = []
-        #: Settles refused because their delivery came on an older epoch.
+        self.events: list[RecoveryEvent] = []
+        #: Settles refused because their delivery came on an older epoch or channel.
         self.refused_settles = 0
         #: basic.nack frames the server sent, and publish numbers the client reported nacked.
         self.server_nacks = 0
         self.client_nacks = 0
         #: Failed connection or recovery attempts, and the last one's error.
         self.failed_attempts = 0
-        self.last_error: AMQPError | None = None
+        self.last_error: BaseException | None = None
+        self.supervisor = self._new_supervisor()
+        self._epoch = 0
         self.core: Connection = Connection(Role.CLIENT, config)
+        self.router = self._new_router(self.core)
         self._served = self.core  # the last core that opened (and was restored)
         self.server: ServerSide = server()
         self._header_pending = True
         self._channels: list[int] = []  # logical channel numbers, in opening order
-        self._confirm: set[int] = set()
         self._map: dict[int, int] = {}  # logical -> current number
-        self._restorer: TopologyRestorer | None = None
         self._lost = False
+        self._lost_channels: LostChannels | None = None
+        self._attempt_error: AMQPError | None = None
         self._backlog: list[Event] = []  # events that arrived while recovering
+
+    def _new_supervisor(self) -> RecoverySupervisor[Router, ChannelBook]:
+        return RecoverySupervisor(
+            _MEMORY_PARAMS, self.policy, emit=self._emit, logger=logger, rng=random.Random(0)
+        )
+
+    def _new_router(self, core: Connection) -> Router:
+        router = Router(core)
+        self.supervisor.attach(router)
+        return router
+
+    def _emit(self, event: RecoveryEvent) -> None:
+        self.events.append(event)
+        if isinstance(event, Recovered):
+            self.recoveries.append(event)
+        elif isinstance(event, RecoveryAttempt):
+            self.failed_attempts += 1
+            self.last_error = event.error
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the connection whose events :meth:`pump` hands out: 0 for the first,
+        then the supervisor's, +1 each time one was lost. The workload stamps deliveries with
+        it; a settle is checked against the supervisor's current epoch, which moves on as soon
+        as a loss is seen."""
+        return self._epoch
 
     # --- the application's calls --------------------------------------------------------------
 
@@ -191,24 +441,53 @@ class MemoryConnection:
         """Open a channel; returns its (logical) number."""
         self._check_link()
         number = self.core.open_channel()
-        logical = number if self.epoch == 0 else max(self._map, default=0) + 1
+        self.router.channel_opening(number, _NOTED)
+        logical = max(self._map, default=0) + 1
         self._channels.append(logical)
         self._map[logical] = number
         return logical
 
     def send(self, channel: int, method: Method) -> None:
-        """Send *method* on logical *channel* (``confirm.select`` is remembered)."""
+        """Send *method* on logical *channel*; its reply comes as an event."""
         self._check_link()
-        if isinstance(method, ConfirmSelect):
-            self._confirm.add(channel)
-        self.core.send_method(self._map[channel], method)
+        number = self._map[channel]
+        self.core.send_method(number, method)
+        if method.expects_reply():
+            self.router.expect(number, method, _NOTED)
+        elif isinstance(method, ConfirmSelect):  # with nowait: in confirm mode all the same
+            self.router.channels[number].confirm_mode = True
 
     def publish(
         self, channel: int, method: Method, properties: ContentProperties, body: Buffer
     ) -> int | None:
         """Publish on logical *channel*; returns the publish number (confirm mode)."""
         self._check_link()
-        return self.core.publish(self._map[channel], method, properties, body)
+        number = self._map[channel]
+        publish_number = self.core.publish(number, method, properties, body)
+        if publish_number is not None:  # the router counts what a loss leaves unknown
+            self.router.expect_confirm(number, publish_number, _NOTED_CONFIRM)
+        return publish_number
+
+    def consume(
+        self,
+        channel: int,
+        queue: str,
+        tag: str,
+        *,
+        no_ack: bool = False,
+        buffer_size: int | None = None,
+    ) -> MemoryConsumer:
+        """``basic.consume`` on logical *channel*, its deliveries into a
+        :class:`MemoryConsumer` (which carries on across recoveries)."""
+        self._check_link()
+        number = self._map[channel]
+        book = self.router.channels[number]
+        size = consumer_buffer_size(buffer_size, book.prefetch_count)
+        consumer = MemoryConsumer(self, channel, tag, size, no_ack)
+        method = BasicConsume(queue=queue, consumer_tag=tag, no_ack=no_ack)
+        self.core.send_method(number, method)
+        self.router.expect(number, method, _ConsumeWaiter(consumer), consumer)
+        return consumer
 
     def settle(self, channel: int, method: Method, epoch: int) -> bool:
         """Send a ``basic.ack``, ``nack`` or ``reject`` of a delivery that came on *epoch*:
@@ -217,12 +496,12 @@ class MemoryConnection:
         :raises StaleDeliveryError: the delivery is stale and the policy raises.
         """
         assert isinstance(method, BasicAck | BasicNack | BasicReject)
-        # Once the link is cut the connection's epoch is over, though its events may still
-        # be on their way to the application.
-        current = self.epoch + 1 if self._lost else self.epoch
         try:
             allowed = check_settle(
-                method.delivery_tag, epoch, current, stale=self.policy.stale_settle
+                method.delivery_tag,
+                epoch,
+                self.supervisor.epoch.current,
+                stale=self.policy.stale_settle,
             )
         except AMQPError:
             self.refused_settles += 1
@@ -265,12 +544,32 @@ class MemoryConnection:
             self.core.receive_data(data)
 
     def _client_events(self) -> list[Event]:
+        """The client core's events, routed as an adapter routes them: the supervisor's
+        restoration first, then the router; what the application sees is returned."""
         events: list[Event] = []
+        supervisor = self.supervisor
+        router = self.router
         while True:
             event = self.core.next_event()
             if event is NEED_DATA:
                 return events
             assert not isinstance(event, type(NEED_DATA))
+            if isinstance(event, PublishNacked):
+                self.client_nacks += len(event.publish_numbers)
+            if supervisor.restoring:
+                try:
+                    if supervisor.handle(event):
+                        continue
+                except AMQPError as exc:
+                    self._attempt_error = exc
+            router.handle(event)
+            if router.suspended is not None and not supervisor.recovering:
+                if supervisor.attempting:
+                    self._attempt_error = self._attempt_error or router.error
+                elif self.handshake_units is not None:  # only a connection that opened
+                    assert router.error is not None
+                    self._lost_channels = LostChannels(router)
+                    supervisor.lost(self._lost_channels, router.error, self.now)
             events.append(event)
 
     def cut(self) -> list[Event]:
@@ -325,102 +624,127 @@ class MemoryConnection:
         events, self._backlog = self._backlog, []
         for _ in range(_MAX_STEPS):
             moved, new = self._move_once()
-            for event in new:
-                if isinstance(event, PublishNacked):
-                    self.client_nacks += len(event.publish_numbers)
-                restorer = self._restorer
-                if restorer is not None and not restorer.done and restorer.handle(event):
-                    continue
-                events.append(event)
+            events += new
             if self._lost or not moved:
                 return events
         raise AssertionError("the link never went quiet")
 
     # --- connecting and recovering ------------------------------------------------------------
 
-    def _handshake(self) -> list[Event]:
+    def _connect(self) -> list[Event]:
+        """A new core and server side, through the handshake; raises when it did not open."""
+        self.core = Connection(Role.CLIENT, self._config)
+        self.router = self._new_router(self.core)
+        self.server = self._server_factory()
+        self._header_pending = True
+        self._lost = False
+        self._epoch = self.supervisor.epoch.current
         events = self.pump()
         if self.core.state is not ConnectionState.OPEN:
-            raise ConnectionLostError(f"the handshake did not finish: {events}")
+            if not self._lost:
+                self.cut()
+            error = self.router.error or ConnectionLostError("the handshake did not finish")
+            raise error
         if self.handshake_units is None:
             self.handshake_units = self.moved
+            self.supervisor.opened()
         return [e for e in events if not isinstance(e, ConnectionOpened)]
 
     def open(self) -> None:
-        """Connect (retrying under the policy when the link is cut in the handshake); the
-        client's events after ``ConnectionOpened`` come with the next :meth:`pump`."""
+        """Connect (retrying under the policy when the link is cut in the handshake: no
+        connection opened yet, so nothing is recovered); the client's events after
+        ``ConnectionOpened`` come with the next :meth:`pump`."""
         try:
-            self._backlog += self._handshake()
+            events = self._handshake_first()
+            self._backlog.extend(events)
         except AMQPError as exc:
-            self._lost = True
             self.failed_attempts += 1
             self.last_error = exc
-            self._backlog += self._reconnect(None, 0)
+            events = self._connect()
+            self._backlog.extend(events)
+
+    def _handshake_first(self) -> list[Event]:
+        events = self.pump()
+        if self.core.state is not ConnectionState.OPEN:
+            if not self._lost:
+                self.cut()
+            raise ConnectionLostError(f"the handshake did not finish: {events}")
+        self.handshake_units = self.moved
+        self.supervisor.opened()
+        return [e for e in events if not isinstance(e, ConnectionOpened)]
 
     def recover(self, lost: ConnectionLost | None = None) -> Recovered:
-        """The link was cut (*lost* is the client's event): reconnect and restore the topology
-        (the old core's record, its channels and confirm mode). Deliveries after this carry
-        the next :attr:`epoch`; the events that came during recovery come with the next
-        :meth:`pump`.
+        """The link was cut (*lost* is the client's event): carry out the supervisor's actions
+        until the connection is back with the old core's topology, channels and confirm mode
+        (virtual time passes for its waits). Deliveries after this carry the next
+        :attr:`epoch`; the events that came during recovery come with the next :meth:`pump`.
+        After a give-up, calling it again starts over.
 
         :raises AssertionError: the restored topology differs from the lost one (up to new
-            server-assigned names), or the policy gave up.
+            server-assigned names), the restore stalled, or the policy gave up.
         """
-        unknown = 0 if lost is None else len(lost.unconfirmed_publishes)
-        # The topology of the last connection that opened (a failed attempt's core has none).
-        self._backlog += self._reconnect(self._served.topology, unknown)
-        return self.recoveries[-1]
-
-    def _reconnect(self, topology: Topology | None, unknown: int) -> list[Event]:
-        policy = self.policy
-        attempt = 0
+        supervisor = self.supervisor
+        if supervisor.state is RecoveryState.CLOSED and self._lost_channels is not None:
+            # Gave up before: start over (a new supervisor, from the same epoch).
+            epoch = supervisor.epoch.current
+            supervisor = self.supervisor = self._new_supervisor()
+            supervisor.opened()
+            supervisor.epoch.current = epoch - 1
+            supervisor.lost(self._lost_channels, ConnectionLostError("the link was cut"), self.now)
+        if not supervisor.recovering and not self._lost:
+            self.cut()  # recovering a live connection: cut it first
+        if not supervisor.recovering:
+            raise AssertionError(f"nothing to recover: {self.router.error} does not recover")
+        topology = self._served.topology
         while True:
-            attempt += 1
-            if policy.gives_up(attempt - 1, 0.0):
-                raise AssertionError(f"recovery gave up after {attempt - 1} attempts")
-            self.core = Connection(Role.CLIENT, self._config)
-            self.server = self._server_factory()
-            self.epoch += 1
-            self._header_pending = True
-            self._lost = False
+            action = supervisor.next_action(self.now)
+            if isinstance(action, Wait):
+                self.now = action.until
+                continue
+            if isinstance(action, GiveUp):
+                attempts = sum(isinstance(e, RecoveryAttempt) for e in self.events)
+                raise AssertionError(f"recovery gave up after {attempts} attempts")
+            if isinstance(action, Resume):
+                return self._resume(action, topology)
+            assert isinstance(action, Connect)
+            self._attempt_error = None
             try:
-                events = self._handshake()
-                if topology is not None:
-                    events += self._restore(topology, attempt, unknown)
-                self._served = self.core
-                return events
+                # (pump() hands out the backlog too: never `self._backlog += self.pump()`.)
+                events = self._connect()
+                supervisor.connected(self.router)
+                # pump() moves octets until the link is quiet: the restore is done by then,
+                # refused, cut, or stuck.
+                events += self.pump()
+                self._backlog = events
+                if self._attempt_error is not None:
+                    raise self._attempt_error
+                if self._lost:
+                    raise ConnectionLostError("the link was cut during recovery")
+                if supervisor.restoring:
+                    raise AssertionError(f"topology recovery stalled: {self._backlog}")
             except AMQPError as exc:
-                self.failed_attempts += 1
-                self.last_error = exc
                 if not self._lost:
                     self.cut()
+                supervisor.attempt_failed(exc, self.now)
 
-    def _restore(self, topology: Topology, attempt: int, unknown: int) -> list[Event]:
-        plan = RecoveryPlan(
-            topology, channels=self._channels, confirm_channels=self._confirm, policy=self.policy
-        )
-        restorer = self._restorer = TopologyRestorer(self.core, plan, self.policy)
-        restorer.start()
-        # pump() moves octets until the link is quiet: the plan is done by then, or stuck.
-        events = self.pump()
-        if self._lost:
-            raise ConnectionLostError("the link was cut during recovery")
-        if not restorer.done:
-            raise AssertionError(f"topology recovery stalled: {plan!r}, events {events}")
-        self._restorer = None
-        self._map = {logical: restorer.channel_map[logical] for logical in self._channels}
-        if not plan.skipped:
-            _assert_same_topology(topology, self.core.topology, plan.renamed, self._map)
-        self.recoveries.append(
-            Recovered(
-                attempt=attempt,
-                epoch=self.epoch,
-                renamed_queues=dict(plan.renamed),
-                unknown_publishes=unknown,
-                skipped=tuple(plan.skipped),
-            )
-        )
-        return events
+    def _resume(self, resume: Resume[ChannelBook], topology: Topology) -> Recovered:
+        old_map = self._map
+        self._map = {
+            logical: resume.channels[number].number
+            for logical, number in old_map.items()
+            if number in resume.channels
+        }
+        recovered = self.supervisor.resume()
+        self._served = self.core
+        self._lost_channels = None
+        if not recovered.skipped:
+            renumbered = {old_map[logical]: new for logical, new in self._map.items()}
+            renamed = dict(recovered.renamed_queues)
+            _assert_same_topology(topology, self.core.topology, renamed, renumbered)
+        return recovered
+
+
+_MEMORY_PARAMS: Final = ConnectionParameters(host="memory", port=5672)
 
 
 def _assert_same_topology(
@@ -483,6 +807,11 @@ class Workload(Protocol):
 
     def recovered(self, conn: MemoryConnection, recovered: Recovered) -> None:
         """The connection is back with its topology; carry on (resend what was unanswered)."""
+
+    def idle(self, conn: MemoryConnection) -> bool:
+        """Nothing arrived and the link is quiet: act if there is something to do without an
+        event (take what a consumer buffered); False when there is not."""
+        ...
 
     @property
     def finished(self) -> bool:
@@ -549,7 +878,12 @@ def run_workload(
         if workload.finished:
             break
         events = conn.pump()
-        if not events and not conn.core.data_to_send() and not workload.finished:
+        if (
+            not events
+            and not conn.core.outbound_size
+            and not workload.idle(conn)
+            and not _finished(workload)  # its end may be the broker's (an ack it took)
+        ):
             raise AssertionError("the workload stalled")
     else:
         raise AssertionError("the workload never finished")
@@ -560,6 +894,10 @@ def run_workload(
         )
     workload.check(conn)
     return conn
+
+
+def _finished(workload: Workload) -> bool:
+    return workload.finished
 
 
 def fault_sweep(

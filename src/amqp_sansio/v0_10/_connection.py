@@ -30,6 +30,7 @@ import attrs
 
 from .._errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .._events import NEED_DATA, Sentinel
+from .._heartbeat import Heartbeat, Tick
 from .._method import Role
 from ._events import (
     AuthenticationRequested,
@@ -130,7 +131,13 @@ class ConnectionConfig:
     Both roles: ``channel_max`` and ``max_frame_size`` (the most we accept; the lower of both
     ends' values is used), ``max_message_size`` (a larger assembly is refused before it is
     buffered), ``auto_complete`` (None: the role's default, True for the client, False for
-    the server: see :class:`Session`), ``first_command_id`` (where our command ids start).
+    the server: see :class:`Session`), ``eager_completion`` (None: the role's default, True for
+    the client, False for the server: whether sessions report the commands they completed, and
+    answer the peer's ``completed`` with ``known-completed``, each time the received octets run
+    out; False reports only when asked or needed and answers only a timely-reply, as qpidd
+    does: see :class:`Session`), ``sync_every`` (every this-many-th command we send without
+    the sync bit gets it, asking the peer to report completion: a session keeps each command
+    it sent until then; 0: never), ``first_command_id`` (where our command ids start).
 
     Server role: ``server_properties``, ``mechanisms``, ``locales``, ``heartbeat_min`` and
     ``heartbeat_max`` (the heartbeat range offered; None: no heartbeat), ``known_hosts``.
@@ -148,6 +155,8 @@ class ConnectionConfig:
     max_frame_size: int = MAX_FRAME_SIZE
     max_message_size: int = 128 * 1024 * 1024
     auto_complete: bool | None = None
+    eager_completion: bool | None = None
+    sync_every: int = 1000
     first_command_id: int = 0
     server_properties: Map | None = None
     mechanisms: tuple[str, ...] = ("PLAIN", "ANONYMOUS")
@@ -164,6 +173,7 @@ class ConnectionConfig:
         _check("heartbeat_max", self.heartbeat_max, 0, 0xFFFF)
         _check("max_message_size", self.max_message_size, 0, 2**64 - 1)
         _check("first_command_id", self.first_command_id, 0, 0xFFFF_FFFF)
+        _check("sync_every", self.sync_every, 0, 0xFFFF_FFFF)
 
 
 def _strings(value: Value | Array | None) -> tuple[str, ...]:
@@ -204,25 +214,21 @@ class Connection:
         "_close_sent",
         "_decision",
         "_dirty",
+        "_eager_completion",
         "_eof",
         "_error",
         "_events",
         "_heartbeat",
-        "_heartbeat_octets",
         "_inbox",
-        "_last_seen",
+        "_liveness",
         "_max_frame_size",
         "_not_attached",
         "_out",
         "_peer",
         "_reader",
-        "_received",
-        "_send_check",
-        "_sent",
         "_server_properties",
         "_sessions",
         "_state",
-        "_timer_started",
         "_virtual_host",
         "config",
         "role",
@@ -236,6 +242,8 @@ class Connection:
         self._peer: Final = role.peer
         auto = self.config.auto_complete
         self._auto_complete: Final = role is Role.CLIENT if auto is None else auto
+        eager = self.config.eager_completion
+        self._eager_completion: Final = role is Role.CLIENT if eager is None else eager
         self._state = _S.AWAIT_HEADER
         self._reader = FrameReader(self.config.max_frame_size)
         self._assembler = AssemblyReader(self.config.max_message_size)
@@ -259,12 +267,8 @@ class Connection:
         self._decision: type[Event] | None = None
         self._close_sent: ConnectionClose | None = None
         # Heartbeats (see handle_timer): activity flags since the last timer tick.
-        self._timer_started = False
-        self._sent = False
-        self._received = False
-        self._heartbeat_octets = 0
-        self._send_check = 0.0
-        self._last_seen = 0.0
+        # Heartbeats and dead-peer detection: the machine the 0-9-1 core runs too.
+        self._liveness = Heartbeat(len(_HEARTBEAT))
         if role is Role.CLIENT:
             self._out += PROTOCOL_HEADER_0_10
         elif header_consumed:
@@ -314,8 +318,13 @@ class Connection:
 
     # --- Input --------------------------------------------------------------------------------
 
-    def receive_data(self, data: Buffer) -> None:
+    def receive_data(self, data: Buffer, now: float | None = None) -> None:
         """Buffer octets from the peer; ``b""`` means the transport was closed.
+
+        *now* is the adapter's clock (the one :meth:`handle_timer` gets) when the octets were
+        read. With it, a silent peer is declared dead exactly two heartbeat intervals after
+        its last octet, as in the 0-9-1 core (the same machine); without it, at the first timer
+        tick that finds nothing new, which can be up to half an interval later.
 
         :raises RuntimeError: data after the end of the stream.
         :raises ProtocolError: the connection already failed (sticky).
@@ -327,7 +336,7 @@ class Connection:
         if not data:
             self._eof = True
             return
-        self._received = True
+        self._liveness.received(now)
         if self._inbox is not None:
             self._inbox += data
         else:
@@ -338,7 +347,8 @@ class Connection:
 
         Before returning ``NEED_DATA`` for want of octets, the sessions report what they
         completed since their last report (``session.completed``) and answer ``completed``
-        with ``known-completed``: flush ``data_to_send()`` after draining the events.
+        with ``known-completed`` (unless ``ConnectionConfig.eager_completion`` is off, the
+        server role's default): flush ``data_to_send()`` after draining the events.
 
         :raises RemoteProtocolError: the peer broke the protocol; the ``connection.close``
             answering it is already in the outbound buffer. The error is sticky.
@@ -555,9 +565,7 @@ class Connection:
         else:
             data = bytes(self._out)
         self._out = bytearray()
-        if len(data) > self._heartbeat_octets:
-            self._sent = True
-        self._heartbeat_octets = 0
+        self._liveness.handed_out(len(data))
         return data
 
     def buffers_to_send(self) -> list[Buffer]:
@@ -568,9 +576,7 @@ class Connection:
             buffers.append(self._out)
         self._chunks = []
         self._out = bytearray()
-        if len(buffers) > 1 or (buffers and len(buffers[0]) > self._heartbeat_octets):
-            self._sent = True
-        self._heartbeat_octets = 0
+        self._liveness.handed_out(sum(len(b) for b in buffers))
         return buffers
 
     # --- Assemblies ---------------------------------------------------------------------------
@@ -811,6 +817,7 @@ class Connection:
         self._max_frame_size = max_frame_size
         self._reader.max_frame_size = max(max_frame_size, self._reader.max_frame_size)
         self._heartbeat = heartbeat
+        self._liveness.interval = heartbeat
 
     def _opened(self, known_hosts: tuple[str, ...]) -> ConnectionOpened:
         return ConnectionOpened(
@@ -1041,42 +1048,27 @@ class Connection:
         """
         if not self._heartbeat or self._eof or self._state in (_S.CLOSED, _S.ERROR):
             return None
-        if not self._timer_started:
-            return 0.0
-        return min(self._send_check, self._last_seen + 2 * self._heartbeat)
+        return self._liveness.deadline()
 
     def handle_timer(self, now: float, *, reading: bool = True) -> None:
         """Let time pass: *now* is the adapter's clock in seconds (any origin, never going back).
 
         Every half interval with nothing written since the previous check, queues a
         ``connection.heartbeat`` control: flush ``data_to_send()`` after this call. When no
-        octet arrived for two intervals, the next :meth:`next_event` returns
+        octet arrived for two intervals (counted from the last octet's arrival, the *now* given
+        to :meth:`receive_data`), the next :meth:`next_event` returns
         :class:`HeartbeatTimeout`, after which the connection refuses every send. Pass
         ``reading=False`` while the adapter deliberately leaves the transport unread.
         """
         if self.next_deadline() is None:
             return
-        interval = self._heartbeat
-        if not self._timer_started:
-            self._timer_started = True
-            self._last_seen = now
-            self._send_check = now + interval / 2
-            self._sent = self._received = False
-            return
-        if self._received or not reading:
-            self._received = False
-            self._last_seen = now
-        elif now >= self._last_seen + 2 * interval:
+        tick = self._liveness.tick(now, reading=reading)
+        if tick is Tick.SEND_HEARTBEAT:
+            self._out += _HEARTBEAT
+        elif tick is Tick.PEER_DEAD:
             self._state = _S.ERROR
             self._decision = HeartbeatTimeout
             self._events.append(HeartbeatTimeout())
-            return
-        if now >= self._send_check:
-            if not self._sent:
-                self._out += _HEARTBEAT
-                self._heartbeat_octets += len(_HEARTBEAT)
-            self._sent = False
-            self._send_check = now + interval / 2
 
 
 def _username(mechanism: str, response: bytes) -> str | None:

@@ -351,8 +351,7 @@ def test_a_0_10_connect_refuses_the_0_9_family_s_options() -> None:
     assert not wants_0_10("0-9-1", recovery=RecoveryPolicy())
     assert wants_0_10("0-10")
     assert wants_0_10(ProtocolVersion.AMQP_0_10)
-    with pytest.raises(ValueError, match="recovery is for AMQP 0-9-1"):
-        wants_0_10("0-10", recovery=RecoveryPolicy())
+    assert wants_0_10("0-10", recovery=RecoveryPolicy())  # issue 28: 0-10 recovers too
     with pytest.raises(ValueError, match="OpenTelemetry instruments AMQP 0-9-1"):
         wants_0_10("0-10", tracer_provider=object())
     with pytest.raises(ValueError, match="OpenTelemetry instruments AMQP 0-9-1"):

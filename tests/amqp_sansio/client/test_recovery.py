@@ -3,7 +3,6 @@ embedded broker's model in memory (``amqp_broker.memory_server``)."""
 
 from __future__ import annotations
 
-import logging
 import pickle
 import random
 from typing import TYPE_CHECKING
@@ -29,6 +28,7 @@ from amqp_sansio import (
 from amqp_sansio.client import (
     AccessRefused,
     AMQPError,
+    ChannelBook,
     ConnectionLostError,
     NotFound,
     PreconditionFailed,
@@ -77,43 +77,6 @@ def test_endpoints_in_turn_and_limits() -> None:
     assert policy.gives_up(3, 0)
     assert RecoveryPolicy(max_duration=10).gives_up(1, 10)
     assert not RecoveryPolicy().gives_up(10**6, 1e9)
-
-
-def test_a_failed_attempt_says_whether_it_was_the_last(caplog: pytest.LogCaptureFixture) -> None:
-    log = logging.getLogger("tests.recovery")
-    policy = RecoveryPolicy(max_attempts=2, initial_delay=1, jitter=0)
-    refused = ConnectionRefusedError("refused")
-    with caplog.at_level(logging.INFO, logger="tests.recovery"):
-        failed, gave_up = policy.failed_attempt(
-            1, 0.5, "b:5672", refused, address="a:5672", logger=log
-        )
-        assert (failed.attempt, failed.url, failed.error, gave_up) == (1, "b:5672", refused, None)
-        assert failed.next_delay == policy.delay(2)
-        failed, gave_up = policy.failed_attempt(
-            2, 1.5, "b:5672", refused, address="a:5672", logger=log
-        )
-    assert failed.next_delay is None
-    assert gave_up is not None
-    assert (gave_up.attempts, gave_up.cause) == (2, refused)
-    assert "recovery attempt 1 to b:5672 failed: refused" in caplog.text
-    assert "gave up recovering the connection to a:5672 after 2 attempts" in caplog.text
-    # a refusal no retry changes ends recovery at once, whatever the limits
-    for code in (403, 530):
-        denied = error_for_close(code, "no", connection=True)
-        _, gave_up = RecoveryPolicy().failed_attempt(1, 0, "b", denied, address="a", logger=log)
-        assert gave_up is not None
-    step_refused = TopologyRecoveryError(
-        RecoveryStep(kind="queue", channel=None, name="q", method=QueueDeclare(queue="q")),
-        error_for_close(406, "no", connection=False),
-    )
-    _, gave_up = RecoveryPolicy(on_topology_error="retry").failed_attempt(
-        1, 0, "b", step_refused, address="a", logger=log
-    )
-    assert gave_up is None
-    _, gave_up = RecoveryPolicy(on_topology_error="give_up").failed_attempt(
-        1, 0, "b", step_refused, address="a", logger=log
-    )
-    assert gave_up is not None
 
 
 def test_what_triggers_recovery() -> None:
@@ -391,7 +354,7 @@ class _Sink:
     def __init__(self) -> None:
         self.ended: list[tuple[AMQPError | None, bool]] = []
 
-    def deliver(self, event: MessageReceived, /) -> bool:
+    def deliver(self, event: MessageReceived, book: ChannelBook, /) -> bool:
         return True
 
     def finish(self, error: AMQPError | None, by_us: bool, /) -> None:
@@ -399,6 +362,9 @@ class _Sink:
 
     def cancelling(self) -> None:
         pass
+
+    def drop_unhanded(self) -> int:
+        return 0
 
 
 def test_a_channel_error_reopens_the_channel_once_and_a_refused_restore_ends_it() -> None:

@@ -363,4 +363,6 @@ def test_config_is_checked() -> None:
         ConnectionConfig(max_frame_size=100)
     with pytest.raises(ValueError, match="channel_max"):
         ConnectionConfig(channel_max=0)
+    with pytest.raises(ValueError, match="sync_every"):
+        ConnectionConfig(sync_every=-1)
     assert "pw" not in repr(ConnectionConfig(password="pw"))

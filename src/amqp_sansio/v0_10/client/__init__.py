@@ -41,7 +41,9 @@ from ._errors import (
     execution_error,
 )
 from ._message import Message, Properties, Settler, plain, plain_map
+from ._recovery import LostSessions, SessionRestoration
 from ._requests import SESSION_REQUESTS, SessionRequest
+from ._topology import Topology010
 
 __all__ = [
     "DEFAULT_PREFETCH",
@@ -53,6 +55,7 @@ __all__ = [
     "IllegalArgument",
     "IllegalState",
     "InvalidArgument",
+    "LostSessions",
     "Message",
     "NotAllowedError",
     "NotFoundError",
@@ -67,8 +70,10 @@ __all__ = [
     "SessionBusy",
     "SessionEndedError",
     "SessionRequest",
+    "SessionRestoration",
     "Settler",
     "SubscriptionCore",
+    "Topology010",
     "UnauthorizedAccess",
     "UnknownCommand",
     "config_from",

@@ -29,8 +29,11 @@ from ...client._errors import (
     AMQPError,
     ConnectionClosedError,
     ConnectionLostError,
+    HeartbeatTimeoutError,
+    PublishOutcomeUnknownError,
     error_for_close,
 )
+from ...client._recovery import Epoch, StaleDeliveryError
 from .._connection import Connection, ConnectionConfig
 from .._events import (
     CommandReceived,
@@ -51,13 +54,20 @@ from .._generated.spec_0_10 import (
     AcquireMode,
     CreditUnit,
     DetachCode,
+    ExchangeBind,
+    ExchangeDeclare,
+    ExchangeDelete,
+    ExchangeUnbind,
     FlowMode,
     MessageCancel,
+    QueueDeclare,
+    QueueDelete,
 )
 from .._session import UNLIMITED
 from .._types import SequenceSet
 from ._errors import SessionBusy, SessionEndedError, execution_error
 from ._message import Message
+from ._topology import Topology010
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -68,6 +78,11 @@ if TYPE_CHECKING:
     from .._events import Event
     from .._session import Session
     from .._types import Command, Map, Struct
+
+#: The commands whose completion is recorded in :attr:`ClientCore.topology`.
+_RECORDED: Final = frozenset(
+    {ExchangeDeclare, QueueDeclare, ExchangeBind, ExchangeUnbind, ExchangeDelete, QueueDelete}
+)
 
 __all__ = [
     "DEFAULT_PREFETCH",
@@ -148,10 +163,14 @@ class SubscriptionCore:
     __slots__ = (
         "_owed",
         "_session",
+        "accept",
+        "acquire",
+        "arguments",
         "buffer",
         "cancelled",
         "destination",
         "error",
+        "exclusive",
         "flow_mode",
         "notify",
         "prefetch",
@@ -165,12 +184,22 @@ class SubscriptionCore:
         destination: str,
         prefetch: int,
         flow_mode: FlowModeName,
+        *,
+        accept: bool = True,
+        acquire: bool = True,
+        exclusive: bool = False,
+        arguments: Map | None = None,
     ) -> None:
         self._session = session
         self.queue: Final = queue
         self.destination: Final = destination
         self.prefetch: Final = prefetch
         self.flow_mode: Final = flow_mode
+        # How it subscribed, to subscribe again the same way after a recovery.
+        self.accept: Final = accept
+        self.acquire: Final = acquire
+        self.exclusive: Final = exclusive
+        self.arguments: Final = arguments
         self.buffer: deque[Message] = deque()
         self.error: AMQPError | None = None
         self.cancelled = False
@@ -196,6 +225,15 @@ class SubscriptionCore:
                 )
         return message
 
+    def drop_unhanded(self) -> int:
+        """The connection was lost: messages to be accepted that were not handed out are
+        dropped (the broker released them: they come again); how many."""
+        if not self.accept:
+            return 0
+        dropped = len(self.buffer)
+        self.buffer.clear()
+        return dropped
+
     def end(self, error: AMQPError | None) -> None:
         if error is None:
             self.cancelled = True
@@ -213,11 +251,14 @@ class ClientSession:
     __slots__ = (
         "_accepts",
         "_client",
+        "_outcomes",
         "_pending",
+        "_recording",
         "attached",
         "channel",
         "core",
         "detached",
+        "epoch",
         "error",
         "name",
         "subscriptions",
@@ -228,7 +269,13 @@ class ClientSession:
         self.core: Final = core
         self.channel: Final = core.channel
         self.name: Final = core.name
+        #: The client's epoch when it was attached (a recovery attaches new sessions).
+        self.epoch: Final = client.epoch
         self._pending: dict[int, Pending] = {}
+        # Declarations waiting for their completion, recorded for recovery once complete.
+        self._recording: dict[int, Command] = {}
+        # Transfers and syncs waiting: a loss leaves their outcome unknown, not failed.
+        self._outcomes: set[int] = set()
         self._accepts: list[int] = []
         self.subscriptions: dict[str, SubscriptionCore] = {}
         self.attached = Pending()
@@ -259,6 +306,8 @@ class ClientSession:
         self.check()
         command_id = self._send(lambda s: s.send(command, sync=True, headers=headers, body=body))
         self._pending[command_id] = pending
+        if type(command) in _RECORDED:
+            self._recording[command_id] = command
         return command_id
 
     def send(
@@ -289,6 +338,7 @@ class ClientSession:
         )
         if pending is not None:
             self._pending[command_id] = pending
+            self._outcomes.add(command_id)
         return command_id
 
     def sync(self, pending: Pending) -> int:
@@ -296,6 +346,7 @@ class ClientSession:
         self.check()
         command_id = self._send(lambda s: s.sync())
         self._pending[command_id] = pending
+        self._outcomes.add(command_id)
         return command_id
 
     def _send(self, action: Callable[[Session], int]) -> int:
@@ -354,26 +405,50 @@ class ClientSession:
             raise ValueError(f"prefetch must be at least 1, not {prefetch}")
         if flow_mode not in ("credit", "window"):
             raise ValueError(f"flow_mode must be 'credit' or 'window', not {flow_mode!r}")
-        sub = SubscriptionCore(self, queue, destination, prefetch, flow_mode)
+        sub = SubscriptionCore(
+            self,
+            queue,
+            destination,
+            prefetch,
+            flow_mode,
+            accept=accept,
+            acquire=acquire,
+            exclusive=exclusive,
+            arguments=arguments,
+        )
+        self._subscribe(sub, pending)
+        return sub
 
+    def resubscribe(self, sub: SubscriptionCore, pending: Pending) -> None:
+        """Subscribe *sub* (of a lost connection's session) again on this session, as it
+        subscribed then: the same destination, modes, flow mode and credit, into the same
+        buffer (recovery)."""
+        self.check()
+        sub._session = self
+        sub._owed = 0
+        sub.error = None
+        self._subscribe(sub, pending)
+
+    def _subscribe(self, sub: SubscriptionCore, pending: Pending) -> None:
         def send(s: Session) -> int:
             s.subscribe(
-                queue,
-                destination,
-                accept_mode=AcceptMode.EXPLICIT if accept else AcceptMode.NONE,
-                acquire_mode=AcquireMode.PRE_ACQUIRED if acquire else AcquireMode.NOT_ACQUIRED,
-                exclusive=exclusive,
-                arguments=arguments,
+                sub.queue,
+                sub.destination,
+                accept_mode=AcceptMode.EXPLICIT if sub.accept else AcceptMode.NONE,
+                acquire_mode=(
+                    AcquireMode.PRE_ACQUIRED if sub.acquire else AcquireMode.NOT_ACQUIRED
+                ),
+                exclusive=sub.exclusive,
+                arguments=sub.arguments,
             )
-            mode = FlowMode.CREDIT if flow_mode == "credit" else FlowMode.WINDOW
-            s.set_flow_mode(destination, mode)
-            s.flow(destination, CreditUnit.BYTE, UNLIMITED)
-            return s.flow(destination, CreditUnit.MESSAGE, prefetch, sync=True)
+            mode = FlowMode.CREDIT if sub.flow_mode == "credit" else FlowMode.WINDOW
+            s.set_flow_mode(sub.destination, mode)
+            s.flow(sub.destination, CreditUnit.BYTE, UNLIMITED)
+            return s.flow(sub.destination, CreditUnit.MESSAGE, sub.prefetch, sync=True)
 
         command_id = self._send(send)
-        self.subscriptions[destination] = sub
+        self.subscriptions[sub.destination] = sub
         self._pending[command_id] = pending
-        return sub
 
     def cancel(self, sub: SubscriptionCore, pending: Pending) -> None:
         """``message.cancel``; the subscription ends at once (later transfers are released)."""
@@ -390,25 +465,44 @@ class ClientSession:
     def accept(self, command_id: int) -> None:
         # gathered, then sent as one message.accept before the next command or write
         with self._client.guard:
+            self._check_stale(command_id)
             if self.error is None and self._client.error is None:
                 self._accepts.append(command_id)
                 self._client.wake()
 
     def release(self, command_id: int, redelivered: bool) -> None:
+        self._check_stale(command_id)
         self.send_quietly(lambda s: s.release(command_id, set_redelivered=redelivered))
 
     def reject(self, command_id: int, code: int, text: str | None) -> None:
+        self._check_stale(command_id)
         self.send_quietly(lambda s: s.reject(command_id, code, text))
 
     def acquire(self, command_id: int) -> None:
+        self._check_stale(command_id)
         self.send_quietly(lambda s: s.acquire(command_id))
+
+    def _check_stale(self, command_id: int) -> None:
+        """A settle of a transfer this session received before the connection was lost: its
+        command id names nothing on the new connection's sessions (and the broker released
+        it). Never sent (the session is over); raised when the recovery policy says so."""
+        epochs = self._client.epochs
+        if self.epoch != epochs.current and epochs.stale == "raise":
+            raise StaleDeliveryError(command_id, self.epoch, epochs.current)
 
     # --- events -------------------------------------------------------------------------------
 
     def on_completed(self, event: CommandsCompleted) -> None:
+        recording = self._recording
+        outcomes = self._outcomes
         for command_id in event.commands:
             pending = self._pending.pop(command_id, None)
             if pending is not None:
+                outcomes.discard(command_id)
+                if recording:
+                    command = recording.pop(command_id, None)
+                    if command is not None:
+                        self._client.topology.record(command)
                 pending.finish()
 
     def on_result(self, event: ResultReceived) -> None:
@@ -429,16 +523,27 @@ class ClientSession:
         if sub.notify is not None:
             sub.notify()
 
-    def fail(self, error: AMQPError) -> None:
-        """The session is over: every waiter and subscription learns *error*."""
+    def fail(self, error: AMQPError, *, keep_subscriptions: bool = False) -> int:
+        """The session is over: every waiter learns *error* (a transfer or sync waiting, that
+        its outcome is unknown), and every subscription, unless kept for recovery. Returns
+        how many outcomes became unknown."""
         if self.error is None:
             self.error = error
         pending, self._pending = self._pending, {}
-        for p in pending.values():
-            p.finish(error)
-        for sub in self.subscriptions.values():
-            sub.end(error)
+        outcomes, self._outcomes = self._outcomes, set()
+        self._recording = {}
+        for command_id, p in pending.items():
+            if command_id in outcomes and isinstance(
+                error, ConnectionLostError | ConnectionClosedError
+            ):
+                p.finish(PublishOutcomeUnknownError(command_id, error))
+            else:
+                p.finish(error)
+        if not keep_subscriptions:
+            for sub in self.subscriptions.values():
+                sub.end(error)
         self.attached.finish(error)
+        return len(outcomes & set(pending))
 
 
 @final
@@ -452,13 +557,19 @@ class ClientCore:
 
     __slots__ = (
         "_next_channel",
+        "address",
         "closed",
         "conn",
+        "epochs",
         "error",
         "guard",
         "open_info",
         "opened",
+        "recover_on",
         "sessions",
+        "suspended",
+        "topology",
+        "unknown",
         "wake",
     )
 
@@ -469,6 +580,8 @@ class ClientCore:
         guard: AbstractContextManager[object] | None = None,
     ) -> None:
         self.conn: Final = Connection(Role.CLIENT, config_from(params))
+        #: The broker's ``host:port``, for errors.
+        self.address: Final = params.address
         self.wake = wake
         #: Held while a message is settled (the blocking adapter's connection lock).
         self.guard: AbstractContextManager[object] = guard or contextlib.nullcontext()
@@ -479,6 +592,24 @@ class ClientCore:
         self._next_channel = 1
         #: What the handshake negotiated, once ``opened`` resolved.
         self.open_info: ConnectionOpened | None = None
+        #: What the client declared (exchanges, queues, bindings), for recovery.
+        self.topology = Topology010()
+        #: The connection's epoch, shared with the next connections (a recovering adapter's
+        #: supervisor's): sessions keep the one they were attached in, a settle from an older
+        #: one is stale, and ``epochs.stale`` says whether it raises.
+        self.epochs = Epoch("ignore")
+        #: Set by a recovering adapter (the supervisor's): whether a connection ending with an
+        #: error keeps its subscriptions for the next connection (:attr:`suspended`).
+        self.recover_on: Callable[[AMQPError], bool] | None = None
+        #: True once the connection ended and was kept for recovery.
+        self.suspended = False
+        #: Transfers and syncs whose outcome the loss left unknown.
+        self.unknown = 0
+
+    @property
+    def epoch(self) -> int:
+        """The current epoch (0 without recovery)."""
+        return self.epochs.current
 
     def check(self) -> None:
         if self.error is not None:
@@ -528,10 +659,12 @@ class ClientCore:
         for session in self.sessions.values():
             session.flush_settlements()
 
-    def receive_data(self, data: Buffer) -> None:
-        """Feed the core; a protocol error ends the connection (the core queued a close)."""
+    def receive_data(self, data: Buffer, now: float | None = None) -> None:
+        """Feed the core, with the read's time on the adapter's clock (see
+        :meth:`Connection.receive_data`); a protocol error ends the connection (the core
+        queued a close)."""
         try:
-            self.conn.receive_data(data)
+            self.conn.receive_data(data, now)
         except ProtocolError as exc:
             self._fail(ConnectionLostError(f"protocol error: {exc}"))
 
@@ -599,7 +732,8 @@ class ClientCore:
             self._fail(ConnectionLostError("the connection was lost"))
             self.closed.finish()
         elif cls is HeartbeatTimeout:
-            self._fail(ConnectionLostError("missed heartbeats: the broker is presumed dead"))
+            # The same error, with the same words, as a 0-9-1 connection's.
+            self._fail(HeartbeatTimeoutError(self.address, self.conn.heartbeat))
             self.closed.finish()
         elif cls is ConnectionRedirected:
             assert isinstance(event, ConnectionRedirected)
@@ -621,9 +755,13 @@ class ClientCore:
         session.detached.finish()
 
     def _fail(self, error: AMQPError) -> None:
-        if self.error is None:
+        first = self.error is None
+        if first:
             self.error = error
+        keep = first and self.recover_on is not None and self.recover_on(error)
+        if keep:
+            self.suspended = True
         for session in list(self.sessions.values()):
-            session.fail(error)
+            self.unknown += session.fail(error, keep_subscriptions=keep or self.suspended)
             session.detached.finish()
         self.opened.finish(error)

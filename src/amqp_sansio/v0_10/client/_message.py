@@ -93,6 +93,11 @@ NO_PROPERTIES: Final = Properties()
 class Settler(Protocol):
     """Settles received transfers on their session (the client core's session)."""
 
+    @property
+    def epoch(self) -> int:
+        """The connection epoch the session was attached in (see :attr:`Message.epoch`)."""
+        ...
+
     def accept(self, command_id: int) -> None: ...
 
     def release(self, command_id: int, redelivered: bool) -> None: ...
@@ -135,6 +140,12 @@ class Message:
     def command_id(self) -> int:
         """The transfer's command id on its session."""
         return self.event.command_id
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the connection it came on (0 without recovery, as a 0-9-1 message's):
+        settling one from a lost connection is stale (never sent)."""
+        return self._settler.epoch
 
     @property
     def destination(self) -> str:
