@@ -38,7 +38,7 @@ from ._instrument import (
     uninstrument,
 )
 from ._message import AsyncMessage, AsyncSettler, Message, bound_message
-from ._params import DEFAULT_URL, AuthMechanism, redact_url
+from ._params import DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_URL, AuthMechanism, redact_url
 from ._recovery import (
     Epoch,
     RecoveryEvent,
@@ -68,10 +68,13 @@ from ._router import (
     ConfirmSink,
     ConsumerSink,
     Reply,
+    ReturnCallback,
+    ReturnHandler,
     ReturnSink,
     Router,
     Waiter,
     end_suspended,
+    return_sink,
 )
 from ._supervisor import (
     ChannelRestoration,
@@ -98,6 +101,7 @@ from .exports import *  # noqa: F403  (the exceptions and ConnectionParameters)
 __all__ = [
     "ADAPTER_VERSIONS",
     "DEFAULT_CONSUMER_BUFFER",
+    "DEFAULT_MAX_MESSAGE_SIZE",
     "DEFAULT_URL",
     "REQUESTS",
     "SEMCONV_VERSION",
@@ -135,6 +139,8 @@ __all__ = [
     "Request",
     "Restoration",
     "Resume",
+    "ReturnCallback",
+    "ReturnHandler",
     "ReturnSink",
     "Router",
     "Settling",
@@ -165,6 +171,7 @@ __all__ = [
     "report_dropped",
     "report_lost",
     "report_protocol_error",
+    "return_sink",
     "uninstrument",
     "wants_0_10",
 ]
