@@ -612,11 +612,21 @@ class Channel(ChannelMethods):
         conn._flush()
         await future
 
-    @asynccontextmanager
-    async def publisher(self, window: int = 1000) -> AsyncIterator[Publisher]:
+    def publisher(self, window: int = 1000) -> client.PublisherBlock[Publisher]:
         """A pipelined publisher keeping at most *window* publishes unconfirmed (puts the
-        channel in confirm mode). Leaving the block waits for every confirm and raises the
-        failures as an ``ExceptionGroup``; see :class:`Publisher`."""
+        channel in confirm mode), for the length of an ``async with`` block::
+
+            async with channel.publisher(window=100) as pub:
+                await pub.publish(body, routing_key=queue)
+
+        Leaving the block waits for every confirm and raises the failures as an
+        ``ExceptionGroup``; see :class:`Publisher`. What it returns is not the publisher
+        itself: ``pub = channel.publisher(); pub.publish(...)`` is a ``TypeError`` that says
+        so."""
+        return client.PublisherBlock(self._publisher(window))
+
+    @asynccontextmanager
+    async def _publisher(self, window: int) -> AsyncIterator[Publisher]:
         pub = Publisher(self, window)
         await self.confirm_select()
         async with pub:

@@ -25,7 +25,7 @@ from ._confirms import (
     PublishTicketState,
 )
 from ._errors import CloseReason, error_for_close, error_from
-from ._guards import ConsumeBlock, connect_failed
+from ._guards import ConsumeBlock, PublisherBlock, connect_failed
 from ._instrument import (
     SEMCONV_VERSION,
     Processing,
@@ -128,6 +128,7 @@ __all__ = [
     "ProtocolFallback",
     "PublishOutcome",
     "PublishTicketState",
+    "PublisherBlock",
     "PublisherCounts",
     "Receiving",
     "RecoveryAction",
