@@ -462,6 +462,26 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
         waiter.wait(timeout, self._lock)
         return channel
 
+    def update_secret(self, secret: str, reason: str = "", *, timeout: float | None = None) -> None:
+        """Send ``connection.update-secret`` with *secret* (RabbitMQ's OAuth 2 backend: a fresh
+        token, before the old one expires) and wait (at most *timeout*
+        seconds) for ``update-secret-ok``. From then on a
+        recovery reconnects with *secret*, never with the password the connection opened with.
+        The broker refuses a secret it does not accept by closing the connection (the spec's
+        rule; RabbitMQ: 530 or 403): the call raises that close's error and the connection is
+        over (or recovers, with the secret it had before). 0-8 and 0-9 have no update-secret
+        (``LocalProtocolError``). The secret never appears in a log line or a ``repr``.
+        """
+        waiter = Waiter()
+        with self._lock:
+            self._check_open()
+            request = self._core.update_secret(secret.encode(), reason)
+            self._book.expect(0, request, waiter)
+            self._flush_locked()
+        waiter.wait(timeout, self._lock)
+        with self._lock:
+            self._supervisor.secret = secret
+
     def close(self, *, timeout: float | None = None) -> None:
         """Close the connection (reply code 200) and stop the I/O thread.
 

@@ -49,6 +49,10 @@ class Broker:
     :param options: limits, timeouts and flow control (:class:`BrokerOptions`).
     :param users: name -> password (allowed everything everywhere) or :class:`User`;
         default guest/guest.
+    :param secret_check: decides a ``connection.update-secret``: called with the connection's
+        user and the new secret, True accepts it (``update-secret-ok``), False refuses it (the
+        connection is closed with 530, as RabbitMQ does). None, the default, accepts every new
+        secret, as RabbitMQ's internal user database does; an OAuth 2 test passes a token check.
     """
 
     def __init__(
@@ -59,8 +63,11 @@ class Broker:
         wall_clock: Callable[[], float],
         options: BrokerOptions | None = None,
         users: Mapping[str, str | User] | None = None,
+        secret_check: Callable[[str, bytes], bool] | None = None,
     ) -> None:
         self.clock = clock
+        #: The check of ``connection.update-secret`` (None: every secret is accepted).
+        self.secret_check = secret_check
         self.wall_clock = wall_clock
         self.options = BrokerOptions() if options is None else options
         self._clock = ModelClock(clock, wall_clock)

@@ -200,6 +200,28 @@ class Connection(Recovering):
         await waiter.wait(self._wire.flush)
         return ch
 
+    async def update_secret(self, secret: str, reason: str = "") -> None:
+        """Send ``connection.update-secret`` with *secret* (RabbitMQ's OAuth 2 backend: a fresh
+        token, before the old one expires) and wait for ``update-secret-ok``. From then on a
+        recovery reconnects with *secret*, never with the password the connection opened with.
+        The broker refuses a secret it does not accept by closing the connection (the spec's
+        rule; RabbitMQ: 530 or 403): the call raises that close's error and the connection is
+        over (or recovers, with the secret it had before). 0-8 and 0-9 have no update-secret
+        (``LocalProtocolError``). The secret never appears in a log line or a ``repr``.
+        """
+        if self._recovered is not None:
+            await self._wait_recovered()
+        self._check_open()
+        try:
+            request = self._core.update_secret(secret.encode(), reason)
+        except LocalProtocolError as exc:
+            self._raise_refused(exc)
+            raise
+        waiter = Waiter()
+        self._router.expect(0, request, waiter)
+        await waiter.wait(self._wire.flush)
+        self._supervisor.secret = secret
+
     # --- Closing ------------------------------------------------------------------------------
 
     async def aclose(self) -> None:

@@ -259,6 +259,7 @@ class RecoverySupervisor(Generic[N, B]):
         "epoch",
         "params",
         "policy",
+        "secret",
     )
 
     def __init__(
@@ -288,6 +289,9 @@ class RecoverySupervisor(Generic[N, B]):
         self._due = 0.0
         self._deadline = 0.0
         self._current_params = params
+        #: The secret every new attempt logs in with, once the application updated it
+        #: (``update_secret``): a reconnect never goes back to the password it started with.
+        self.secret: str | None = None
         self._unknown = 0
         self._dropped = 0
         self._waiting_octets = 0
@@ -471,6 +475,8 @@ class RecoverySupervisor(Generic[N, B]):
         self._attempt += 1
         url = policy.endpoint(self._attempt, "")
         params = connection_parameters(url, self.params.connection_name) if url else self.params
+        if self.secret is not None:
+            params = attrs.evolve(params, password=self.secret)
         self._phase = _Phase.CONNECTING
         self._deadline = now + params.connection_timeout
         self._current_params = params
