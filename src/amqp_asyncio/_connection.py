@@ -17,8 +17,11 @@ import contextlib
 import logging
 import socket
 import ssl as ssl_module
+import time
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final, Literal, final, overload
+
+import attrs
 
 from amqp_sansio import (
     NEED_DATA,
@@ -38,6 +41,7 @@ from amqp_sansio import (
 )
 from amqp_sansio import Connection as CoreConnection
 from amqp_sansio.client import (
+    DEFAULT_REFRESH_MARGIN,
     DEFAULT_URL,
     AMQPError,
     ChannelBook,
@@ -54,10 +58,12 @@ from amqp_sansio.client import (
     RecoverySupervisor,
     Resume,
     Router,
+    check_refresh_margin,
     connect_failed,
     connection_parameters,
     connection_telemetry,
     error_from,
+    refresh_delay,
     report_closed_by_broker,
     report_lost,
     report_protocol_error,
@@ -77,7 +83,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
     from amqp_sansio import Event, FieldTable, ProtocolVersion
-    from amqp_sansio.client import Reply, Telemetry
+    from amqp_sansio.client import AsyncCredentialsProvider, Credentials, Reply, Telemetry
 
     from ._v0_10 import Connection010
 
@@ -198,6 +204,9 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
         self._closing = False
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
+        # connect(credentials=...): the provider and what it last gave (see update_secret).
+        self._credentials_provider: AsyncCredentialsProvider | None = None
+        self._credentials: Credentials | None = None
         self._flush_scheduled = False
         self._timer: asyncio.TimerHandle | None = None
         self._channels: dict[int, Channel] = {}
@@ -306,6 +315,35 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
         self._flush()
         await waiter
         self._supervisor.secret = secret
+
+    async def _refresh_credentials(self, margin: float) -> None:
+        """connect(credentials=...)'s task: *margin* seconds before the current secret
+        expires, ask the provider for the next and send it (update-secret). A recovery asks
+        the provider by itself; a provider that fails is asked again a second later."""
+        while True:
+            current = self._credentials
+            delay = None if current is None else refresh_delay(current, time.time(), margin)
+            if delay is None:
+                return  # it never expires
+            await asyncio.sleep(delay)
+            if self._credentials is not current:
+                continue  # a recovery logged in with newer ones meanwhile
+            provider = self._credentials_provider
+            assert provider is not None
+            try:
+                fresh = await provider()
+            except Exception:
+                logger.exception("the credentials provider failed; asking again in 1 s")
+                await asyncio.sleep(1.0)
+                continue
+            try:
+                await self.update_secret(fresh.password, "credentials refreshed")
+            except AMQPError as exc:
+                if self._recovered is None and self.is_closed:
+                    return  # the connection is over: nothing to refresh
+                logger.info("update-secret failed (%s); recovery logs in afresh", exc)
+                continue
+            self._credentials = fresh
 
     # --- closing ------------------------------------------------------------------------------
 
@@ -580,6 +618,15 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
         supervisor = self._supervisor
         loop = self._loop
         params = action.params
+        provider = self._credentials_provider
+        if provider is not None:  # the provider's current secret logs in
+            try:
+                credentials = await provider()
+            except Exception as exc:  # a failed attempt: the policy says what comes next
+                raise ConnectionLostError(f"the credentials provider failed: {exc!r}") from exc
+            self._credentials = credentials
+            supervisor.secret = credentials.password
+            params = attrs.evolve(params, password=credentials.password)
         self._generation += 1
         self._core = CoreConnection(Role.CLIENT, params.to_config())
         self._book = Router(self._core, self._telemetry)
@@ -687,6 +734,8 @@ def connect(  # type: ignore[overload-overlap]
     tracer_provider: TracerProvider | None = ...,
     meter_provider: MeterProvider | None = ...,
     recovery: RecoveryPolicy | None = ...,
+    credentials: None = ...,
+    refresh_margin: float = ...,
 ) -> AbstractAsyncContextManager[Connection010]: ...
 
 
@@ -700,6 +749,8 @@ def connect(
     tracer_provider: TracerProvider | None = ...,
     meter_provider: MeterProvider | None = ...,
     recovery: RecoveryPolicy | None = ...,
+    credentials: AsyncCredentialsProvider | None = ...,
+    refresh_margin: float = ...,
 ) -> AbstractAsyncContextManager[Connection]: ...
 
 
@@ -712,6 +763,8 @@ def connect(
     tracer_provider: TracerProvider | None = None,
     meter_provider: MeterProvider | None = None,
     recovery: RecoveryPolicy | None = None,
+    credentials: AsyncCredentialsProvider | None = None,
+    refresh_margin: float = DEFAULT_REFRESH_MARGIN,
 ) -> AbstractAsyncContextManager[Connection] | AbstractAsyncContextManager[Connection010]:
     """Connect to a broker for the duration of an ``async with`` block.
 
@@ -731,6 +784,12 @@ def connect(
 
     Leaving the block closes the connection (200) and waits for the broker's close-ok.
 
+    *credentials* (an async callable returning :class:`~amqp_sansio.client.Credentials`)
+    gives the password to log in with, at connect and before every recovery attempt, instead
+    of the URL's; when they expire, *refresh_margin* seconds before ``expires_at`` the
+    connection asks again and sends the new secret (:meth:`Connection.update_secret`): an
+    OAuth 2 token is refreshed without reconnecting (see :doc:`/credentials`).
+
     With *recovery*, a connection lost after it opened (the socket, a heartbeat timeout, a
     320 from the broker, as the policy says) is recovered: see :doc:`/recovery`. Without it
     a lost connection stays closed.
@@ -744,9 +803,12 @@ def connect(
         ``"auto"``: none of those it offered).
     :raises OSError: the TCP connection failed.
     """
+    refresh_margin = check_refresh_margin(refresh_margin)
     if wants_0_10(
         protocol, recovery=recovery, tracer_provider=tracer_provider, meter_provider=meter_provider
     ):
+        if credentials is not None:
+            raise ValueError("a credentials provider needs 0-9-1 (0-10 has no update-secret)")
         return connect_0_10(
             url_or_params,
             ssl_context=ssl_context,
@@ -761,6 +823,8 @@ def connect(
         tracer_provider,
         meter_provider,
         recovery,
+        credentials,
+        refresh_margin,
     )
 
 
@@ -773,11 +837,17 @@ async def _connect(
     tracer_provider: TracerProvider | None,
     meter_provider: MeterProvider | None,
     recovery: RecoveryPolicy | None = None,
+    credentials: AsyncCredentialsProvider | None = None,
+    refresh_margin: float = DEFAULT_REFRESH_MARGIN,
 ) -> AsyncIterator[Connection]:
     fallback = ProtocolFallback(connection_parameters(url_or_params, connection_name, protocol))
+    fresh: Credentials | None = None
     while True:
         try:
             params = fallback.params
+            if credentials is not None:
+                fresh = await credentials()
+                params = attrs.evolve(params, password=fresh.password)
             telemetry = connection_telemetry(
                 params.host, params.port, tracer_provider, meter_provider
             )
@@ -786,9 +856,18 @@ async def _connect(
         except ProtocolVersionRefused as exc:
             if not fallback.retry(exc):
                 raise
+    refresher = None
+    if credentials is not None:
+        conn._credentials_provider = credentials
+        conn._credentials = fresh
+        refresher = asyncio.create_task(conn._refresh_credentials(refresh_margin))
     try:
         yield conn
     finally:
+        if refresher is not None:
+            refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await refresher
         await conn.aclose()
 
 

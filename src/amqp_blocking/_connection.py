@@ -25,6 +25,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Final, Literal, NamedTuple, final, overload
 
+import attrs
+
 from amqp_sansio import (
     NEED_DATA,
     ChannelClosed,
@@ -44,6 +46,7 @@ from amqp_sansio import (
     Connection as CoreConnection,
 )
 from amqp_sansio.client import (
+    DEFAULT_REFRESH_MARGIN,
     DEFAULT_URL,
     AMQPError,
     ChannelBook,
@@ -61,10 +64,12 @@ from amqp_sansio.client import (
     RecoverySupervisor,
     Resume,
     Router,
+    check_refresh_margin,
     connect_failed,
     connection_parameters,
     connection_telemetry,
     error_from,
+    refresh_delay,
     report_closed_by_broker,
     report_lost,
     report_protocol_error,
@@ -85,7 +90,7 @@ if TYPE_CHECKING:
 
     from amqp_sansio import Event, FieldTable, ProtocolVersion
     from amqp_sansio.client import ConnectionParameters as Params
-    from amqp_sansio.client import Telemetry
+    from amqp_sansio.client import Credentials, CredentialsProvider, Telemetry
 
 __all__ = ["Connection", "OpenedCore", "RecoveryEvents", "connect", "connect_core"]
 
@@ -115,6 +120,8 @@ def connect(  # type: ignore[overload-overlap]
     tracer_provider: TracerProvider | None = ...,
     meter_provider: MeterProvider | None = ...,
     recovery: RecoveryPolicy | None = ...,
+    credentials: None = ...,
+    refresh_margin: float = ...,
 ) -> Connection010: ...
 
 
@@ -128,6 +135,8 @@ def connect(
     tracer_provider: TracerProvider | None = ...,
     meter_provider: MeterProvider | None = ...,
     recovery: RecoveryPolicy | None = ...,
+    credentials: CredentialsProvider | None = ...,
+    refresh_margin: float = ...,
 ) -> Connection: ...
 
 
@@ -140,6 +149,8 @@ def connect(
     tracer_provider: TracerProvider | None = None,
     meter_provider: MeterProvider | None = None,
     recovery: RecoveryPolicy | None = None,
+    credentials: CredentialsProvider | None = None,
+    refresh_margin: float = DEFAULT_REFRESH_MARGIN,
 ) -> Connection | Connection010:
     """Open a connection and start its I/O thread; use it as a context manager.
 
@@ -156,6 +167,11 @@ def connect(
     :func:`amqp_sansio.client.instrument`).
     With ``recovery``, a connection lost after it opened is recovered (see
     :doc:`/recovery`); without it, it stays closed.
+    ``credentials`` (a callable returning :class:`~amqp_sansio.client.Credentials`) gives
+    the password to log in with, at connect and before every recovery attempt, instead of the
+    URL's; when they expire, ``refresh_margin`` seconds before ``expires_at`` a thread of the
+    connection asks again and sends the new secret (:meth:`Connection.update_secret`): an
+    OAuth 2 token is refreshed without reconnecting (see :doc:`/credentials`).
 
     :raises ConnectionTimeoutError: the TCP connect, TLS handshake and AMQP handshake did not
         finish within ``connection_timeout`` (per attempt).
@@ -165,15 +181,22 @@ def connect(
         ``"auto"``: none of those it offered).
     :raises OSError: the broker could not be reached.
     """
+    refresh_margin = check_refresh_margin(refresh_margin)
     if wants_0_10(
         protocol, recovery=recovery, tracer_provider=tracer_provider, meter_provider=meter_provider
     ):
+        if credentials is not None:
+            raise ValueError("a credentials provider needs 0-9-1 (0-10 has no update-secret)")
         return connect_0_10(
             url_or_params,
             ssl_context=ssl_context,
             connection_name=connection_name,
             recovery=recovery,
         )
+    fresh = None if credentials is None else credentials()
+    if fresh is not None:
+        given = connection_parameters(url_or_params, connection_name, protocol)
+        url_or_params = attrs.evolve(given, password=fresh.password)
     opened = connect_core(
         url_or_params,
         ssl_context=ssl_context,
@@ -189,6 +212,8 @@ def connect(
     if error is not None:  # closed in the read that brought open-ok, as the other adapters say
         conn.close()
         raise error
+    if credentials is not None:
+        conn._refresh_with(credentials, fresh, refresh_margin)
     return conn
 
 
@@ -356,6 +381,10 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
         self._recovering = False
         self._suspend_pending = False
         self._stop_recovery = threading.Event()
+        # connect(credentials=...): the provider, what it last gave, the refresher's stop.
+        self._credentials_provider: CredentialsProvider | None = None
+        self._credentials: Credentials | None = None
+        self._stop_refresh = threading.Event()
         # The lost connection's channel objects, by their number there, until resumed.
         self._lost_channels: dict[int, Channel] = {}
         self._channel_objs: dict[int, Channel] = {}
@@ -482,6 +511,43 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
         with self._lock:
             self._supervisor.secret = secret
 
+    def _refresh_with(
+        self, provider: CredentialsProvider, current: Credentials | None, margin: float
+    ) -> None:
+        self._credentials_provider = provider
+        self._credentials = current
+        thread = threading.Thread(
+            target=self._refresh_credentials,
+            args=(margin,),
+            name=f"amqp_blocking credentials {self._params.address}",
+            daemon=True,
+        )
+        thread.start()
+
+    def _refresh_credentials(self, margin: float) -> None:
+        """The refresher thread: *margin* seconds before the current secret expires, ask the
+        provider for the next and send it (update-secret). A recovery asks the provider by
+        itself; a provider or an update that fails is tried again a second later."""
+        provider = self._credentials_provider
+        assert provider is not None
+        while not self._stop_refresh.is_set():
+            current = self._credentials
+            delay = None if current is None else refresh_delay(current, time.time(), margin)
+            if delay is None or self._stop_refresh.wait(delay):
+                return  # they never expire, or the connection closed
+            if self._credentials is not current:
+                continue  # a recovery logged in with newer ones meanwhile
+            try:
+                fresh = provider()
+                self.update_secret(fresh.password, "credentials refreshed")
+            except Exception as exc:
+                if self.is_closed and not self._recovering:
+                    return  # the connection is over: nothing to refresh
+                logger.warning("credentials refresh failed (%s); trying again in 1 s", exc)
+                self._stop_refresh.wait(1.0)
+                continue
+            self._credentials = fresh
+
     def close(self, *, timeout: float | None = None) -> None:
         """Close the connection (reply code 200) and stop the I/O thread.
 
@@ -493,6 +559,7 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
             timeout = self._params.connection_timeout
         waiter: Waiter | None = None
         self._stop_recovery.set()
+        self._stop_refresh.set()
         with self._lock:
             if self._supervisor.close():
                 self._give_up_locked(ConnectionClosedError("closed by the client", reply_code=200))
@@ -865,7 +932,18 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
         """Connect to the action's endpoint, restore the topology reading the new socket in
         this thread, then resume the channels."""
         supervisor = self._supervisor
-        opened = connect_core(action.params, ssl_context=self._ssl_context)
+        params = action.params
+        provider = self._credentials_provider
+        if provider is not None:  # the provider's current secret logs in
+            try:
+                credentials = provider()
+            except Exception as exc:  # a failed attempt: the policy says what comes next
+                raise ConnectionLostError(f"the credentials provider failed: {exc!r}") from exc
+            self._credentials = credentials
+            with self._lock:
+                supervisor.secret = credentials.password
+            params = attrs.evolve(params, password=credentials.password)
+        opened = connect_core(params, ssl_context=self._ssl_context)
         sock, core = opened.sock, opened.core
         router = Router(core, self._telemetry)
         supervisor.attach(router, self._channel_reopened_locked)

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import logging
 import ssl
+import time
 from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Final, Literal, final, overload
 
+import attrs
 import trio
 
 import amqp_sansio
@@ -36,6 +38,7 @@ from amqp_sansio import (
     UnblockedByPeer,
 )
 from amqp_sansio.client import (
+    DEFAULT_REFRESH_MARGIN,
     DEFAULT_URL,
     AMQPError,
     ConnectionClosedError,
@@ -47,10 +50,12 @@ from amqp_sansio.client import (
     ProtocolVersionRefused,
     Router,
     Telemetry,
+    check_refresh_margin,
     connect_failed,
     connection_parameters,
     connection_telemetry,
     error_from,
+    refresh_delay,
     report_closed_by_broker,
     report_lost,
     report_protocol_error,
@@ -71,7 +76,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
     from amqp_sansio import Event, FieldTable
-    from amqp_sansio.client import RecoveryPolicy
+    from amqp_sansio.client import AsyncCredentialsProvider, Credentials, RecoveryPolicy
 
     from ._v0_10 import Connection010
 
@@ -122,6 +127,10 @@ class Connection(Recovering):
         self._heartbeat_timed_out = False
         #: The broker's ``server-properties`` (product, version, capabilities, ...).
         self.server_properties: FieldTable = {}
+        # connect(credentials=...): the provider and what it last gave (see update_secret).
+        self._credentials_provider: AsyncCredentialsProvider | None = None
+        self._credentials: Credentials | None = None
+        self._nursery: trio.Nursery | None = None
         self._init_recovery(recovery, reopen)
 
     def __repr__(self) -> str:
@@ -221,6 +230,35 @@ class Connection(Recovering):
         self._router.expect(0, request, waiter)
         await waiter.wait(self._wire.flush)
         self._supervisor.secret = secret
+
+    async def _refresh_credentials(self, margin: float) -> None:
+        """connect(credentials=...)'s task: *margin* seconds before the current secret
+        expires, ask the provider for the next and send it (update-secret). A recovery asks
+        the provider by itself; a provider that fails is asked again a second later."""
+        while True:
+            current = self._credentials
+            delay = None if current is None else refresh_delay(current, time.time(), margin)
+            if delay is None:
+                return  # it never expires
+            await trio.sleep(delay)
+            if self._credentials is not current:
+                continue  # a recovery logged in with newer ones meanwhile
+            provider = self._credentials_provider
+            assert provider is not None
+            try:
+                fresh = await provider()
+            except Exception:
+                logger.exception("the credentials provider failed; asking again in 1 s")
+                await trio.sleep(1.0)
+                continue
+            try:
+                await self.update_secret(fresh.password, "credentials refreshed")
+            except AMQPError as exc:
+                if self._recovered is None and self.is_closed:
+                    return  # the connection is over: nothing to refresh
+                logger.info("update-secret failed (%s); recovery logs in afresh", exc)
+                continue
+            self._credentials = fresh
 
     # --- Closing ------------------------------------------------------------------------------
 
@@ -513,6 +551,8 @@ def connect(  # type: ignore[overload-overlap]
     tracer_provider: TracerProvider | None = ...,
     meter_provider: MeterProvider | None = ...,
     recovery: RecoveryPolicy | None = ...,
+    credentials: None = ...,
+    refresh_margin: float = ...,
 ) -> AbstractAsyncContextManager[Connection010]: ...
 
 
@@ -526,6 +566,8 @@ def connect(
     tracer_provider: TracerProvider | None = ...,
     meter_provider: MeterProvider | None = ...,
     recovery: RecoveryPolicy | None = ...,
+    credentials: AsyncCredentialsProvider | None = ...,
+    refresh_margin: float = ...,
 ) -> AbstractAsyncContextManager[Connection]: ...
 
 
@@ -538,6 +580,8 @@ def connect(
     tracer_provider: TracerProvider | None = None,
     meter_provider: MeterProvider | None = None,
     recovery: RecoveryPolicy | None = None,
+    credentials: AsyncCredentialsProvider | None = None,
+    refresh_margin: float = DEFAULT_REFRESH_MARGIN,
 ) -> AbstractAsyncContextManager[Connection] | AbstractAsyncContextManager[Connection010]:
     """Connect to a broker for the duration of an ``async with`` block.
 
@@ -557,6 +601,12 @@ def connect(
 
     Leaving the block closes the connection (200) and waits for the broker's close-ok.
 
+    *credentials* (an async callable returning :class:`~amqp_sansio.client.Credentials`)
+    gives the password to log in with, at connect and before every recovery attempt, instead
+    of the URL's; when they expire, *refresh_margin* seconds before ``expires_at`` the
+    connection asks again and sends the new secret (:meth:`Connection.update_secret`): an
+    OAuth 2 token is refreshed without reconnecting (see :doc:`/credentials`).
+
     With *recovery*, a connection lost after it opened (the socket, a heartbeat timeout, a
     320 from the broker, as the policy says) is recovered: see :doc:`/recovery`. Without it
     a lost connection stays closed.
@@ -571,9 +621,12 @@ def connect(
         handshake did, with the reason (``ssl.SSLCertVerificationError``: certificate verify
         failed).
     """
+    refresh_margin = check_refresh_margin(refresh_margin)
     if wants_0_10(
         protocol, recovery=recovery, tracer_provider=tracer_provider, meter_provider=meter_provider
     ):
+        if credentials is not None:
+            raise ValueError("a credentials provider needs 0-9-1 (0-10 has no update-secret)")
         return connect_0_10(
             url_or_params,
             ssl_context=ssl_context,
@@ -588,6 +641,8 @@ def connect(
         tracer_provider,
         meter_provider,
         recovery,
+        credentials,
+        refresh_margin,
     )
 
 
@@ -600,6 +655,8 @@ async def _connect(
     tracer_provider: TracerProvider | None,
     meter_provider: MeterProvider | None,
     recovery: RecoveryPolicy | None = None,
+    credentials: AsyncCredentialsProvider | None = None,
+    refresh_margin: float = DEFAULT_REFRESH_MARGIN,
 ) -> AsyncIterator[Connection]:
     fallback = ProtocolFallback(connection_parameters(url_or_params, connection_name, protocol))
 
@@ -611,6 +668,9 @@ async def _connect(
 
     while True:
         params = fallback.params
+        fresh = None if credentials is None else await credentials()
+        if fresh is not None:
+            params = attrs.evolve(params, password=fresh.password)
         deadline = trio.current_time() + params.connection_timeout
         stream = await _open_stream(params, ssl_context, deadline)
         entered = False
@@ -619,6 +679,11 @@ async def _connect(
                 stream, params, deadline, tracer_provider, meter_provider, recovery, reopen
             ) as conn:
                 entered = True
+                if credentials is not None:
+                    conn._credentials_provider = credentials
+                    conn._credentials = fresh
+                    assert conn._nursery is not None
+                    conn._nursery.start_soon(conn._refresh_credentials, refresh_margin)
                 yield conn
             return
         except ProtocolVersionRefused as exc:
@@ -697,6 +762,7 @@ async def _session(
     conn = Connection(stream, params, telemetry, recovery, reopen)
     failure: BaseException | None = None
     async with trio.open_nursery() as nursery:
+        conn._nursery = nursery
         if recovery is not None:
             nursery.start_soon(conn._supervise, conn._finished)
         else:

@@ -24,6 +24,13 @@ from ._confirms import (
     PublishOutcome,
     PublishTicketState,
 )
+from ._credentials import (
+    DEFAULT_REFRESH_MARGIN,
+    AsyncCredentialsProvider,
+    CredentialsProvider,
+    check_refresh_margin,
+    refresh_delay,
+)
 from ._errors import CloseReason, error_for_close, error_from
 from ._guards import ConsumeBlock, PublisherBlock, connect_failed
 from ._instrument import (
@@ -102,10 +109,12 @@ __all__ = [
     "ADAPTER_VERSIONS",
     "DEFAULT_CONSUMER_BUFFER",
     "DEFAULT_MAX_MESSAGE_SIZE",
+    "DEFAULT_REFRESH_MARGIN",
     "DEFAULT_URL",
     "REQUESTS",
     "SEMCONV_VERSION",
     "USE_0_10",
+    "AsyncCredentialsProvider",
     "AsyncMessage",
     "AsyncSettler",
     "AuthMechanism",
@@ -118,6 +127,7 @@ __all__ = [
     "Connect",
     "ConsumeBlock",
     "ConsumerSink",
+    "CredentialsProvider",
     "Epoch",
     "GiveUp",
     "LostChannels",
@@ -150,6 +160,7 @@ __all__ = [
     "Wait",
     "Waiter",
     "bound_message",
+    "check_refresh_margin",
     "check_settle",
     "check_window",
     "client_protocol",
@@ -168,6 +179,7 @@ __all__ = [
     "is_instrumented",
     "message_count",
     "redact_url",
+    "refresh_delay",
     "report_closed_by_broker",
     "report_dropped",
     "report_lost",
