@@ -43,6 +43,7 @@ from amqp_sansio import Connection as CoreConnection
 from amqp_sansio.client import (
     DEFAULT_REFRESH_MARGIN,
     DEFAULT_URL,
+    ENDPOINT_ERRORS,
     AMQPError,
     ChannelBook,
     Connect,
@@ -60,8 +61,8 @@ from amqp_sansio.client import (
     Router,
     check_refresh_margin,
     connect_failed,
-    connection_parameters,
     connection_telemetry,
+    endpoint_parameters,
     error_from,
     refresh_delay,
     report_closed_by_broker,
@@ -83,7 +84,13 @@ if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
     from amqp_sansio import Event, FieldTable, ProtocolVersion
-    from amqp_sansio.client import AsyncCredentialsProvider, Credentials, Reply, Telemetry
+    from amqp_sansio.client import (
+        AsyncCredentialsProvider,
+        Credentials,
+        Endpoints,
+        Reply,
+        Telemetry,
+    )
 
     from ._v0_10 import Connection010
 
@@ -185,6 +192,7 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
             params, recovery, emit=self._emit, logger=logger
         )
         self._epoch = self._supervisor.epoch
+        self._supervisor.telemetry = telemetry
         #: While recovering: resolved when the connection is back (or recovery gave up).
         self._recovered: asyncio.Future[None] | None = None
         self._recovery_task: asyncio.Task[None] | None = None
@@ -240,6 +248,12 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
         the broker's reply, :class:`~amqp_sansio.client.ConnectionLostError`); None while
         open."""
         return self._book.error
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of the node the connection is on: the endpoint the first connect
+        reached, then the one each recovery reached (``params`` stay those it was made with)."""
+        return self._supervisor.in_use.address
 
     @property
     def protocol(self) -> str:
@@ -741,7 +755,7 @@ def connect(  # type: ignore[overload-overlap]
 
 @overload
 def connect(
-    url_or_params: str | ConnectionParameters = ...,
+    url_or_params: Endpoints = ...,
     *,
     ssl_context: ssl.SSLContext | None = ...,
     connection_name: str | None = ...,
@@ -755,7 +769,7 @@ def connect(
 
 
 def connect(
-    url_or_params: str | ConnectionParameters = DEFAULT_URL,
+    url_or_params: Endpoints = DEFAULT_URL,
     *,
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
@@ -774,8 +788,12 @@ def connect(
 
     *url_or_params* is an ``amqp://``/``amqps://`` URL (see
     :meth:`~amqp_sansio.client.ConnectionParameters.from_url`) or
-    :class:`~amqp_sansio.client.ConnectionParameters`. TLS is used for ``amqps`` or when
-    *ssl_context* is given (default context: :meth:`ConnectionParameters.ssl_context`).
+    :class:`~amqp_sansio.client.ConnectionParameters`, or a sequence of them: a cluster's
+    nodes, tried in turn (or shuffled: the policy's ``endpoint_order``) until one answers; a
+    node that is down, unreachable or too slow is skipped, a refused login is not. Recovery
+    walks them too, from the node after the lost one (see :doc:`/recovery`). TLS is used for
+    ``amqps`` or when *ssl_context* is given (default context:
+    :meth:`ConnectionParameters.ssl_context`).
     *connection_name* shows in the broker's management UI. *protocol* (``"0-9-1"``,
     ``"0-9"``, ``"0-8"`` or ``"auto"``) wins over the URL's ``protocol`` parameter; ``"auto"``
     tries 0-9-1 and reconnects with what the server answers (:doc:`/versions`).
@@ -809,6 +827,8 @@ def connect(
     ):
         if credentials is not None:
             raise ValueError("a credentials provider needs 0-9-1 (0-10 has no update-secret)")
+        if not isinstance(url_or_params, (str, ConnectionParameters)):
+            raise ValueError("several endpoints need 0-9-1: give 0-10 one URL")
         return connect_0_10(
             url_or_params,
             ssl_context=ssl_context,
@@ -830,7 +850,7 @@ def connect(
 
 @asynccontextmanager
 async def _connect(
-    url_or_params: str | ConnectionParameters,
+    url_or_params: Endpoints,
     ssl_context: ssl.SSLContext | None,
     connection_name: str | None,
     protocol: str | ProtocolVersion | None,
@@ -840,22 +860,39 @@ async def _connect(
     credentials: AsyncCredentialsProvider | None = None,
     refresh_margin: float = DEFAULT_REFRESH_MARGIN,
 ) -> AsyncIterator[Connection]:
-    fallback = ProtocolFallback(connection_parameters(url_or_params, connection_name, protocol))
+    order = "in_order" if recovery is None else recovery.endpoint_order
+    endpoints = endpoint_parameters(url_or_params, connection_name, protocol, order=order)
     fresh: Credentials | None = None
-    while True:
-        try:
+    conn: Connection | None = None
+    for number, endpoint in enumerate(endpoints, 1):
+        fallback = ProtocolFallback(endpoint)
+        while conn is None:
             params = fallback.params
-            if credentials is not None:
-                fresh = await credentials()
-                params = attrs.evolve(params, password=fresh.password)
-            telemetry = connection_telemetry(
-                params.host, params.port, tracer_provider, meter_provider
-            )
-            conn = await _open(params, ssl_context, telemetry, recovery)
+            try:
+                if credentials is not None:
+                    fresh = await credentials()
+                    params = attrs.evolve(params, password=fresh.password)
+                telemetry = connection_telemetry(
+                    params.host, params.port, tracer_provider, meter_provider
+                )
+                conn = await _open(params, ssl_context, telemetry, recovery)
+            except ProtocolVersionRefused as exc:
+                if not fallback.retry(exc):
+                    raise
+            except ENDPOINT_ERRORS as exc:
+                if number == len(endpoints):
+                    raise
+                logger.warning(
+                    "could not connect to %s (%s): trying %s",
+                    params.address,
+                    exc,
+                    endpoints[number].address,
+                )
+                break
+        if conn is not None:
             break
-        except ProtocolVersionRefused as exc:
-            if not fallback.retry(exc):
-                raise
+    assert conn is not None
+    conn._supervisor.endpoints = endpoints
     refresher = None
     if credentials is not None:
         conn._credentials_provider = credentials

@@ -48,6 +48,7 @@ from amqp_sansio import (
 from amqp_sansio.client import (
     DEFAULT_REFRESH_MARGIN,
     DEFAULT_URL,
+    ENDPOINT_ERRORS,
     AMQPError,
     ChannelBook,
     Connect,
@@ -68,6 +69,7 @@ from amqp_sansio.client import (
     connect_failed,
     connection_parameters,
     connection_telemetry,
+    endpoint_parameters,
     error_from,
     refresh_delay,
     report_closed_by_broker,
@@ -90,7 +92,7 @@ if TYPE_CHECKING:
 
     from amqp_sansio import Event, FieldTable, ProtocolVersion
     from amqp_sansio.client import ConnectionParameters as Params
-    from amqp_sansio.client import Credentials, CredentialsProvider, Telemetry
+    from amqp_sansio.client import Credentials, CredentialsProvider, Endpoints, Telemetry
 
 __all__ = ["Connection", "OpenedCore", "RecoveryEvents", "connect", "connect_core"]
 
@@ -127,7 +129,7 @@ def connect(  # type: ignore[overload-overlap]
 
 @overload
 def connect(
-    url_or_params: str | ConnectionParameters = ...,
+    url_or_params: Endpoints = ...,
     *,
     ssl_context: ssl.SSLContext | None = ...,
     connection_name: str | None = ...,
@@ -141,7 +143,7 @@ def connect(
 
 
 def connect(
-    url_or_params: str | ConnectionParameters = DEFAULT_URL,
+    url_or_params: Endpoints = DEFAULT_URL,
     *,
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
@@ -158,7 +160,11 @@ def connect(
     (sessions, not channels) from :func:`connect_0_10`. A URL asking for 0-10 needs it
     (``connect(url, protocol="0-10")``), so that the connection's type is known.
 
-    ``url_or_params`` is an ``amqp://``/``amqps://`` URL or :class:`ConnectionParameters`;
+    ``url_or_params`` is an ``amqp://``/``amqps://`` URL or :class:`ConnectionParameters`, or
+    a sequence of them: a cluster's nodes, tried in turn (or shuffled: the policy's
+    ``endpoint_order``) until one answers; a node that is down, unreachable or too slow is
+    skipped, a refused login is not; recovery walks them too, from the node after the lost
+    one (see :doc:`/recovery`);
     ``ssl_context`` replaces the context the parameters would build (``amqps`` only);
     ``connection_name`` is shown in RabbitMQ's management UI. ``protocol`` (``"0-9-1"``,
     ``"0-9"``, ``"0-8"`` or ``"auto"``) wins over the URL's ``protocol`` parameter; ``"auto"``
@@ -187,27 +193,41 @@ def connect(
     ):
         if credentials is not None:
             raise ValueError("a credentials provider needs 0-9-1 (0-10 has no update-secret)")
+        if not isinstance(url_or_params, (str, ConnectionParameters)):
+            raise ValueError("several endpoints need 0-9-1: give 0-10 one URL")
         return connect_0_10(
             url_or_params,
             ssl_context=ssl_context,
             connection_name=connection_name,
             recovery=recovery,
         )
-    fresh = None if credentials is None else credentials()
-    if fresh is not None:
-        given = connection_parameters(url_or_params, connection_name, protocol)
-        url_or_params = attrs.evolve(given, password=fresh.password)
-    opened = connect_core(
-        url_or_params,
-        ssl_context=ssl_context,
-        connection_name=connection_name,
-        protocol=protocol,
-    )
+    order = "in_order" if recovery is None else recovery.endpoint_order
+    endpoints = endpoint_parameters(url_or_params, connection_name, protocol, order=order)
+    opened: OpenedCore | None = None
+    fresh: Credentials | None = None
+    for number, endpoint in enumerate(endpoints, 1):
+        fresh = None if credentials is None else credentials()
+        given = endpoint if fresh is None else attrs.evolve(endpoint, password=fresh.password)
+        try:
+            opened = connect_core(given, ssl_context=ssl_context)
+            break
+        except ENDPOINT_ERRORS as exc:
+            if number == len(endpoints):
+                raise
+            logger.warning(
+                "could not connect to %s (%s): trying %s",
+                given.address,
+                exc,
+                endpoints[number].address,
+            )
+    assert opened is not None
     params = opened.params
     telemetry = connection_telemetry(params.host, params.port, tracer_provider, meter_provider)
     conn = Connection(
         opened.sock, opened.core, opened.opened, params, telemetry, recovery, ssl_context
     )
+    with conn._lock:
+        conn._supervisor.endpoints = endpoints
     error = conn.close_error
     if error is not None:  # closed in the read that brought open-ok, as the other adapters say
         conn.close()
@@ -377,6 +397,7 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
             params, recovery, emit=self._emit_locked, logger=logger
         )
         self._epoch = self._supervisor.epoch
+        self._supervisor.telemetry = telemetry
         #: True from a loss the policy recovers until the connection is back or gave up.
         self._recovering = False
         self._suspend_pending = False
@@ -431,6 +452,12 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
     def server_properties(self) -> FieldTable:
         """The broker's ``server-properties`` (product, version, capabilities, ...)."""
         return self._opened.server_properties
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of the node the connection is on: the endpoint the first connect
+        reached, then the one each recovery reached (``params`` stay those it was made with)."""
+        return self._supervisor.in_use.address
 
     @property
     def protocol(self) -> str:

@@ -40,6 +40,7 @@ from amqp_sansio import (
 from amqp_sansio.client import (
     DEFAULT_REFRESH_MARGIN,
     DEFAULT_URL,
+    ENDPOINT_ERRORS,
     AMQPError,
     ConnectionClosedError,
     ConnectionLostError,
@@ -54,6 +55,7 @@ from amqp_sansio.client import (
     connect_failed,
     connection_parameters,
     connection_telemetry,
+    endpoint_parameters,
     error_from,
     refresh_delay,
     report_closed_by_broker,
@@ -76,7 +78,12 @@ if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
     from amqp_sansio import Event, FieldTable
-    from amqp_sansio.client import AsyncCredentialsProvider, Credentials, RecoveryPolicy
+    from amqp_sansio.client import (
+        AsyncCredentialsProvider,
+        Credentials,
+        Endpoints,
+        RecoveryPolicy,
+    )
 
     from ._v0_10 import Connection010
 
@@ -160,6 +167,12 @@ class Connection(Recovering):
         the broker's reply, :class:`~amqp_sansio.client.ConnectionLostError`); None while
         open."""
         return self._router.error
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of the node the connection is on: the endpoint the first connect
+        reached, then the one each recovery reached (``params`` stay those it was made with)."""
+        return self._supervisor.in_use.address
 
     @property
     def protocol(self) -> str:
@@ -558,7 +571,7 @@ def connect(  # type: ignore[overload-overlap]
 
 @overload
 def connect(
-    url_or_params: str | ConnectionParameters = ...,
+    url_or_params: Endpoints = ...,
     *,
     ssl_context: ssl.SSLContext | None = ...,
     connection_name: str | None = ...,
@@ -572,7 +585,7 @@ def connect(
 
 
 def connect(
-    url_or_params: str | ConnectionParameters = DEFAULT_URL,
+    url_or_params: Endpoints = DEFAULT_URL,
     *,
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
@@ -591,8 +604,12 @@ def connect(
 
     *url_or_params* is an ``amqp://``/``amqps://`` URL (see
     :meth:`~amqp_sansio.client.ConnectionParameters.from_url`) or
-    :class:`~amqp_sansio.client.ConnectionParameters`. TLS is used for ``amqps`` or when
-    *ssl_context* is given (default context: :meth:`ConnectionParameters.ssl_context`).
+    :class:`~amqp_sansio.client.ConnectionParameters`, or a sequence of them: a cluster's
+    nodes, tried in turn (or shuffled: the policy's ``endpoint_order``) until one answers; a
+    node that is down, unreachable or too slow is skipped, a refused login is not. Recovery
+    walks them too, from the node after the lost one (see :doc:`/recovery`). TLS is used for
+    ``amqps`` or when *ssl_context* is given (default context:
+    :meth:`ConnectionParameters.ssl_context`).
     *connection_name* shows in the broker's management UI. *protocol* (``"0-9-1"``,
     ``"0-9"``, ``"0-8"`` or ``"auto"``) wins over the URL's ``protocol`` parameter; ``"auto"``
     tries 0-9-1 and reconnects with what the server answers (:doc:`/versions`).
@@ -627,6 +644,8 @@ def connect(
     ):
         if credentials is not None:
             raise ValueError("a credentials provider needs 0-9-1 (0-10 has no update-secret)")
+        if not isinstance(url_or_params, (str, ConnectionParameters)):
+            raise ValueError("several endpoints need 0-9-1: give 0-10 one URL")
         return connect_0_10(
             url_or_params,
             ssl_context=ssl_context,
@@ -648,7 +667,7 @@ def connect(
 
 @asynccontextmanager
 async def _connect(
-    url_or_params: str | ConnectionParameters,
+    url_or_params: Endpoints,
     ssl_context: ssl.SSLContext | None,
     connection_name: str | None,
     protocol: str | ProtocolVersion | None,
@@ -658,7 +677,8 @@ async def _connect(
     credentials: AsyncCredentialsProvider | None = None,
     refresh_margin: float = DEFAULT_REFRESH_MARGIN,
 ) -> AsyncIterator[Connection]:
-    fallback = ProtocolFallback(connection_parameters(url_or_params, connection_name, protocol))
+    order = "in_order" if recovery is None else recovery.endpoint_order
+    endpoints = endpoint_parameters(url_or_params, connection_name, protocol, order=order)
 
     async def reopen(again: ConnectionParameters) -> trio.abc.Stream:
         # A recovery attempt: the same way in, with its own deadline.
@@ -666,29 +686,42 @@ async def _connect(
             again, ssl_context, trio.current_time() + again.connection_timeout
         )
 
-    while True:
-        params = fallback.params
-        fresh = None if credentials is None else await credentials()
-        if fresh is not None:
-            params = attrs.evolve(params, password=fresh.password)
-        deadline = trio.current_time() + params.connection_timeout
-        stream = await _open_stream(params, ssl_context, deadline)
-        entered = False
-        try:
-            async with _session(
-                stream, params, deadline, tracer_provider, meter_provider, recovery, reopen
-            ) as conn:
-                entered = True
-                if credentials is not None:
-                    conn._credentials_provider = credentials
-                    conn._credentials = fresh
-                    assert conn._nursery is not None
-                    conn._nursery.start_soon(conn._refresh_credentials, refresh_margin)
-                yield conn
-            return
-        except ProtocolVersionRefused as exc:
-            if entered or not fallback.retry(exc):
-                raise
+    for number, endpoint in enumerate(endpoints, 1):
+        fallback = ProtocolFallback(endpoint)
+        while True:
+            params = fallback.params
+            fresh = None if credentials is None else await credentials()
+            if fresh is not None:
+                params = attrs.evolve(params, password=fresh.password)
+            deadline = trio.current_time() + params.connection_timeout
+            entered = False
+            try:
+                stream = await _open_stream(params, ssl_context, deadline)
+                async with _session(
+                    stream, params, deadline, tracer_provider, meter_provider, recovery, reopen
+                ) as conn:
+                    entered = True
+                    conn._supervisor.endpoints = endpoints
+                    if credentials is not None:
+                        conn._credentials_provider = credentials
+                        conn._credentials = fresh
+                        assert conn._nursery is not None
+                        conn._nursery.start_soon(conn._refresh_credentials, refresh_margin)
+                    yield conn
+                return
+            except ProtocolVersionRefused as exc:
+                if entered or not fallback.retry(exc):
+                    raise
+            except ENDPOINT_ERRORS as exc:
+                if entered or number == len(endpoints):
+                    raise
+                logger.warning(
+                    "could not connect to %s (%s): trying %s",
+                    params.address,
+                    exc,
+                    endpoints[number].address,
+                )
+                break
 
 
 async def _open_stream(

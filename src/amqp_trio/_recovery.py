@@ -225,6 +225,7 @@ class Recovering(RecoveryObservable["Router", "ChannelBook"]):
             self.params, policy, emit=self._emit, logger=logger
         )
         self._epoch = self._supervisor.epoch
+        self._supervisor.telemetry = self._telemetry
         #: While recovering: set when the connection is back (or recovery ended).
         self._recovered: trio.Event | None = None
         self._recovery_scope: trio.CancelScope | None = None
