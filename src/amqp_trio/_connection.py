@@ -66,7 +66,6 @@ from amqp_sansio.client import (
 
 from ._channel import Channel
 from ._recovery import Recovering
-from ._v0_10 import connect_0_10
 from ._waiter import Waiter
 from ._wire import Wire
 
@@ -646,6 +645,8 @@ def connect(
             raise ValueError("a credentials provider needs 0-9-1 (0-10 has no update-secret)")
         if not isinstance(url_or_params, (str, ConnectionParameters)):
             raise ValueError("several endpoints need 0-9-1: give 0-10 one URL")
+        from ._v0_10 import connect_0_10  # 0-10's tables load only when asked for
+
         return connect_0_10(
             url_or_params,
             ssl_context=ssl_context,
