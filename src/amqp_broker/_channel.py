@@ -25,7 +25,7 @@ from ._queues import EQUIVALENT_ARGS, Consumer, Entry, Queue, QueueInfo
 from ._routing import EXCHANGE_TYPES, Binding, Exchange
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Collection, Iterable
 
     from ._permissions import Permission
     from ._streams import StreamLog
@@ -119,7 +119,7 @@ class _Unacked:
 
 @final
 class _TxPublish:
-    __slots__ = ("body", "exchange", "mandatory", "properties", "routing_key")
+    __slots__ = ("body", "exchange", "mandatory", "properties", "routing_key", "skip")
 
     def __init__(
         self,
@@ -128,12 +128,14 @@ class _TxPublish:
         mandatory: bool,
         properties: BasicProperties,
         body: bytes | bytearray,
+        skip: Collection[int],
     ) -> None:
         self.exchange = exchange
         self.routing_key = routing_key
         self.mandatory = mandatory
         self.properties = properties
         self.body = body
+        self.skip = skip
 
 
 # A transactional acknowledgement: the deliveries, and None for an ack or the requeue flag
@@ -749,22 +751,38 @@ class ModelChannel:
         body: bytes | bytearray,
         *,
         mandatory: bool = False,
+        skip: Collection[int] = (),
     ) -> PublishOutcome | None:
-        """``basic.publish``; None inside a transaction (the outcome comes at commit)."""
-        if self.connection.permission is not None:
-            self.connection.check("write", "exchange", exchange)
+        """A publish from any protocol (0-8, 0-9, 0-9-1's ``basic.publish``, 0-10's
+        ``message.transfer``), checked in RabbitMQ 3.10's order (``rabbit_channel``): write
+        permission, the exchange's existence, internal exchanges, the ``user-id`` property,
+        the expiration; then routed (alternate exchanges, limits, ``reject-publish``) except
+        to the queues whose ids are in *skip* (0-10's no-local queues). None inside a
+        transaction (the outcome comes at commit)."""
+        connection = self.connection
+        if connection.permission is not None:
+            connection.check("write", "exchange", exchange)
         source = self.vhost.exchange(exchange)
         if source.internal:
             raise BrokerError(
                 403,
                 f"cannot publish to internal exchange '{exchange}' in vhost '{self.vhost.name}'",
             )
+        user_id = properties.user_id
+        if user_id is not None and user_id != connection.user:
+            raise BrokerError(
+                406,
+                f"user_id property set to '{user_id}' but authenticated user was "
+                f"'{connection.user}'",
+            )
         if properties.expiration is not None:
             parse_expiration(properties.expiration)
         if self.transactional:
-            self.tx_publishes.append(_TxPublish(exchange, routing_key, mandatory, properties, body))
+            self.tx_publishes.append(
+                _TxPublish(exchange, routing_key, mandatory, properties, body, skip)
+            )
             return None
-        return self._route(source, routing_key, properties, body)
+        return self._route(source, routing_key, properties, body, skip)
 
     def _route(
         self,
@@ -772,6 +790,7 @@ class ModelChannel:
         routing_key: str,
         properties: BasicProperties,
         body: bytes | bytearray,
+        skip: Collection[int] = (),
     ) -> PublishOutcome:
         if source.name == "" and routing_key.startswith(DIRECT_REPLY_TO + "."):
             return self._reply(routing_key, properties, body)
@@ -784,6 +803,8 @@ class ModelChannel:
                 source.name, routing_key, attrs.evolve(properties, reply_to=address), body
             )
         queues = self.vhost.route(source, routing_key, properties.headers)
+        if skip:
+            queues = [queue for queue in queues if id(queue) not in skip]
         rejected = False
         for queue in queues:
             if not self.vhost.enqueue(queue, message):
@@ -944,7 +965,9 @@ class ModelChannel:
             source = self.vhost.exchanges.get(publish.exchange)
             if source is None:
                 continue  # deleted since: RabbitMQ drops it as well
-            outcome = self._route(source, publish.routing_key, publish.properties, publish.body)
+            outcome = self._route(
+                source, publish.routing_key, publish.properties, publish.body, publish.skip
+            )
             if publish.mandatory and not outcome.routed:
                 returned.append(
                     (publish.exchange, publish.routing_key, publish.properties, publish.body)
