@@ -95,6 +95,7 @@ class Broker:
         if vhost is None:
             vhost = self.vhosts[name] = VirtualHost(name, self._clock, self.memory)
             vhost.max_connections = self.options.vhost_max_connections.get(name)
+            vhost.quorum_delivery_limit = self.options.quorum_delivery_limit
         return vhost
 
     def set_vhost_limits(self, vhost: str, *, max_connections: int | None) -> None:

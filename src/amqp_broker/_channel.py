@@ -21,7 +21,7 @@ from ._errors import BrokerError
 from ._fields import freeze, generated_name, same_value, show, show_arg, typed
 from ._message import Message, parse_expiration
 from ._permissions import check
-from ._queues import EQUIVALENT_ARGS, Consumer, Entry, Queue, QueueInfo
+from ._queues import EQUIVALENT_ARGS, QUEUE_TYPES, Consumer, Entry, Queue, QueueInfo
 from ._routing import EXCHANGE_TYPES, Binding, Exchange
 
 if TYPE_CHECKING:
@@ -441,9 +441,11 @@ class ModelChannel:
         generated = name == ""
         if generated:
             kind = typed(arguments.get("x-queue-type"))
-            if kind in ("quorum", "stream"):
+            queue_type = QUEUE_TYPES.get(kind) if isinstance(kind, str) else None
+            if queue_type is not None and queue_type.replicated:
                 raise BrokerError(
-                    406, f"Cannot declare a server-named queue for type rabbit_{kind}_queue"
+                    406,
+                    f"Cannot declare a server-named queue for type {queue_type.implementation}",
                 )
             name = generated_name("amq.gen-")
         elif name.startswith("amq."):
@@ -473,6 +475,7 @@ class ModelChannel:
             arguments=arguments,
             now=vhost.clock.now(),
             memory=vhost.memory,
+            default_delivery_limit=vhost.quorum_delivery_limit,
         )
         vhost.queues[name] = queue
         if queue.expires is not None:
@@ -610,6 +613,8 @@ class ModelChannel:
         log = queue.log
         if log is not None:
             offset = self._stream_start(queue, log, no_ack=no_ack, arguments=arguments)
+        elif self.global_prefetch and not queue.kind.global_qos:
+            raise BrokerError(540, f"{_resource(queue)} does not support global qos")
         consumer = Consumer(
             self,
             queue,
@@ -725,7 +730,7 @@ class ModelChannel:
             consumer.tag,
             tag,
             entry.redelivered,
-            entry.message,
+            queue.delivered(entry),
             entry.seq if stream else None,
         )
 
@@ -849,7 +854,7 @@ class ModelChannel:
         self.next_tag = tag + 1
         if not no_ack:
             self._outstanding(_Unacked(tag, queue, entry, None, self.vhost.clock.now()))
-        return GetResult(tag, entry.redelivered, entry.message, len(queue.ready))
+        return GetResult(tag, entry.redelivered, queue.delivered(entry, get=True), len(queue.ready))
 
     # --- acknowledgements ---------------------------------------------------------------------
 
@@ -923,7 +928,8 @@ class ModelChannel:
             if queue.deleted or queue.log is not None:
                 continue  # a stream keeps its messages: nothing goes back
             if requeue:
-                queue.requeue(entries)
+                for entry in queue.requeue(entries):  # over a quorum queue's delivery limit
+                    self.vhost.dead_letter(queue, entry.message, "delivery_limit")
                 if any(e.expires_at is not None for e in entries):
                     self.vhost.track_timed(queue)
             else:

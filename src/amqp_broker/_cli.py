@@ -68,6 +68,7 @@ memory_high_watermark = 0.4
 memory_high_watermark_bytes = false
 outbound_limit = 1048576
 consumer_timeout = 1800.0
+quorum_delivery_limit = false  # RabbitMQ 4.0's default is 20
 close_timeout = 5.0
 memory_check_interval = 0.25
 
@@ -141,6 +142,8 @@ _LIMIT_HELP: Final = {
     "outbound_limit": "octets of output a connection may have waiting before its consumers "
     "get nothing more",
     "consumer_timeout": "close a channel whose delivery waited this long for its ack (406)",
+    "quorum_delivery_limit": "dead-letter or drop a quorum queue's message returned more often "
+    "than this, unless x-delivery-limit says otherwise",
     "close_timeout": "how long to wait for close-ok after connection.close (and on shutdown), "
     "and for the client to close its socket after close-ok",
     "memory_check_interval": "seconds between two looks at the output buffers for the watermark",

@@ -21,13 +21,10 @@ import attrs
 
 from ._errors import BrokerError
 from ._fields import typed, wire_type
-from ._streams import (
-    DEFAULT_SEGMENT_SIZE,
-    MAX_SEGMENT_SIZE,
-    STREAM_ARGS,
-    StreamLog,
-    parse_max_age,
-)
+from ._queue_classic import CLASSIC
+from ._queue_quorum import DEAD_LETTER_STRATEGIES, QUORUM
+from ._queue_stream import STREAM
+from ._streams import DEFAULT_SEGMENT_SIZE, MAX_SEGMENT_SIZE, StreamLog, parse_max_age
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -36,11 +33,13 @@ if TYPE_CHECKING:
 
     from ._memory import MemoryMonitor
     from ._message import Message
+    from ._queue_type import QueueType
     from ._routing import BindingKey, Exchange
 
 __all__ = [
     "EQUIVALENT_ARGS",
     "MAX_PRIORITY",
+    "QUEUE_TYPES",
     "Consumer",
     "ConsumerChannel",
     "Entry",
@@ -52,7 +51,8 @@ __all__ = [
 ]
 
 _OVERFLOW_MODES: Final = frozenset(("drop-head", "reject-publish", "reject-publish-dlx"))
-_QUEUE_TYPES: Final = frozenset(("classic", "quorum", "stream"))
+#: Every queue type by its ``x-queue-type`` (one module each).
+QUEUE_TYPES: Final[dict[str, QueueType]] = {t.name: t for t in (CLASSIC, QUORUM, STREAM)}
 #: The highest ``x-max-priority`` RabbitMQ accepts.
 MAX_PRIORITY: Final = 255
 #: Queue arguments compared on redeclare, like RabbitMQ's equivalence check.
@@ -69,6 +69,8 @@ EQUIVALENT_ARGS: Final = (
     "x-single-active-consumer",
     "x-max-age",
     "x-stream-max-segment-size-bytes",
+    "x-delivery-limit",
+    "x-dead-letter-strategy",
 )
 
 
@@ -76,13 +78,15 @@ EQUIVALENT_ARGS: Final = (
 class Entry:
     """A message waiting in one queue (or delivered from it and not yet acknowledged)."""
 
-    __slots__ = ("expires_at", "message", "redelivered", "seq")
+    __slots__ = ("delivery_count", "expires_at", "message", "redelivered", "seq")
 
     def __init__(self, message: Message, seq: int, expires_at: float | None) -> None:
         self.message = message
         self.seq = seq
         self.expires_at = expires_at
         self.redelivered = False
+        #: How often it came back (quorum queues' ``x-delivery-count``).
+        self.delivery_count = 0
 
 
 def _by_seq(entry: Entry) -> int:
@@ -340,13 +344,16 @@ class Queue:
         "consumers",
         "dead_letter_exchange",
         "dead_letter_routing_key",
+        "dead_letter_strategy",
         "deleted",
+        "delivery_limit",
         "dispatching",
         "durable",
         "ever_consumed",
         "exclusive_owner",
         "expires",
         "idle_since",
+        "kind",
         "log",
         "max_length",
         "max_length_bytes",
@@ -374,6 +381,7 @@ class Queue:
         arguments: FieldTable,
         now: float,
         memory: MemoryMonitor,
+        default_delivery_limit: int | None = None,
     ) -> None:
         self.vhost_name = vhost_name
         self.name = name
@@ -398,12 +406,17 @@ class Queue:
         self.dead_letter_exchange: str | None = None
         self.dead_letter_routing_key: str | None = None
         self.single_active = False
+        #: Quorum queues: returns after which a message is dead-lettered (None: no limit),
+        #: from ``x-delivery-limit`` or else the broker's default.
+        self.delivery_limit = default_delivery_limit
+        self.dead_letter_strategy = "at-most-once"
         #: x-expires in milliseconds: the queue is deleted after being unused that long.
         self.expires: int | None = None
         #: When the queue was last used (declared, read with basic.get, or left by its last
         #: consumer), on the broker's clock.
         self.idle_since = now
-        #: ``classic``, ``quorum`` (behaves as classic) or ``stream``.
+        #: The queue type and its rules; :attr:`type` is its name.
+        self.kind = CLASSIC
         self.type = "classic"
         #: A stream queue's messages; None for the other types.
         self.log: StreamLog | None = None
@@ -419,17 +432,11 @@ class Queue:
         kind_value = typed(arguments.get("x-queue-type"))
         if kind_value is not None:
             kind = _str_arg(name, where, "x-queue-type", kind_value)
-            if kind not in _QUEUE_TYPES:
+            queue_type = QUEUE_TYPES.get(kind)
+            if queue_type is None:
                 raise invalid("x-queue-type", f"\"unsupported queue type '{kind}'\"")
-            self.type = kind
-        if self.type == "stream":
-            for key in arguments:
-                if key not in STREAM_ARGS:
-                    raise BrokerError(
-                        406,
-                        f"invalid arg '{key}' for {_where(name, where)} of queue type "
-                        "rabbit_stream_queue",
-                    )
+            self.kind, self.type = queue_type, kind
+        self.kind.check_arguments(arguments, _where(name, where))
         segment_size = DEFAULT_SEGMENT_SIZE
         max_age: int | None = None
         for key, raw in arguments.items():
@@ -475,9 +482,20 @@ class Queue:
                     raise invalid(key, "invalid_max_age")
             elif key == "x-stream-max-segment-size-bytes":
                 segment_size = _int_arg(name, where, key, value)
+            elif key == "x-delivery-limit":
+                # RabbitMQ 3.10 ignores a value that is not a non-negative integer
+                if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                    self.delivery_limit = value
+            elif key == "x-dead-letter-strategy":
+                strategy = _str_arg(name, where, key, value)
+                if strategy not in DEAD_LETTER_STRATEGIES:
+                    raise invalid(key, "invalid_dlx_strategy")
+                self.dead_letter_strategy = strategy
         if self.dead_letter_routing_key is not None and self.dead_letter_exchange is None:
             raise invalid("x-dead-letter-routing-key", "no_dead_letter_exchange")
-        if self.type in ("quorum", "stream"):
+        if not self.kind.counts_deliveries:
+            self.delivery_limit = None
+        if self.kind.replicated:
             flag = (
                 "auto-delete"
                 if self.auto_delete
@@ -541,15 +559,39 @@ class Queue:
             self.memory.release(message.held)
         return entry
 
-    def requeue(self, entries: list[Entry]) -> None:
-        """Put delivered messages back where they were, marked redelivered."""
+    def requeue(self, entries: list[Entry]) -> list[Entry]:
+        """Put delivered messages back where they were, marked redelivered; returns those
+        a quorum queue's delivery limit refuses (returned once more than it allows), which
+        are the caller's to dead-letter."""
         entries = sorted(entries, key=_by_seq)
+        over: list[Entry] = []
+        if self.kind.counts_deliveries:
+            limit = self.delivery_limit
+            for entry in entries:
+                entry.delivery_count += 1
+            if limit is not None:
+                over = [e for e in entries if e.delivery_count > limit]
+                entries = [e for e in entries if e.delivery_count <= limit]
         for entry in entries:
             entry.redelivered = True
             message = entry.message
             self.ready_bytes += message.size
             self.memory.hold(message.held)
-        self.ready.put_back(entries)
+        if entries:
+            self.ready.put_back(entries)
+        return over
+
+    def delivered(self, entry: Entry, *, get: bool = False) -> Message:
+        """The message as a delivery of *entry* shows it: from a quorum queue with the
+        ``x-delivery-count`` header, as RabbitMQ 3.10 sets it: on every ``basic.get``
+        (0 at first), on a consumer's delivery once the message came back at least once."""
+        message = entry.message
+        if not self.kind.counts_deliveries or not (get or entry.delivery_count):
+            return message
+        properties = message.properties
+        headers = dict(properties.headers or {})
+        headers["x-delivery-count"] = entry.delivery_count
+        return attrs.evolve(message, properties=attrs.evolve(properties, headers=headers))
 
     def drop_expired(self, now: float) -> list[Entry]:
         """Take the messages whose time is up at the head (of every priority)."""

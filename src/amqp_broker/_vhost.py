@@ -40,6 +40,8 @@ class VirtualHost:
         #: Open connections on this virtual host, and how many it admits (None: no limit).
         self.connections = 0
         self.max_connections: int | None = None
+        #: The delivery limit of quorum queues declared without ``x-delivery-limit``.
+        self.quorum_delivery_limit: int | None = None
         self.exchanges: dict[str, Exchange[Queue]] = {"": Exchange("", "direct", durable=True)}
         for exchange_name, kind in PREDECLARED:
             self.exchanges[exchange_name] = Exchange(exchange_name, kind, durable=True)
