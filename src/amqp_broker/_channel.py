@@ -18,7 +18,7 @@ import attrs
 from amqp_sansio import BasicProperties, FieldTable
 
 from ._errors import BrokerError
-from ._fields import freeze, generated_name, same_value, show, show_arg, typed
+from ._fields import freeze, generated_name, same_value, show, show_arg, typed, wire_type
 from ._message import Message, parse_expiration
 from ._permissions import check
 from ._queues import EQUIVALENT_ARGS, QUEUE_TYPES, Consumer, Entry, Queue, QueueInfo
@@ -605,12 +605,21 @@ class ModelChannel:
             consumer_tag = generated_name("amq.ctag-")
         if consumer_tag in self.consumers:
             raise BrokerError(530, f"attempt to reuse consumer tag '{consumer_tag}'")
+        log = queue.log
+        priority = arguments.get("x-priority")
+        if priority is not None and log is None:
+            priority = typed(priority)
+            if isinstance(priority, bool) or not isinstance(priority, int):
+                raise BrokerError(
+                    406,
+                    f"invalid arg 'x-priority' for {_resource(queue)}: "
+                    f'"expected integer, got {wire_type(arguments["x-priority"])}"',
+                )
         if queue.consumers and (exclusive or any(c.exclusive for c in queue.consumers)):
             raise BrokerError(
                 403, f"queue '{queue.name}' in vhost '{self.vhost.name}' in exclusive use"
             )
         offset = 0
-        log = queue.log
         if log is not None:
             offset = self._stream_start(queue, log, no_ack=no_ack, arguments=arguments)
         elif self.global_prefetch and not queue.kind.global_qos:
@@ -625,6 +634,8 @@ class ModelChannel:
             arguments=dict(arguments),
         )
         consumer.offset = offset
+        if isinstance(priority, int):
+            consumer.priority = priority
         self.consumers[consumer_tag] = consumer
         queue.consumers.append(consumer)
         queue.ever_consumed = True

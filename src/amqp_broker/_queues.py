@@ -261,6 +261,7 @@ class Consumer:
         "no_ack",
         "offset",
         "prefetch",
+        "priority",
         "queue",
         "tag",
         "unacked",
@@ -287,6 +288,8 @@ class Consumer:
         self.unacked = 0
         #: Stream queues: the next offset this consumer reads.
         self.offset = 0
+        #: ``x-priority``: consumers of a higher priority get messages while they have room.
+        self.priority = 0
 
     def can_take(self) -> bool:
         """Whether the consumer has room for one more delivery now."""

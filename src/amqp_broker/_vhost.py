@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, final
 from ._deadletter import dead_lettered, may_reach
 from ._errors import BrokerError
 from ._message import expiry
-from ._queues import Entry, Queue
+from ._queues import Consumer, Entry, Queue
 from ._routing import PREDECLARED, Exchange
 
 if TYPE_CHECKING:
@@ -302,6 +302,9 @@ class VirtualHost:
         if not consumers or not queue.ready:
             return
         now = self.clock.now()
+        if not queue.single_active and len(consumers) > 1 and any(c.priority for c in consumers):
+            self._dispatch_by_priority(queue, now)
+            return
         idle = 0
         while queue.ready and consumers and not queue.deleted:
             if queue.single_active:
@@ -322,6 +325,26 @@ class VirtualHost:
                 return
             entry = queue.pop(keep_held=not consumer.no_ack)
             consumer.channel.send(consumer, queue, entry, now)
+
+    def _dispatch_by_priority(self, queue: Queue, now: float) -> None:
+        """RabbitMQ's consumer priorities: each message goes to a consumer of the highest
+        priority that has room (prefetch, credit, a writable connection), round robin among
+        those of one priority; lower ones get messages only while every higher one is full."""
+        consumers = queue.consumers
+        while queue.ready and consumers and not queue.deleted:
+            chosen: Consumer | None = None
+            for consumer in consumers:
+                if (chosen is None or consumer.priority > chosen.priority) and consumer.can_take():
+                    chosen = consumer
+            if chosen is None:
+                return
+            consumers.remove(chosen)
+            consumers.append(chosen)  # behind the others of its priority
+            self.expire_head(queue, now)
+            if not queue.ready:
+                return
+            entry = queue.pop(keep_held=not chosen.no_ack)
+            chosen.channel.send(chosen, queue, entry, now)
 
     def _dispatch_stream(self, queue: Queue, log: StreamLog) -> None:
         """Every consumer of a stream reads on from its own offset while it has credit."""
