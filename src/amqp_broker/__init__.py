@@ -9,7 +9,8 @@ model and :class:`Session` turns one server-role core's events into model calls,
 testable without sockets; :func:`memory_pair` puts the model behind an
 ``amqp_sansio.testing.ConnectionPair``.
 :class:`BrokerOptions` holds the limits, timeouts and flow control (RabbitMQ's defaults), and
-:class:`User`/:class:`Permission` the users and what they may do. :func:`memory_server` is a
+:class:`User`/:class:`Permission` the users and what they may do, :class:`Policy` a
+``rabbitmqctl set_policy`` (:meth:`Broker.set_policy`). :func:`memory_server` is a
 server factory for ``amqp_sansio.testing`` (``MemoryConnection``, ``fault_sweep``).
 """
 
@@ -38,6 +39,7 @@ from ._inspect import (
 from ._message import Message
 from ._options import BrokerOptions
 from ._permissions import Permission, User
+from ._policies import Policy
 from ._queues import QueueInfo
 from ._routing import topic_matches
 from ._server import (
@@ -72,6 +74,7 @@ __all__ = [
     "ModelChannel",
     "ModelConnection",
     "Permission",
+    "Policy",
     "PublishOutcome",
     "QueueInfo",
     "QueueSnapshot",

@@ -478,6 +478,8 @@ class ModelChannel:
             default_delivery_limit=vhost.quorum_delivery_limit,
         )
         vhost.queues[name] = queue
+        if vhost.policies:
+            vhost.follow_policy(queue)
         if queue.expires is not None:
             vhost.track_expiring(queue)
         if owner is not None:

@@ -21,13 +21,14 @@ import attrs
 
 from ._errors import BrokerError
 from ._fields import typed, wire_type
+from ._policies import RESOLUTION
 from ._queue_classic import CLASSIC
 from ._queue_quorum import DEAD_LETTER_STRATEGIES, QUORUM
 from ._queue_stream import STREAM
 from ._streams import DEFAULT_SEGMENT_SIZE, MAX_SEGMENT_SIZE, StreamLog, parse_max_age
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable, Iterator, Mapping
 
     from amqp_sansio import FieldTable, FieldValue
 
@@ -331,6 +332,15 @@ def _str_arg(queue: str, vhost: str, name: str, value: FieldValue) -> str:
     return value
 
 
+#: The queue attribute of each policy-controlled setting.
+_ATTRIBUTES: Final = {key: key.replace("-", "_") for key in RESOLUTION}
+#: Their values when neither an argument nor a policy gives one.
+_DEFAULTS: Final[dict[str, object]] = {
+    "overflow": "drop-head",
+    "dead-letter-strategy": "at-most-once",
+}
+
+
 def _where(queue: str, vhost: str) -> str:
     return f"queue '{queue}' in vhost '{vhost}'"
 
@@ -341,6 +351,8 @@ class Queue:
     or, with ``x-queue-type: stream``, a stream (:attr:`log`)."""
 
     __slots__ = (
+        "_by_argument",
+        "_default_delivery_limit",
         "arguments",
         "auto_delete",
         "bindings_in",
@@ -365,6 +377,7 @@ class Queue:
         "message_ttl",
         "name",
         "overflow",
+        "policy",
         "ready",
         "ready_bytes",
         "redispatch",
@@ -423,7 +436,55 @@ class Queue:
         self.type = "classic"
         #: A stream queue's messages; None for the other types.
         self.log: StreamLog | None = None
+        self._default_delivery_limit = default_delivery_limit
         self.ready: FifoMessages | PriorityMessages = self._parse_arguments()
+        #: The name of the policy that applies (None: none); see :meth:`apply_policy`.
+        self.policy: str | None = None
+        #: The policy-controlled settings as the arguments alone give them (None: not given).
+        self._by_argument: dict[str, object] = {
+            key: getattr(self, _ATTRIBUTES[key]) if f"x-{key}" in arguments else None
+            for key in RESOLUTION
+        }
+        if not self._valid_delivery_limit():  # RabbitMQ 3.10 ignores another value
+            self._by_argument["delivery-limit"] = None
+
+    def _valid_delivery_limit(self) -> bool:
+        value = typed(self.arguments.get("x-delivery-limit"))
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    def apply_policy(self, name: str | None, definition: Mapping[str, object]) -> None:
+        """Follow the policy *name* (None: no policy) with *definition*: each setting is
+        the argument's or the policy's by RabbitMQ 3.10's rule (the lower of both for TTLs,
+        lengths, ``expires`` and the delivery limit; the argument for dead-lettering and
+        ``overflow``, except that a quorum queue's policy ``overflow`` wins). Streams keep
+        their arguments."""
+        if self.log is not None:
+            return
+        self.policy = name
+        quorum = self.kind.counts_deliveries
+        for key, resolution in RESOLUTION.items():
+            attribute = _ATTRIBUTES[key]
+            if key in ("delivery-limit", "dead-letter-strategy") and not quorum:
+                continue
+            argument = self._by_argument[key]
+            value = definition.get(key)
+            if argument is None:
+                chosen = value
+            elif value is None:
+                chosen = argument
+            elif resolution == "min":
+                assert isinstance(argument, int)
+                assert isinstance(value, int)
+                chosen = min(argument, value)
+            elif key == "overflow" and quorum:
+                chosen = value
+            else:
+                chosen = argument
+            if chosen is None:
+                chosen = _DEFAULTS.get(key)
+                if key == "delivery-limit":
+                    chosen = self._default_delivery_limit
+            setattr(self, attribute, chosen)
 
     def _parse_arguments(self) -> FifoMessages | PriorityMessages:
         """Read and check the arguments; returns the store for ready messages."""
@@ -534,7 +595,11 @@ class Queue:
         return len(self.ready) if log is None else len(log)
 
     def full(self) -> bool:
-        """Whether one more message would exceed ``x-max-length`` or ``x-max-length-bytes``."""
+        """Whether a ``reject-publish`` queue refuses the next message: one more would exceed
+        ``x-max-length`` or ``x-max-length-bytes``; a quorum queue refuses only once it is
+        over them (RabbitMQ 3.10's quorum queues take one message more)."""
+        if self.kind.counts_deliveries:
+            return self.over_limit()
         return (self.max_length is not None and len(self.ready) >= self.max_length) or (
             self.max_length_bytes is not None and self.ready_bytes >= self.max_length_bytes
         )

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, final
 from ._deadletter import dead_lettered, may_reach
 from ._errors import BrokerError
 from ._message import expiry
+from ._policies import matching
 from ._queues import Consumer, Entry, Queue
 from ._routing import PREDECLARED, Exchange
 
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from ._clock import ModelClock
     from ._memory import MemoryMonitor
     from ._message import Message
+    from ._policies import Policy
     from ._streams import StreamLog
 
 __all__ = ["VirtualHost"]
@@ -42,6 +44,8 @@ class VirtualHost:
         self.max_connections: int | None = None
         #: The delivery limit of quorum queues declared without ``x-delivery-limit``.
         self.quorum_delivery_limit: int | None = None
+        #: Policies by name (``rabbitmqctl set_policy``).
+        self.policies: dict[str, Policy] = {}
         self.exchanges: dict[str, Exchange[Queue]] = {"": Exchange("", "direct", durable=True)}
         for exchange_name, kind in PREDECLARED:
             self.exchanges[exchange_name] = Exchange(exchange_name, kind, durable=True)
@@ -53,6 +57,34 @@ class VirtualHost:
 
     def __repr__(self) -> str:
         return f"<VirtualHost {self.name!r}>"
+
+    # --- policies -----------------------------------------------------------------------------
+
+    def follow_policy(self, queue: Queue) -> None:
+        """Apply the policy that matches *queue* now (or none) and enforce what it changed:
+        a lower length limit drops (dead-letters) heads at once, ``expires`` starts counting;
+        message TTLs apply to messages enqueued from now on, as in RabbitMQ's classic queues."""
+        policy = matching(self.policies, queue.name, queue.type)
+        queue.apply_policy(
+            None if policy is None else policy.name, {} if policy is None else policy.definition
+        )
+        if queue.expires is not None:
+            self.track_expiring(queue)
+        while queue.overflow == "drop-head" and queue.over_limit():
+            dropped = queue.pop()
+            self.dead_letter(queue, dropped.message, "maxlen")
+
+    def set_policy(self, policy: Policy) -> None:
+        """Add or replace a policy; every queue follows the policies from now on."""
+        self.policies[policy.name] = policy
+        for queue in list(self.queues.values()):
+            self.follow_policy(queue)
+
+    def clear_policy(self, name: str) -> None:
+        """Remove the policy *name* (a missing one is a KeyError, as rabbitmqctl's error)."""
+        del self.policies[name]
+        for queue in list(self.queues.values()):
+            self.follow_policy(queue)
 
     def exchange(self, name: str) -> Exchange[Queue]:
         """The exchange *name*; 404 when there is none."""
@@ -255,7 +287,7 @@ class VirtualHost:
         queue.push(entry)
         if expires_at is not None:
             self.track_timed(queue)
-        while queue.over_limit():
+        while queue.overflow == "drop-head" and queue.over_limit():
             dropped = queue.pop()
             self.dead_letter(queue, dropped.message, "maxlen")
         self.dispatch(queue)

@@ -17,7 +17,7 @@ import amqp_blocking
 import amqp_broker
 from amqp_broker import BrokerOptions
 from amqp_sansio import BasicProperties, FieldTable, FieldValue
-from amqp_sansio.client import AMQPNotImplemented, ChannelClosedError
+from amqp_sansio.client import AMQPNotImplemented, ChannelClosedError, PublishNackedError
 
 #: One value of every queue argument RabbitMQ 3.10 knows (and one it does not), plus bad
 #: values of the two quorum arguments: label -> (argument, value).
@@ -207,6 +207,46 @@ def global_qos_consume(url: str) -> str:
     with amqp_blocking.connect(url) as conn:
         conn.channel().queue_delete(queue)
     return answer
+
+
+def reject_publish(url: str) -> dict[str, list[str]]:
+    """Confirms of four publishes to ``reject-publish`` queues of each type and limit."""
+    answers: dict[str, list[str]] = {}
+    with amqp_blocking.connect(url) as conn:
+        channel = conn.channel()
+        channel.confirm_select()
+        for kind in ("classic", "quorum"):
+            for limit in ({"x-max-length": 1}, {"x-max-length": 0}, {"x-max-length-bytes": 2}):
+                queue = _unique("reject")
+                channel.queue_declare(
+                    queue,
+                    durable=True,
+                    arguments={"x-queue-type": kind, "x-overflow": "reject-publish", **limit},
+                )
+                confirms = []
+                for n in range(4):
+                    try:
+                        channel.basic_publish(b"%d" % n, routing_key=queue)
+                        confirms.append("ack")
+                    except PublishNackedError:
+                        confirms.append("nack")
+                answers[f"{kind} {limit}"] = confirms
+                channel.queue_delete(queue)
+    return answers
+
+
+def test_reject_publish_by_queue_type_as_rabbitmq(rabbitmq_url: str, embedded_url: str) -> None:
+    # a quorum queue refuses only once it is over its limit: it takes one message more
+    expected = {
+        "classic {'x-max-length': 1}": ["ack", "nack", "nack", "nack"],
+        "classic {'x-max-length': 0}": ["nack", "nack", "nack", "nack"],
+        "classic {'x-max-length-bytes': 2}": ["ack", "ack", "nack", "nack"],
+        "quorum {'x-max-length': 1}": ["ack", "ack", "nack", "nack"],
+        "quorum {'x-max-length': 0}": ["ack", "nack", "nack", "nack"],
+        "quorum {'x-max-length-bytes': 2}": ["ack", "ack", "ack", "nack"],
+    }
+    assert reject_publish(rabbitmq_url) == expected
+    assert reject_publish(embedded_url) == expected
 
 
 EMBEDDED_ARGUMENTS: Final = {
