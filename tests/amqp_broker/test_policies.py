@@ -13,6 +13,8 @@ The private node costs about 15 s of CPU to start and a second per ``rabbitmqctl
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 from typing import TYPE_CHECKING, Final
 
 import pytest
@@ -20,12 +22,15 @@ import pytest
 import amqp_blocking
 import amqp_broker
 from amqp_broker import Policy
+from amqp_broker._cli import parse_args
 from amqp_sansio.client import PublishNackedError
+from tests.tools.support import TIMEOUT, script
 
 from ..support.rabbitmq_node import rabbitmq_node
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
+    from pathlib import Path
 
     from amqp_sansio import FieldValue
 
@@ -290,3 +295,93 @@ def test_bad_policies_are_refused(kwargs: dict[str, object], error: str) -> None
     arguments: dict[str, object] = {"name": "p", "pattern": ".*", **kwargs}
     with pytest.raises(ValueError, match=error.replace("(", r"\(")):
         Policy(**arguments)  # type: ignore[arg-type]
+
+
+def test_policies_from_the_config_file_and_the_command_line(tmp_path: Path) -> None:
+    path = tmp_path / "broker.toml"
+    path.write_text(
+        'vhosts = ["jobs"]\n'
+        "[[policies]]\n"
+        'name = "cap"\nvhost = "jobs"\npattern = "^q"\npriority = 3\napply_to = "queues"\n'
+        'definition = { max-length = 10, overflow = "reject-publish" }\n',
+        encoding="utf-8",
+    )
+    args = parse_args(["--config", str(path), "--policy", "/", "ttl", "^t", '{"message-ttl": 5}'])
+    assert args.policy == [
+        (
+            "jobs",
+            Policy(
+                "cap",
+                "^q",
+                {"max-length": 10, "overflow": "reject-publish"},
+                priority=3,
+                apply_to="queues",
+            ),
+        ),
+        ("/", Policy("ttl", "^t", {"message-ttl": 5})),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("config", "args", "message"),
+    [
+        ("", ["--policy", "/", "p", ".*", "{"], "--policy p: the definition is not JSON"),
+        ("", ["--policy", "/", "p", ".*", '{"ttl": 1}'], "'ttl': not recognised policy settings"),
+        ("", ["--policy", "other", "p", ".*", "{}"], "policy 'p' names vhost 'other', which no"),
+        ("[[policies]]\nname = 'p'", [], "policies entry 1 needs 'pattern'"),
+        (
+            "[[policies]]\nname = 'p'\npattern = '.*'\ndefinition = { max-length = -1 }",
+            [],
+            "policies entry 1: max-length: -1 is not a valid maximum length",
+        ),
+    ],
+)
+def test_bad_policies_in_the_configuration(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    config: str,
+    args: list[str],
+    message: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "broker.toml").write_text(config, encoding="utf-8")
+    with pytest.raises(SystemExit) as exited:
+        amqp_broker.main(["--config", "broker.toml", *args])
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_command_applies_its_policies(tmp_path: Path) -> None:
+    process = subprocess.Popen(
+        [
+            script("amqp-broker"),
+            "--port",
+            "0",
+            "--policy",
+            "/",
+            "one",
+            "^one-",
+            '{"max-length": 1}',
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()
+        assert line.startswith("amqp_broker listening on 127.0.0.1:"), line
+        port = int(line.rsplit(":", 1)[1])
+        with amqp_blocking.connect(f"amqp://guest:guest@127.0.0.1:{port}/") as conn:
+            channel = conn.channel()
+            channel.confirm_select()
+            channel.queue_declare("one-q")
+            for n in range(3):
+                channel.basic_publish(b"%d" % n, routing_key="one-q")
+            assert channel.queue_declare("one-q", passive=True).message_count == 1
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=TIMEOUT)
+        assert process.stderr is not None
+        process.stderr.close()
