@@ -43,6 +43,11 @@ __all__ = [
     "TxReturn",
 ]
 
+#: The arguments a stream consumer may give: RabbitMQ 3.10's, and 3.13's filtering.
+_STREAM_CONSUMER_ARGS: Final = frozenset(
+    ("x-stream-offset", "x-credit", "x-stream-filter", "x-stream-match-unfiltered")
+)
+
 #: The pseudo-queue of direct reply-to.
 DIRECT_REPLY_TO: Final = "amq.rabbitmq.reply-to"
 
@@ -636,6 +641,8 @@ class ModelChannel:
             arguments=dict(arguments),
         )
         consumer.offset = offset
+        if log is not None:
+            self._stream_filter(consumer, arguments)
         if isinstance(priority, int):
             consumer.priority = priority
         self.consumers[consumer_tag] = consumer
@@ -649,7 +656,7 @@ class ModelChannel:
         """RabbitMQ 3.10's checks on a stream consumer, in its order; where it starts."""
         where = _resource(queue)
         for key in arguments:
-            if key not in ("x-stream-offset", "x-credit"):
+            if key not in _STREAM_CONSUMER_ARGS:
                 raise BrokerError(
                     406, f"invalid arg '{key}' for {where} of queue type rabbit_stream_queue"
                 )
@@ -665,6 +672,23 @@ class ModelChannel:
         if self.global_prefetch:
             raise BrokerError(540, f"{where} does not support global qos")
         return start
+
+    @staticmethod
+    def _stream_filter(consumer: Consumer, arguments: FieldTable) -> None:
+        """RabbitMQ 3.13's ``filter_spec``: ``x-stream-filter`` a string or an array (its
+        strings count, other elements are ignored); any other value means no filtering;
+        ``x-stream-match-unfiltered`` a bool, false unless given."""
+        raw = arguments.get("x-stream-filter")
+        if isinstance(raw, str):
+            wanted: frozenset[str] | None = frozenset((raw,))
+        elif isinstance(raw, list):
+            wanted = frozenset(v for v in raw if isinstance(v, str))
+        else:
+            wanted = None
+        if wanted is None:
+            return
+        consumer.stream_filter = wanted
+        consumer.match_unfiltered = arguments.get("x-stream-match-unfiltered") is True
 
     def _consume_reply_to(self, consumer_tag: str, *, no_ack: bool) -> str:
         if not no_ack:

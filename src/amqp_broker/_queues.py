@@ -259,11 +259,13 @@ class Consumer:
         "arguments",
         "channel",
         "exclusive",
+        "match_unfiltered",
         "no_ack",
         "offset",
         "prefetch",
         "priority",
         "queue",
+        "stream_filter",
         "tag",
         "unacked",
     )
@@ -291,6 +293,22 @@ class Consumer:
         self.offset = 0
         #: ``x-priority``: consumers of a higher priority get messages while they have room.
         self.priority = 0
+        #: Stream filtering (RabbitMQ 3.13): the ``x-stream-filter`` values (None: no
+        #: filtering), and whether messages without ``x-stream-filter-value`` match.
+        self.stream_filter: frozenset[str] | None = None
+        self.match_unfiltered = False
+
+    def wants(self, message: Message) -> bool:
+        """Whether a stream consumer's filter lets *message* through (its
+        ``x-stream-filter-value``, a string, is one of the filter's; or it has none and
+        ``x-stream-match-unfiltered`` is set)."""
+        wanted = self.stream_filter
+        if wanted is None:
+            return True
+        value = (message.properties.headers or {}).get("x-stream-filter-value")
+        if isinstance(value, str):
+            return value in wanted
+        return self.match_unfiltered
 
     def can_take(self) -> bool:
         """Whether the consumer has room for one more delivery now."""
@@ -546,6 +564,10 @@ class Queue:
                     raise invalid(key, "invalid_max_age")
             elif key == "x-stream-max-segment-size-bytes":
                 segment_size = _int_arg(name, where, key, value)
+            elif key == "x-stream-filter-size-bytes" and self.type == "stream":
+                # RabbitMQ 3.13's check_filter_size (its text has the two spaces)
+                if isinstance(value, int) and not 16 <= value <= 255:
+                    raise BrokerError(406, "Invalid value for  x-stream-filter-size-bytes")
             elif key == "x-delivery-limit":
                 # RabbitMQ 3.10 ignores a value that is not a non-negative integer
                 if isinstance(value, int) and not isinstance(value, bool) and value >= 0:

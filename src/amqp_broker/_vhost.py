@@ -386,5 +386,7 @@ class VirtualHost:
                 offset = max(consumer.offset, log.first_offset)
                 consumer.offset = offset + 1
                 message = log.read(offset)
-                if message is not None:  # None: the record that starts a segment
+                # None: the record that starts a segment; a filtered consumer skips what its
+                # filter refuses (each chunk here is one message: the chunk filter is exact)
+                if message is not None and consumer.wants(message):
                     consumer.channel.send(consumer, queue, Entry(message, offset, None), now)
