@@ -34,7 +34,10 @@ from ._inspect import (
     BrokerSnapshot,
     ConnectionSnapshot,
     ExchangeSnapshot,
+    MessageSnapshot,
     QueueSnapshot,
+    peek,
+    purge,
 )
 from ._message import Message
 from ._options import BrokerOptions
@@ -44,6 +47,7 @@ from ._queues import QueueInfo
 from ._routing import topic_matches
 from ._server import (
     BrokerThread,
+    close_connection,
     inspect,
     make_broker,
     run_in_thread,
@@ -71,6 +75,7 @@ __all__ = [
     "MemoryServerSide",
     "MemoryServerSide010",
     "Message",
+    "MessageSnapshot",
     "ModelChannel",
     "ModelConnection",
     "Permission",
@@ -81,6 +86,7 @@ __all__ = [
     "Session",
     "SessionTransport",
     "User",
+    "close_connection",
     "handle_0_10",
     "inspect",
     "load_config",
@@ -89,6 +95,8 @@ __all__ = [
     "memory_pair",
     "memory_server",
     "memory_server_0_10",
+    "peek",
+    "purge",
     "run_in_thread",
     "running",
     "serve",
