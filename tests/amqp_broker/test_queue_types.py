@@ -249,6 +249,55 @@ def test_reject_publish_by_queue_type_as_rabbitmq(rabbitmq_url: str, embedded_ur
     assert reject_publish(embedded_url) == expected
 
 
+def redeclares(url: str) -> list[str]:
+    """The answers to redeclaring a quorum queue with other quorum arguments."""
+    answers = []
+    cases: list[tuple[FieldTable, FieldTable]] = [
+        ({"x-delivery-limit": 3}, {"x-delivery-limit": 4}),
+        ({"x-dead-letter-strategy": "at-most-once"}, {"x-dead-letter-strategy": "at-least-once"}),
+        ({"x-delivery-limit": 3}, {}),
+    ]
+    with amqp_blocking.connect(url) as conn:
+        for first, second in cases:
+            queue = _unique("redeclared")
+            channel = conn.channel()
+            channel.queue_declare(
+                queue, durable=True, arguments={"x-queue-type": "quorum", **first}
+            )
+            try:
+                channel.queue_declare(
+                    queue, durable=True, arguments={"x-queue-type": "quorum", **second}
+                )
+                answers.append("ok")
+            except ChannelClosedError as exc:
+                answers.append(f"{exc.reply_code} {exc.reply_text}".replace(queue, "Q"))
+                channel = conn.channel()
+            channel.queue_delete(queue)
+    return answers
+
+
+def test_quorum_arguments_are_compared_on_redeclare_as_rabbitmq(
+    rabbitmq_url: str, embedded_url: str
+) -> None:
+    where = "for queue 'Q' in vhost '/'"
+    expected = [
+        (
+            f"406 PRECONDITION_FAILED - inequivalent arg 'x-delivery-limit' {where}: received '4' "
+            "but current is '3'"
+        ),
+        (
+            f"406 PRECONDITION_FAILED - inequivalent arg 'x-dead-letter-strategy' {where}: "
+            "received 'at-least-once' but current is 'at-most-once'"
+        ),
+        (
+            f"406 PRECONDITION_FAILED - inequivalent arg 'x-delivery-limit' {where}: received none "
+            "but current is the value '3' of type 'byte'"
+        ),
+    ]
+    assert redeclares(rabbitmq_url) == expected
+    assert redeclares(embedded_url) == expected
+
+
 EMBEDDED_ARGUMENTS: Final = {
     "classic x-foo": "ok",
     "classic x-delivery-limit": "406 PRECONDITION_FAILED - invalid arg 'x-delivery-limit' for "
