@@ -767,7 +767,7 @@ class ModelChannel:
             consumer.tag,
             tag,
             entry.redelivered,
-            queue.delivered(entry),
+            queue.delivered(entry) if queue.kind.counts_deliveries else entry.message,
             entry.seq if stream else None,
         )
 

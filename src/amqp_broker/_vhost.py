@@ -270,9 +270,9 @@ class VirtualHost:
             self._append(queue, log, message)
             return True
         now = self.clock.now()
-        if queue.full() and queue.overflow != "drop-head":
+        if queue.overflow != "drop-head" and queue.full():
             self.expire_head(queue, now)
-        if queue.full() and queue.overflow != "drop-head":
+        if queue.overflow != "drop-head" and queue.full():
             if queue.overflow == "reject-publish-dlx":
                 self.dead_letter(queue, message, "maxlen")
             return False
