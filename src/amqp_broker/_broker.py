@@ -119,7 +119,8 @@ class Broker:
         DEFINITION``: queues whose names match *pattern* (searched, not anchored) follow
         *definition* (``message-ttl``, ``expires``, ``max-length``, ``max-length-bytes``,
         ``overflow``, ``dead-letter-exchange``, ``dead-letter-routing-key``, ``delivery-limit``,
-        ``dead-letter-strategy``, ``queue-leader-locator``), existing ones at once; of several
+        ``dead-letter-strategy``, ``queue-leader-locator``; exchanges: ``alternate-exchange``),
+        existing ones at once; of several
         matching policies the one of the highest priority applies. A queue's own argument
         wins or the lower value wins as in RabbitMQ 3.10 (see :doc:`/broker`).
 

@@ -359,7 +359,7 @@ class ModelChannel:
         if isinstance(alternate, str):
             self.connection.check("read", "exchange", name)
             self.connection.check("write", "exchange", alternate)
-        vhost.exchanges[name] = Exchange(
+        exchange = vhost.exchanges[name] = Exchange(
             name,
             type_,
             durable=durable,
@@ -367,6 +367,8 @@ class ModelChannel:
             internal=internal,
             arguments=arguments,
         )
+        if vhost.policies:
+            vhost.follow_exchange_policy(exchange)
 
     def exchange_delete(self, name: str, *, if_unused: bool = False) -> None:
         """``exchange.delete``: deleting a missing exchange succeeds, like RabbitMQ 3.10."""

@@ -245,7 +245,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         metavar=("VHOST", "NAME", "PATTERN", "DEFINITION"),
         help="as rabbitmqctl set_policy -p VHOST NAME PATTERN DEFINITION (a JSON object: "
         "message-ttl, expires, max-length, max-length-bytes, overflow, dead-letter-exchange, "
-        "dead-letter-routing-key, delivery-limit, dead-letter-strategy); priority 0, apply-to "
+        "dead-letter-routing-key, delivery-limit, dead-letter-strategy, alternate-exchange); "
+        "priority 0, apply-to "
         "all (the TOML file's [[policies]] has both; repeatable)",
     )
     parser.add_argument(

@@ -1,7 +1,8 @@
-"""Policies, as ``rabbitmqctl set_policy``: a name, a regular expression over queue names, what
-it applies to, a priority and a definition (``{"max-length": 10, "dead-letter-exchange":
-"dlx"}``). A queue follows the one matching policy of the highest priority; where the queue
-also has the argument, RabbitMQ 3.10's rule says which wins (:data:`RESOLUTION`).
+"""Policies, as ``rabbitmqctl set_policy``: a name, a regular expression over queue (and
+exchange) names, what it applies to, a priority and a definition (``{"max-length": 10,
+"dead-letter-exchange": "dlx"}``). A queue or exchange follows the one matching policy of the
+highest priority; where the queue also has the argument, RabbitMQ 3.10's rule says which wins
+(:data:`RESOLUTION`; an exchange's own ``alternate-exchange`` wins over its policy's).
 
 Only the settings the broker implements are accepted (:data:`POLICY_KEYS`); anything else is
 refused as ``rabbitmqctl`` refuses an unknown setting.
@@ -17,7 +18,7 @@ import attrs
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-__all__ = ["APPLY_TO", "POLICY_KEYS", "RESOLUTION", "Policy", "matching"]
+__all__ = ["APPLY_TO", "POLICY_KEYS", "RESOLUTION", "Policy", "matching", "matching_exchange"]
 
 
 #: What a policy may apply to: RabbitMQ 3.10's three, and 3.13's queue types.
@@ -78,6 +79,7 @@ POLICY_KEYS: Final[dict[str, Callable[[object], str | None]]] = {
     "delivery-limit": _non_negative("delivery limit"),
     "dead-letter-strategy": _one_of("dead-letter strategy", _STRATEGIES),
     "queue-leader-locator": _one_of("queue leader locator", _LOCATORS),
+    "alternate-exchange": _text("alternate exchange"),
 }
 
 #: How a queue's argument and its policy's value combine, as RabbitMQ 3.10's
@@ -158,6 +160,19 @@ class Policy:
             if queue_type != wanted:
                 return False
         return self._regex.search(name) is not None
+
+    def applies_to_exchange(self, name: str) -> bool:
+        """Whether this policy would apply to the exchange *name*."""
+        return self.apply_to in ("all", "exchanges") and self._regex.search(name) is not None
+
+
+def matching_exchange(policies: Mapping[str, Policy], name: str) -> Policy | None:
+    """The policy that applies to the exchange *name* (as :func:`matching` for queues)."""
+    found: Policy | None = None
+    for policy in sorted(policies.values(), key=lambda p: p.name):
+        if policy.applies_to_exchange(name) and (found is None or policy.priority > found.priority):
+            found = policy
+    return found
 
 
 def matching(policies: Mapping[str, Policy], name: str, queue_type: str) -> Policy | None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, final
 from ._deadletter import dead_lettered, may_reach
 from ._errors import BrokerError
 from ._message import expiry
-from ._policies import matching
+from ._policies import matching, matching_exchange
 from ._queues import Consumer, Entry, Queue
 from ._routing import PREDECLARED, Exchange
 
@@ -74,17 +74,30 @@ class VirtualHost:
             dropped = queue.pop()
             self.dead_letter(queue, dropped.message, "maxlen")
 
+    def follow_exchange_policy(self, exchange: Exchange[Queue]) -> None:
+        """Apply the policy that matches *exchange* now (its ``alternate-exchange``)."""
+        if exchange.name == "":
+            return
+        policy = matching_exchange(self.policies, exchange.name)
+        alternate = None if policy is None else policy.definition.get("alternate-exchange")
+        exchange.policy_alternate = alternate if isinstance(alternate, str) else None
+
     def set_policy(self, policy: Policy) -> None:
-        """Add or replace a policy; every queue follows the policies from now on."""
+        """Add or replace a policy; every queue and exchange follows the policies from now
+        on."""
         self.policies[policy.name] = policy
-        for queue in list(self.queues.values()):
-            self.follow_policy(queue)
+        self._follow_policies()
 
     def clear_policy(self, name: str) -> None:
         """Remove the policy *name* (a missing one is a KeyError, as rabbitmqctl's error)."""
         del self.policies[name]
+        self._follow_policies()
+
+    def _follow_policies(self) -> None:
         for queue in list(self.queues.values()):
             self.follow_policy(queue)
+        for exchange in self.exchanges.values():
+            self.follow_exchange_policy(exchange)
 
     def exchange(self, name: str) -> Exchange[Queue]:
         """The exchange *name*; 404 when there is none."""
@@ -127,7 +140,10 @@ class VirtualHost:
                 else:
                     found.setdefault(id(destination), destination)
             if not matched:
+                # the exchange's own argument wins over its policy's, as in RabbitMQ
                 alternate = current.arguments.get("alternate-exchange")
+                if not isinstance(alternate, str):
+                    alternate = current.policy_alternate
                 if isinstance(alternate, str) and alternate in self.exchanges:
                     stack.append(self.exchanges[alternate])
         return list(found.values())

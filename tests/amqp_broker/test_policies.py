@@ -5,7 +5,8 @@ compared: max-length by policy and the lower of policy and argument; the argumen
 dead-letter exchange over the policy's; message TTL and dead-lettering by policy; a quorum
 queue's delivery limit by policy; ``overflow`` (a classic queue's argument wins, a quorum
 queue's policy); the highest priority of two matching policies; an exchanges-only policy
-leaving queues alone. The embedded broker's answers are pinned on their own too, and the
+leaving queues alone; an alternate exchange by policy, and the exchange's own argument over
+it. The embedded broker's answers are pinned on their own too, and the
 Python API's checks, ``clear_policy`` and the TOML/CLI forms are tested on it alone.
 
 The private node costs about 15 s of CPU to start and a second per ``rabbitmqctl`` call."""
@@ -43,6 +44,7 @@ POLICIES: Final[dict[str, tuple[str, dict[str, object], int, str]]] = {
     "low": ("^prio-", {"max-length": 5}, 0, "all"),
     "high": ("^prio-", {"max-length": 1}, 7, "all"),
     "exchanges-only": ("^exq-", {"max-length": 1}, 0, "exchanges"),
+    "ae": ("^aex-", {"alternate-exchange": "alt-p"}, 0, "exchanges"),
     "canary": ("^canary$", {"max-length": 1}, 0, "queues"),
 }
 
@@ -160,6 +162,23 @@ def scenarios(
             seen[queue] = _bodies(channel, queue)
             channel.queue_delete(queue)
 
+        # an alternate exchange by policy; an exchange's own argument wins
+        for alternate in ("alt-p", "alt-a"):
+            channel.exchange_declare(alternate, "fanout")
+            channel.queue_declare(f"{alternate}-q")
+            channel.queue_bind(f"{alternate}-q", alternate)
+        channel.exchange_declare("aex-plain", "direct")
+        channel.exchange_declare("aex-arg", "direct", arguments={"alternate-exchange": "alt-a"})
+        caught = []
+        for source in ("aex-plain", "aex-arg"):
+            channel.basic_publish(source.encode(), exchange=source, routing_key="nowhere")
+            caught.append((_drain(channel, "alt-p-q"), _drain(channel, "alt-a-q")))
+        seen["ae"] = caught
+        for name in ("aex-plain", "aex-arg", "alt-p", "alt-a"):
+            channel.exchange_delete(name)
+        for name in ("alt-p-q", "alt-a-q"):
+            channel.queue_delete(name)
+
         for label, arguments in (("none", {}), ("arg3", {"x-delivery-limit": 3})):
             queue = f"limit-{label}"
             declare(queue, "quorum", arguments)
@@ -210,6 +229,7 @@ EXPECTED: Final[dict[str, object]] = {
     # lower, 1, applies too
     "limit-none": [b"m1", b"m1", b"m2"],
     "limit-arg3": [b"m1", b"m1", b"m2"],
+    "ae": [([b"aex-plain"], []), ([], [b"aex-arg"])],
 }
 
 
