@@ -23,7 +23,7 @@ from ._errors import BrokerError
 from ._memory import MemoryMonitor
 from ._options import BrokerOptions
 from ._permissions import UserRegistry
-from ._policies import Policy
+from ._policies import OPERATOR_POLICY_KEYS, Policy
 from ._vhost import VirtualHost
 
 if TYPE_CHECKING:
@@ -141,6 +141,44 @@ class Broker:
     def list_policies(self, vhost: str = "/") -> list[Policy]:
         """Like ``rabbitmqctl list_policies -p VHOST``: the policies, by name."""
         return sorted(self.vhosts[vhost].policies.values(), key=lambda p: p.name)
+
+    def set_operator_policy(
+        self,
+        name: str,
+        pattern: str,
+        definition: Mapping[str, object],
+        *,
+        vhost: str = "/",
+        priority: int = 0,
+    ) -> Policy:
+        """Like ``rabbitmqctl set_operator_policy``: caps for the queues it matches
+        (``expires``, ``message-ttl``, ``max-length``, ``max-length-bytes``,
+        ``delivery-limit``): the lower of the operator policy's value and what the queue's
+        arguments and policy give wins, as in RabbitMQ.
+
+        :raises ValueError: a setting operator policies may not hold, or a bad value.
+        :raises KeyError: there is no virtual host *vhost*.
+        """
+        refused = sorted(set(definition) - OPERATOR_POLICY_KEYS)
+        if refused:
+            raise ValueError(
+                f"{', '.join(map(repr, refused))}: not allowed in operator policies (only "
+                f"{', '.join(sorted(OPERATOR_POLICY_KEYS))})"
+            )
+        policy = Policy(name, pattern, definition, priority=priority, apply_to="queues")
+        self.vhosts[vhost].set_operator_policy(policy)
+        return policy
+
+    def clear_operator_policy(self, name: str, *, vhost: str = "/") -> None:
+        """Like ``rabbitmqctl clear_operator_policy``.
+
+        :raises KeyError: no such operator policy (or virtual host).
+        """
+        self.vhosts[vhost].clear_operator_policy(name)
+
+    def list_operator_policies(self, vhost: str = "/") -> list[Policy]:
+        """Like ``rabbitmqctl list_operator_policies``: by name."""
+        return sorted(self.vhosts[vhost].operator_policies.values(), key=lambda p: p.name)
 
     def add_user(self, name: str, password: str) -> None:
         """Add (or replace) a user allowed everything everywhere until

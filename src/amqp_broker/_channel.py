@@ -485,7 +485,7 @@ class ModelChannel:
             default_delivery_limit=vhost.quorum_delivery_limit,
         )
         vhost.queues[name] = queue
-        if vhost.policies:
+        if vhost.policies or vhost.operator_policies:
             vhost.follow_policy(queue)
         if queue.expires is not None:
             vhost.track_expiring(queue)

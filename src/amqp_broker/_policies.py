@@ -18,7 +18,15 @@ import attrs
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-__all__ = ["APPLY_TO", "POLICY_KEYS", "RESOLUTION", "Policy", "matching", "matching_exchange"]
+__all__ = [
+    "APPLY_TO",
+    "OPERATOR_POLICY_KEYS",
+    "POLICY_KEYS",
+    "RESOLUTION",
+    "Policy",
+    "matching",
+    "matching_exchange",
+]
 
 
 #: What a policy may apply to: RabbitMQ 3.10's three, and 3.13's queue types.
@@ -81,6 +89,12 @@ POLICY_KEYS: Final[dict[str, Callable[[object], str | None]]] = {
     "queue-leader-locator": _one_of("queue leader locator", _LOCATORS),
     "alternate-exchange": _text("alternate exchange"),
 }
+
+#: What an operator policy may hold (RabbitMQ 3.10's operator policy validator, less the
+#: in-memory limits, which mean nothing here): caps, the lower value winning.
+OPERATOR_POLICY_KEYS: Final = frozenset(
+    ("expires", "message-ttl", "max-length", "max-length-bytes", "delivery-limit")
+)
 
 #: How a queue's argument and its policy's value combine, as RabbitMQ 3.10's
 #: ``args_policy_lookup``: ``min`` the lower, ``argument`` the argument when given. (Quorum

@@ -470,12 +470,18 @@ class Queue:
         value = typed(self.arguments.get("x-delivery-limit"))
         return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
-    def apply_policy(self, name: str | None, definition: Mapping[str, object]) -> None:
+    def apply_policy(
+        self,
+        name: str | None,
+        definition: Mapping[str, object],
+        operator: Mapping[str, object] | None = None,
+    ) -> None:
         """Follow the policy *name* (None: no policy) with *definition*: each setting is
         the argument's or the policy's by RabbitMQ 3.10's rule (the lower of both for TTLs,
         lengths, ``expires`` and the delivery limit; the argument for dead-lettering and
-        ``overflow``, except that a quorum queue's policy ``overflow`` wins). Streams keep
-        their arguments."""
+        ``overflow``, except that a quorum queue's policy ``overflow`` wins); then an
+        *operator* policy's values cap the result (the lower wins). Streams keep their
+        arguments."""
         if self.log is not None:
             return
         self.policy = name
@@ -502,6 +508,9 @@ class Queue:
                 chosen = _DEFAULTS.get(key)
                 if key == "delivery-limit":
                     chosen = self._default_delivery_limit
+            cap = None if operator is None else operator.get(key)
+            if isinstance(cap, int):
+                chosen = cap if not isinstance(chosen, int) else min(chosen, cap)
             setattr(self, attribute, chosen)
 
     def _parse_arguments(self) -> FifoMessages | PriorityMessages:

@@ -44,8 +44,10 @@ class VirtualHost:
         self.max_connections: int | None = None
         #: The delivery limit of quorum queues declared without ``x-delivery-limit``.
         self.quorum_delivery_limit: int | None = None
-        #: Policies by name (``rabbitmqctl set_policy``).
+        #: Policies by name (``rabbitmqctl set_policy``), and operator policies
+        #: (``set_operator_policy``).
         self.policies: dict[str, Policy] = {}
+        self.operator_policies: dict[str, Policy] = {}
         self.exchanges: dict[str, Exchange[Queue]] = {"": Exchange("", "direct", durable=True)}
         for exchange_name, kind in PREDECLARED:
             self.exchanges[exchange_name] = Exchange(exchange_name, kind, durable=True)
@@ -65,8 +67,11 @@ class VirtualHost:
         a lower length limit drops (dead-letters) heads at once, ``expires`` starts counting;
         message TTLs apply to messages enqueued from now on, as in RabbitMQ's classic queues."""
         policy = matching(self.policies, queue.name, queue.type)
+        operator = matching(self.operator_policies, queue.name, queue.type)
         queue.apply_policy(
-            None if policy is None else policy.name, {} if policy is None else policy.definition
+            None if policy is None else policy.name,
+            {} if policy is None else policy.definition,
+            None if operator is None else operator.definition,
         )
         if queue.expires is not None:
             self.track_expiring(queue)
@@ -91,6 +96,16 @@ class VirtualHost:
     def clear_policy(self, name: str) -> None:
         """Remove the policy *name* (a missing one is a KeyError, as rabbitmqctl's error)."""
         del self.policies[name]
+        self._follow_policies()
+
+    def set_operator_policy(self, policy: Policy) -> None:
+        """Add or replace an operator policy (its values cap the queues it matches)."""
+        self.operator_policies[policy.name] = policy
+        self._follow_policies()
+
+    def clear_operator_policy(self, name: str) -> None:
+        """Remove the operator policy *name* (KeyError when there is none)."""
+        del self.operator_policies[name]
         self._follow_policies()
 
     def _follow_policies(self) -> None:

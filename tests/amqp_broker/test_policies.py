@@ -6,8 +6,9 @@ dead-letter exchange over the policy's; message TTL and dead-lettering by policy
 queue's delivery limit by policy; ``overflow`` (a classic queue's argument wins, a quorum
 queue's policy); the highest priority of two matching policies; an exchanges-only policy
 leaving queues alone; an alternate exchange by policy, and the exchange's own argument over
-it. The embedded broker's answers are pinned on their own too, and the
-Python API's checks, ``clear_policy`` and the TOML/CLI forms are tested on it alone.
+it; an operator policy capping what arguments and policies give. The embedded broker's
+answers are pinned on their own too, and the Python API's checks, ``clear_policy`` and the
+TOML/CLI forms are tested on it alone.
 
 The private node costs about 15 s of CPU to start and a second per ``rabbitmqctl`` call."""
 
@@ -45,6 +46,7 @@ POLICIES: Final[dict[str, tuple[str, dict[str, object], int, str]]] = {
     "high": ("^prio-", {"max-length": 1}, 7, "all"),
     "exchanges-only": ("^exq-", {"max-length": 1}, 0, "exchanges"),
     "ae": ("^aex-", {"alternate-exchange": "alt-p"}, 0, "exchanges"),
+    "oper-pol": ("^oper-pol$", {"max-length": 1}, 0, "queues"),
     "canary": ("^canary$", {"max-length": 1}, 0, "queues"),
 }
 
@@ -87,10 +89,17 @@ def _wait(channel: amqp_blocking.Channel) -> None:
     raise AssertionError("the policies never applied")
 
 
+#: The operator policy (name, pattern, definition): a cap of 2 on ``oper-`` queues.
+OPERATOR: Final[tuple[str, str, dict[str, object]]] = ("cap", "^oper-", {"max-length": 2})
+
+
 def scenarios(
-    url: str, set_policy: Callable[[str, str, dict[str, object], int, str], None]
+    url: str,
+    set_policy: Callable[[str, str, dict[str, object], int, str], None],
+    set_operator_policy: Callable[[str, str, dict[str, object]], None],
 ) -> dict[str, object]:
-    """Set :data:`POLICIES` and observe what they do to queues."""
+    """Set :data:`OPERATOR` and :data:`POLICIES` and observe what they do."""
+    set_operator_policy(*OPERATOR)
     for name, (pattern, definition, priority, apply_to) in POLICIES.items():
         set_policy(name, pattern, definition, priority, apply_to)
     seen: dict[str, object] = {}
@@ -158,6 +167,20 @@ def scenarios(
             queue = f"exq-{kind}"
             declare(queue, kind, {})
             for n in range(3):
+                channel.basic_publish(b"%d" % n, routing_key=queue)
+            seen[queue] = _bodies(channel, queue)
+            channel.queue_delete(queue)
+
+        # the operator policy caps what arguments and policies give
+        for label, arguments in (
+            ("none", {}),
+            ("arg1", {"x-max-length": 1}),
+            ("arg5", {"x-max-length": 5}),
+            ("pol", {}),
+        ):
+            queue = f"oper-{label}"
+            declare(queue, "classic", arguments)
+            for n in range(5):
                 channel.basic_publish(b"%d" % n, routing_key=queue)
             seen[queue] = _bodies(channel, queue)
             channel.queue_delete(queue)
@@ -230,6 +253,10 @@ EXPECTED: Final[dict[str, object]] = {
     "limit-none": [b"m1", b"m1", b"m2"],
     "limit-arg3": [b"m1", b"m1", b"m2"],
     "ae": [([b"aex-plain"], []), ([], [b"aex-arg"])],
+    "oper-none": [b"3", b"4"],  # the operator's cap
+    "oper-arg1": [b"4"],  # the argument, lower
+    "oper-arg5": [b"3", b"4"],  # capped
+    "oper-pol": [b"4"],  # the policy, lower
 }
 
 
@@ -237,6 +264,15 @@ EXPECTED: Final[dict[str, object]] = {
 def embedded() -> Iterator[tuple[str, amqp_broker.BrokerThread]]:
     with amqp_broker.BrokerThread() as thread:
         yield thread.url, thread
+
+
+def _embedded_operator(
+    thread: amqp_broker.BrokerThread,
+) -> Callable[[str, str, dict[str, object]], None]:
+    def set_operator_policy(name: str, pattern: str, definition: dict[str, object]) -> None:
+        thread.call(lambda b: b.set_operator_policy(name, pattern, definition))
+
+    return set_operator_policy
 
 
 def _embedded_setter(
@@ -271,13 +307,18 @@ def test_policies_as_rabbitmq(embedded: tuple[str, amqp_broker.BrokerThread]) ->
                 json.dumps(definition),
             )
 
-        on_rabbitmq = scenarios(node.url, set_policy)
-    assert scenarios(url, _embedded_setter(thread)) == on_rabbitmq
+        def set_operator_policy(name: str, pattern: str, definition: dict[str, object]) -> None:
+            node.ctl(
+                "set_operator_policy", "--apply-to", "queues", name, pattern, json.dumps(definition)
+            )
+
+        on_rabbitmq = scenarios(node.url, set_policy, set_operator_policy)
+    assert scenarios(url, _embedded_setter(thread), _embedded_operator(thread)) == on_rabbitmq
 
 
 def test_policies_on_the_embedded_broker(embedded: tuple[str, amqp_broker.BrokerThread]) -> None:
     url, thread = embedded
-    assert scenarios(url, _embedded_setter(thread)) == EXPECTED
+    assert scenarios(url, _embedded_setter(thread), _embedded_operator(thread)) == EXPECTED
 
 
 def test_set_list_and_clear(embedded: tuple[str, amqp_broker.BrokerThread]) -> None:
@@ -299,6 +340,16 @@ def test_set_list_and_clear(embedded: tuple[str, amqp_broker.BrokerThread]) -> N
             channel.basic_publish(b"%d" % n, routing_key="q")
         assert channel.queue_declare("q", passive=True).message_count == 5
         assert thread.call(lambda b: b.list_policies()) == []
+
+
+def test_operator_policies_hold_caps_only(embedded: tuple[str, amqp_broker.BrokerThread]) -> None:
+    _, thread = embedded
+    with pytest.raises(ValueError, match="'dead-letter-exchange': not allowed in operator"):
+        thread.call(lambda b: b.set_operator_policy("o", ".*", {"dead-letter-exchange": "x"}))
+    thread.call(lambda b: b.set_operator_policy("o", ".*", {"max-length": 3}))
+    assert [p.name for p in thread.call(lambda b: b.list_operator_policies())] == ["o"]
+    thread.call(lambda b: b.clear_operator_policy("o"))
+    assert thread.call(lambda b: b.list_operator_policies()) == []
 
 
 @pytest.mark.parametrize(
