@@ -23,6 +23,7 @@ from ._errors import BrokerError
 from ._memory import MemoryMonitor
 from ._options import BrokerOptions
 from ._permissions import UserRegistry
+from ._policies import OPERATOR_POLICY_KEYS, Policy
 from ._vhost import VirtualHost
 
 if TYPE_CHECKING:
@@ -95,6 +96,7 @@ class Broker:
         if vhost is None:
             vhost = self.vhosts[name] = VirtualHost(name, self._clock, self.memory)
             vhost.max_connections = self.options.vhost_max_connections.get(name)
+            vhost.quorum_delivery_limit = self.options.quorum_delivery_limit
         return vhost
 
     def set_vhost_limits(self, vhost: str, *, max_connections: int | None) -> None:
@@ -102,6 +104,81 @@ class Broker:
         *max_connections* open connections on *vhost* (None: no limit). Open connections
         stay open."""
         self.vhosts[vhost].max_connections = max_connections
+
+    def set_policy(
+        self,
+        name: str,
+        pattern: str,
+        definition: Mapping[str, object],
+        *,
+        vhost: str = "/",
+        priority: int = 0,
+        apply_to: str = "all",
+    ) -> Policy:
+        """Like ``rabbitmqctl set_policy -p VHOST --priority P --apply-to A NAME PATTERN
+        DEFINITION``: queues whose names match *pattern* (searched, not anchored) follow
+        *definition* (``message-ttl``, ``expires``, ``max-length``, ``max-length-bytes``,
+        ``overflow``, ``dead-letter-exchange``, ``dead-letter-routing-key``, ``delivery-limit``,
+        ``dead-letter-strategy``, ``queue-leader-locator``; exchanges: ``alternate-exchange``),
+        existing ones at once; of several
+        matching policies the one of the highest priority applies. A queue's own argument
+        wins or the lower value wins as in RabbitMQ 3.10 (see :doc:`/broker`).
+
+        :raises ValueError: an unknown setting or bad value, a bad pattern or *apply_to*.
+        :raises KeyError: there is no virtual host *vhost*.
+        """
+        policy = Policy(name, pattern, definition, priority=priority, apply_to=apply_to)
+        self.vhosts[vhost].set_policy(policy)
+        return policy
+
+    def clear_policy(self, name: str, *, vhost: str = "/") -> None:
+        """Like ``rabbitmqctl clear_policy -p VHOST NAME``; queues follow what remains.
+
+        :raises KeyError: no such policy (or virtual host).
+        """
+        self.vhosts[vhost].clear_policy(name)
+
+    def list_policies(self, vhost: str = "/") -> list[Policy]:
+        """Like ``rabbitmqctl list_policies -p VHOST``: the policies, by name."""
+        return sorted(self.vhosts[vhost].policies.values(), key=lambda p: p.name)
+
+    def set_operator_policy(
+        self,
+        name: str,
+        pattern: str,
+        definition: Mapping[str, object],
+        *,
+        vhost: str = "/",
+        priority: int = 0,
+    ) -> Policy:
+        """Like ``rabbitmqctl set_operator_policy``: caps for the queues it matches
+        (``expires``, ``message-ttl``, ``max-length``, ``max-length-bytes``,
+        ``delivery-limit``): the lower of the operator policy's value and what the queue's
+        arguments and policy give wins, as in RabbitMQ.
+
+        :raises ValueError: a setting operator policies may not hold, or a bad value.
+        :raises KeyError: there is no virtual host *vhost*.
+        """
+        refused = sorted(set(definition) - OPERATOR_POLICY_KEYS)
+        if refused:
+            raise ValueError(
+                f"{', '.join(map(repr, refused))}: not allowed in operator policies (only "
+                f"{', '.join(sorted(OPERATOR_POLICY_KEYS))})"
+            )
+        policy = Policy(name, pattern, definition, priority=priority, apply_to="queues")
+        self.vhosts[vhost].set_operator_policy(policy)
+        return policy
+
+    def clear_operator_policy(self, name: str, *, vhost: str = "/") -> None:
+        """Like ``rabbitmqctl clear_operator_policy``.
+
+        :raises KeyError: no such operator policy (or virtual host).
+        """
+        self.vhosts[vhost].clear_operator_policy(name)
+
+    def list_operator_policies(self, vhost: str = "/") -> list[Policy]:
+        """Like ``rabbitmqctl list_operator_policies``: by name."""
+        return sorted(self.vhosts[vhost].operator_policies.values(), key=lambda p: p.name)
 
     def add_user(self, name: str, password: str) -> None:
         """Add (or replace) a user allowed everything everywhere until

@@ -18,14 +18,14 @@ import attrs
 from amqp_sansio import BasicProperties, FieldTable
 
 from ._errors import BrokerError
-from ._fields import freeze, generated_name, same_value, show, show_arg, typed
+from ._fields import freeze, generated_name, same_value, show, show_arg, typed, wire_type
 from ._message import Message, parse_expiration
 from ._permissions import check
-from ._queues import EQUIVALENT_ARGS, Consumer, Entry, Queue, QueueInfo
+from ._queues import EQUIVALENT_ARGS, QUEUE_TYPES, Consumer, Entry, Queue, QueueInfo
 from ._routing import EXCHANGE_TYPES, Binding, Exchange
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Collection, Iterable
 
     from ._permissions import Permission
     from ._streams import StreamLog
@@ -42,6 +42,11 @@ __all__ = [
     "TimeoutWatch",
     "TxReturn",
 ]
+
+#: The arguments a stream consumer may give: RabbitMQ 3.10's, and 3.13's filtering.
+_STREAM_CONSUMER_ARGS: Final = frozenset(
+    ("x-stream-offset", "x-credit", "x-stream-filter", "x-stream-match-unfiltered")
+)
 
 #: The pseudo-queue of direct reply-to.
 DIRECT_REPLY_TO: Final = "amq.rabbitmq.reply-to"
@@ -119,7 +124,7 @@ class _Unacked:
 
 @final
 class _TxPublish:
-    __slots__ = ("body", "exchange", "mandatory", "properties", "routing_key")
+    __slots__ = ("body", "exchange", "mandatory", "properties", "routing_key", "skip")
 
     def __init__(
         self,
@@ -128,12 +133,14 @@ class _TxPublish:
         mandatory: bool,
         properties: BasicProperties,
         body: bytes | bytearray,
+        skip: Collection[int],
     ) -> None:
         self.exchange = exchange
         self.routing_key = routing_key
         self.mandatory = mandatory
         self.properties = properties
         self.body = body
+        self.skip = skip
 
 
 # A transactional acknowledgement: the deliveries, and None for an ack or the requeue flag
@@ -352,7 +359,7 @@ class ModelChannel:
         if isinstance(alternate, str):
             self.connection.check("read", "exchange", name)
             self.connection.check("write", "exchange", alternate)
-        vhost.exchanges[name] = Exchange(
+        exchange = vhost.exchanges[name] = Exchange(
             name,
             type_,
             durable=durable,
@@ -360,6 +367,8 @@ class ModelChannel:
             internal=internal,
             arguments=arguments,
         )
+        if vhost.policies:
+            vhost.follow_exchange_policy(exchange)
 
     def exchange_delete(self, name: str, *, if_unused: bool = False) -> None:
         """``exchange.delete``: deleting a missing exchange succeeds, like RabbitMQ 3.10."""
@@ -439,9 +448,11 @@ class ModelChannel:
         generated = name == ""
         if generated:
             kind = typed(arguments.get("x-queue-type"))
-            if kind in ("quorum", "stream"):
+            queue_type = QUEUE_TYPES.get(kind) if isinstance(kind, str) else None
+            if queue_type is not None and queue_type.replicated:
                 raise BrokerError(
-                    406, f"Cannot declare a server-named queue for type rabbit_{kind}_queue"
+                    406,
+                    f"Cannot declare a server-named queue for type {queue_type.implementation}",
                 )
             name = generated_name("amq.gen-")
         elif name.startswith("amq."):
@@ -471,8 +482,11 @@ class ModelChannel:
             arguments=arguments,
             now=vhost.clock.now(),
             memory=vhost.memory,
+            default_delivery_limit=vhost.quorum_delivery_limit,
         )
         vhost.queues[name] = queue
+        if vhost.policies or vhost.operator_policies:
+            vhost.follow_policy(queue)
         if queue.expires is not None:
             vhost.track_expiring(queue)
         if owner is not None:
@@ -600,14 +614,25 @@ class ModelChannel:
             consumer_tag = generated_name("amq.ctag-")
         if consumer_tag in self.consumers:
             raise BrokerError(530, f"attempt to reuse consumer tag '{consumer_tag}'")
+        log = queue.log
+        priority = arguments.get("x-priority")
+        if priority is not None and log is None:
+            priority = typed(priority)
+            if isinstance(priority, bool) or not isinstance(priority, int):
+                raise BrokerError(
+                    406,
+                    f"invalid arg 'x-priority' for {_resource(queue)}: "
+                    f'"expected integer, got {wire_type(arguments["x-priority"])}"',
+                )
         if queue.consumers and (exclusive or any(c.exclusive for c in queue.consumers)):
             raise BrokerError(
                 403, f"queue '{queue.name}' in vhost '{self.vhost.name}' in exclusive use"
             )
         offset = 0
-        log = queue.log
         if log is not None:
             offset = self._stream_start(queue, log, no_ack=no_ack, arguments=arguments)
+        elif self.global_prefetch and not queue.kind.global_qos:
+            raise BrokerError(540, f"{_resource(queue)} does not support global qos")
         consumer = Consumer(
             self,
             queue,
@@ -618,6 +643,10 @@ class ModelChannel:
             arguments=dict(arguments),
         )
         consumer.offset = offset
+        if log is not None:
+            self._stream_filter(consumer, arguments)
+        if isinstance(priority, int):
+            consumer.priority = priority
         self.consumers[consumer_tag] = consumer
         queue.consumers.append(consumer)
         queue.ever_consumed = True
@@ -629,7 +658,7 @@ class ModelChannel:
         """RabbitMQ 3.10's checks on a stream consumer, in its order; where it starts."""
         where = _resource(queue)
         for key in arguments:
-            if key not in ("x-stream-offset", "x-credit"):
+            if key not in _STREAM_CONSUMER_ARGS:
                 raise BrokerError(
                     406, f"invalid arg '{key}' for {where} of queue type rabbit_stream_queue"
                 )
@@ -645,6 +674,23 @@ class ModelChannel:
         if self.global_prefetch:
             raise BrokerError(540, f"{where} does not support global qos")
         return start
+
+    @staticmethod
+    def _stream_filter(consumer: Consumer, arguments: FieldTable) -> None:
+        """RabbitMQ 3.13's ``filter_spec``: ``x-stream-filter`` a string or an array (its
+        strings count, other elements are ignored); any other value means no filtering;
+        ``x-stream-match-unfiltered`` a bool, false unless given."""
+        raw = arguments.get("x-stream-filter")
+        if isinstance(raw, str):
+            wanted: frozenset[str] | None = frozenset((raw,))
+        elif isinstance(raw, list):
+            wanted = frozenset(v for v in raw if isinstance(v, str))
+        else:
+            wanted = None
+        if wanted is None:
+            return
+        consumer.stream_filter = wanted
+        consumer.match_unfiltered = arguments.get("x-stream-match-unfiltered") is True
 
     def _consume_reply_to(self, consumer_tag: str, *, no_ack: bool) -> str:
         if not no_ack:
@@ -723,7 +769,7 @@ class ModelChannel:
             consumer.tag,
             tag,
             entry.redelivered,
-            entry.message,
+            queue.delivered(entry) if queue.kind.counts_deliveries else entry.message,
             entry.seq if stream else None,
         )
 
@@ -749,22 +795,38 @@ class ModelChannel:
         body: bytes | bytearray,
         *,
         mandatory: bool = False,
+        skip: Collection[int] = (),
     ) -> PublishOutcome | None:
-        """``basic.publish``; None inside a transaction (the outcome comes at commit)."""
-        if self.connection.permission is not None:
-            self.connection.check("write", "exchange", exchange)
+        """A publish from any protocol (0-8, 0-9, 0-9-1's ``basic.publish``, 0-10's
+        ``message.transfer``), checked in RabbitMQ 3.10's order (``rabbit_channel``): write
+        permission, the exchange's existence, internal exchanges, the ``user-id`` property,
+        the expiration; then routed (alternate exchanges, limits, ``reject-publish``) except
+        to the queues whose ids are in *skip* (0-10's no-local queues). None inside a
+        transaction (the outcome comes at commit)."""
+        connection = self.connection
+        if connection.permission is not None:
+            connection.check("write", "exchange", exchange)
         source = self.vhost.exchange(exchange)
         if source.internal:
             raise BrokerError(
                 403,
                 f"cannot publish to internal exchange '{exchange}' in vhost '{self.vhost.name}'",
             )
+        user_id = properties.user_id
+        if user_id is not None and user_id != connection.user:
+            raise BrokerError(
+                406,
+                f"user_id property set to '{user_id}' but authenticated user was "
+                f"'{connection.user}'",
+            )
         if properties.expiration is not None:
             parse_expiration(properties.expiration)
         if self.transactional:
-            self.tx_publishes.append(_TxPublish(exchange, routing_key, mandatory, properties, body))
+            self.tx_publishes.append(
+                _TxPublish(exchange, routing_key, mandatory, properties, body, skip)
+            )
             return None
-        return self._route(source, routing_key, properties, body)
+        return self._route(source, routing_key, properties, body, skip)
 
     def _route(
         self,
@@ -772,6 +834,7 @@ class ModelChannel:
         routing_key: str,
         properties: BasicProperties,
         body: bytes | bytearray,
+        skip: Collection[int] = (),
     ) -> PublishOutcome:
         if source.name == "" and routing_key.startswith(DIRECT_REPLY_TO + "."):
             return self._reply(routing_key, properties, body)
@@ -784,6 +847,8 @@ class ModelChannel:
                 source.name, routing_key, attrs.evolve(properties, reply_to=address), body
             )
         queues = self.vhost.route(source, routing_key, properties.headers)
+        if skip:
+            queues = [queue for queue in queues if id(queue) not in skip]
         rejected = False
         for queue in queues:
             if not self.vhost.enqueue(queue, message):
@@ -828,7 +893,7 @@ class ModelChannel:
         self.next_tag = tag + 1
         if not no_ack:
             self._outstanding(_Unacked(tag, queue, entry, None, self.vhost.clock.now()))
-        return GetResult(tag, entry.redelivered, entry.message, len(queue.ready))
+        return GetResult(tag, entry.redelivered, queue.delivered(entry, get=True), len(queue.ready))
 
     # --- acknowledgements ---------------------------------------------------------------------
 
@@ -902,7 +967,8 @@ class ModelChannel:
             if queue.deleted or queue.log is not None:
                 continue  # a stream keeps its messages: nothing goes back
             if requeue:
-                queue.requeue(entries)
+                for entry in queue.requeue(entries):  # over a quorum queue's delivery limit
+                    self.vhost.dead_letter(queue, entry.message, "delivery_limit")
                 if any(e.expires_at is not None for e in entries):
                     self.vhost.track_timed(queue)
             else:
@@ -944,7 +1010,9 @@ class ModelChannel:
             source = self.vhost.exchanges.get(publish.exchange)
             if source is None:
                 continue  # deleted since: RabbitMQ drops it as well
-            outcome = self._route(source, publish.routing_key, publish.properties, publish.body)
+            outcome = self._route(
+                source, publish.routing_key, publish.properties, publish.body, publish.skip
+            )
             if publish.mandatory and not outcome.routed:
                 returned.append(
                     (publish.exchange, publish.routing_key, publish.properties, publish.body)

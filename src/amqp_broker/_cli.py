@@ -15,6 +15,7 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
 import ssl
@@ -28,6 +29,7 @@ import attrs
 import trio
 
 from ._options import BrokerOptions
+from ._policies import Policy
 from ._server import make_broker, serve, shutdown
 from ._versions import SERVED_VERSIONS
 
@@ -60,6 +62,13 @@ configure = ".*"              # configure, write and read default to ".*"
 write = ".*"
 read = "^app\\\\."
 
+[[policies]]                  # as rabbitmqctl set_policy; vhost "/", priority 0 and
+name = "limits"               # apply_to "all" by default
+pattern = "^app\\\\."
+definition = { max-length = 10000, dead-letter-exchange = "dlx" }
+priority = 1
+apply_to = "queues"
+
 [limits]                      # amqp_broker.BrokerOptions; false for "no limit" where allowed
 handshake_timeout = 10.0
 max_connections = false
@@ -68,6 +77,7 @@ memory_high_watermark = 0.4
 memory_high_watermark_bytes = false
 outbound_limit = 1048576
 consumer_timeout = 1800.0
+quorum_delivery_limit = false  # RabbitMQ 4.0's default is 20
 close_timeout = 5.0
 memory_check_interval = 0.25
 
@@ -91,10 +101,12 @@ _TOP_KEYS: Final = {
     "verbose": bool,
     "users": dict,
     "permissions": list,
+    "policies": list,
     "limits": dict,
     "tls": dict,
 }
 _PERMISSION_KEYS: Final = ("user", "vhost", "configure", "write", "read")
+_POLICY_KEYS: Final = ("name", "pattern", "definition", "vhost", "priority", "apply_to")
 
 
 class ConfigError(Exception):
@@ -141,6 +153,8 @@ _LIMIT_HELP: Final = {
     "outbound_limit": "octets of output a connection may have waiting before its consumers "
     "get nothing more",
     "consumer_timeout": "close a channel whose delivery waited this long for its ack (406)",
+    "quorum_delivery_limit": "dead-letter or drop a quorum queue's message returned more often "
+    "than this, unless x-delivery-limit says otherwise",
     "close_timeout": "how long to wait for close-ok after connection.close (and on shutdown), "
     "and for the client to close its socket after close-ok",
     "memory_check_interval": "seconds between two looks at the output buffers for the watermark",
@@ -222,6 +236,18 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         metavar=("USER", "VHOST", "CONFIGURE", "WRITE", "READ"),
         help="as rabbitmqctl set_permissions: the user may then use only the vhosts named "
         "this way, with these regular expressions (repeatable)",
+    )
+    parser.add_argument(
+        "--policy",
+        nargs=4,
+        action="append",
+        default=[],
+        metavar=("VHOST", "NAME", "PATTERN", "DEFINITION"),
+        help="as rabbitmqctl set_policy -p VHOST NAME PATTERN DEFINITION (a JSON object: "
+        "message-ttl, expires, max-length, max-length-bytes, overflow, dead-letter-exchange, "
+        "dead-letter-routing-key, delivery-limit, dead-letter-strategy, alternate-exchange); "
+        "priority 0, apply-to "
+        "all (the TOML file's [[policies]] has both; repeatable)",
     )
     parser.add_argument(
         "--vhost", action="append", default=[], metavar="NAME", help="a virtual host besides /"
@@ -383,6 +409,22 @@ def _settings(document: dict[str, object], folder: Path) -> dict[str, object]:
             raise ConfigError(f"{where}: every value must be a string")
         permissions.append(values)
     settings["permissions"] = permissions
+    policies = []
+    entries = document.get("policies", [])
+    assert isinstance(entries, list)
+    for number, entry in enumerate(entries, 1):
+        where = f"policies entry {number}"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where} must be a table ([[policies]])")
+        _check_table(where, entry, dict.fromkeys(_POLICY_KEYS))
+        for key in ("name", "pattern", "definition"):
+            if key not in entry:
+                raise ConfigError(f"{where} needs {key!r}")
+        vhost = entry.get("vhost", "/")
+        if not isinstance(vhost, str):
+            raise ConfigError(f"{where}: vhost must be a string")
+        policies.append((vhost, _policy(where, entry)))
+    settings["policy"] = policies
     limits = document.get("limits", {})
     assert isinstance(limits, dict)
     known = {limit.name: limit for limit in LIMITS}
@@ -411,6 +453,22 @@ def _settings(document: dict[str, object], folder: Path) -> dict[str, object]:
     return settings
 
 
+def _policy(where: str, entry: Mapping[str, object]) -> Policy:
+    name, pattern = entry.get("name"), entry.get("pattern")
+    definition, priority = entry.get("definition"), entry.get("priority", 0)
+    apply_to = entry.get("apply_to", "all")
+    if not isinstance(name, str) or not isinstance(pattern, str) or not isinstance(apply_to, str):
+        raise ConfigError(f"{where}: name, pattern and apply_to must be strings")
+    if not isinstance(definition, dict):
+        raise ConfigError(f"{where}: definition must be a table (a JSON object)")
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ConfigError(f"{where}: priority must be an integer")
+    try:
+        return Policy(name, pattern, definition, priority=priority, apply_to=apply_to)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
 def parse_args(argv: list[str] | None = None, prog: str = "amqp-broker") -> argparse.Namespace:
     """The command line merged over the configuration file (``--config``) merged over the
     defaults: host, port, users and their permissions, virtual hosts, limits, TLS."""
@@ -424,7 +482,15 @@ def parse_args(argv: list[str] | None = None, prog: str = "amqp-broker") -> argp
             parser.error(str(exc))
     # Lists add up (the file's users, then the command line's); single values: the command
     # line wins, then the file, then the default.
-    for name in ("user", "permissions", "vhost", "vhost_max_connections"):
+    try:
+        from_command_line = [
+            (vhost, _policy(f"--policy {name}", _policy_entry(name, pattern, definition)))
+            for vhost, name, pattern, definition in args.policy
+        ]
+    except ConfigError as exc:
+        parser.error(str(exc))
+    args.policy = from_command_line
+    for name in ("user", "permissions", "policy", "vhost", "vhost_max_connections"):
         from_file = config.get(name, [])
         assert isinstance(from_file, list)
         setattr(args, name, from_file + getattr(args, name))
@@ -449,6 +515,9 @@ def parse_args(argv: list[str] | None = None, prog: str = "amqp-broker") -> argp
             setattr(args, name, None)
     if args.tls_port is not None and not (args.tls_cert and args.tls_key):
         parser.error("--tls-port (or tls.port) needs --tls-cert and --tls-key (tls.cert, tls.key)")
+    for vhost, policy in args.policy:
+        if vhost != "/" and vhost not in args.vhost:
+            parser.error(f"policy {policy.name!r} names vhost {vhost!r}, which no --vhost gives")
     names = {name for name, _ in args.user or [("guest", "guest")]}
     for user, *_ in args.permissions:
         if user not in names:
@@ -458,6 +527,14 @@ def parse_args(argv: list[str] | None = None, prog: str = "amqp-broker") -> argp
     except ValueError as exc:
         parser.error(str(exc))
     return args
+
+
+def _policy_entry(name: str, pattern: str, definition: str) -> dict[str, object]:
+    try:
+        parsed = json.loads(definition)
+    except ValueError as exc:
+        raise ConfigError(f"--policy {name}: the definition is not JSON: {exc}") from None
+    return {"name": name, "pattern": pattern, "definition": parsed}
 
 
 def _options(args: argparse.Namespace) -> BrokerOptions:
@@ -477,6 +554,8 @@ async def _main(args: argparse.Namespace, prog: str) -> None:
     for user, vhost, configure, write, read in args.permissions:
         broker.add_vhost(vhost)
         broker.set_permissions(user, vhost, configure, write, read)
+    for vhost, policy in args.policy:
+        broker.vhosts[vhost].set_policy(policy)
     context = None
     if args.tls_port is not None:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

@@ -27,7 +27,7 @@ from amqp_sansio import (
 )
 
 from ._broker import Broker
-from ._inspect import BrokerSnapshot, take_snapshot
+from ._inspect import BrokerSnapshot, MessageSnapshot, peek, purge, take_snapshot
 from ._server_0_10 import handle_0_10
 from ._session import Session
 from ._versions import SERVED_VERSIONS
@@ -40,8 +40,10 @@ if TYPE_CHECKING:
     from ._permissions import User
 
 __all__ = [
+    "CLOSED_BY_REQUEST",
     "SERVED_VERSIONS",
     "BrokerThread",
+    "close_connection",
     "inspect",
     "make_broker",
     "run_in_thread",
@@ -359,6 +361,30 @@ async def shutdown(broker: Broker, reason: str = "shutdown") -> None:
         )
 
 
+#: What :func:`close_connection` says by default (RabbitMQ's management plugin's text).
+CLOSED_BY_REQUEST: Final = "CONNECTION_FORCED - Closed via management plugin"
+
+
+def close_connection(
+    broker: Broker, name: str, *, reply_code: int = 320, reply_text: str = CLOSED_BY_REQUEST
+) -> int:
+    """Close the client connections named *name* (the ``connection_name`` of their client
+    properties), as ``rabbitmqctl close_connection`` does: ``connection.close`` with
+    *reply_code* and *reply_text*, their unacknowledged messages requeued at once. Returns
+    how many it closed (0-8, 0-9 and 0-9-1 connections). Call it on the broker's thread
+    (:meth:`BrokerThread.close_connection`)."""
+    serving = _SERVING.get(broker)
+    if serving is None:
+        return 0
+    closed = 0
+    for session, conn in list(serving.connections.items()):
+        if isinstance(session, Session) and session.connection_name == name:
+            session.close(reply_code, reply_text)
+            conn.resume_reading()  # a blocked connection must read its close-ok
+            closed += 1
+    return closed
+
+
 def _url(scheme: str, host: str, port: int, users: Iterable[tuple[str, str]]) -> str:
     user, password = next(iter(users))
     netloc = f"[{host}]" if ":" in host else host
@@ -564,6 +590,23 @@ class BrokerThread:
             assert isinstance(value, BaseException)
             raise value
         return value  # type: ignore[return-value]  # function's own result
+
+    def close_connection(
+        self, name: str, *, reply_code: int = 320, reply_text: str = CLOSED_BY_REQUEST
+    ) -> int:
+        """Close the connections named *name* with *reply_code* and *reply_text*
+        (:func:`close_connection`); returns how many."""
+        return self.call(
+            lambda b: close_connection(b, name, reply_code=reply_code, reply_text=reply_text)
+        )
+
+    def peek(self, queue: str, vhost: str = "/") -> tuple[MessageSnapshot, ...]:
+        """The messages ready in *queue*, none taken (:func:`peek`)."""
+        return self.call(lambda b: peek(b, queue, vhost))
+
+    def purge(self, queue: str, vhost: str = "/") -> int:
+        """Drop the messages ready in *queue*; returns how many (:func:`purge`)."""
+        return self.call(lambda b: purge(b, queue, vhost))
 
     def snapshot(self) -> BrokerSnapshot:
         """The broker's queues, exchanges, bindings and connections now (:func:`inspect`)."""

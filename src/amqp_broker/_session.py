@@ -190,6 +190,10 @@ class Session:
         self.peer = peer
         self.transport = transport
         self.username: str | None = None
+        #: What the client's ``connection.start-ok`` said about it, and the name it gave
+        #: (``connection_name``: RabbitMQ's connection name) or None.
+        self.client_properties: FieldTable = {}
+        self.connection_name: str | None = None
         self.connection: ModelConnection | None = None
         self._cancel_notify = False
         self._blocked_capable = False
@@ -297,10 +301,16 @@ class Session:
     def shutdown(self, reason: str = "shutdown") -> None:
         """The broker stops: send ``connection.close`` 320 CONNECTION_FORCED with RabbitMQ's
         text (the transport then waits a bounded time for ``close-ok``)."""
+        self.close(
+            320, f"CONNECTION_FORCED - broker forced connection closure with reason '{reason}'"
+        )
+
+    def close(self, reply_code: int, reply_text: str) -> None:
+        """Close the connection from the broker's side (``rabbitmqctl close_connection``):
+        ``connection.close`` with *reply_code* and *reply_text*; its unacknowledged messages
+        are requeued at once. Nothing happens when it is already closing."""
         try:
-            self.core.close(
-                320, f"CONNECTION_FORCED - broker forced connection closure with reason '{reason}'"
-            )
+            self.core.close(reply_code, reply_text)
         except LocalProtocolError:
             return  # already closing or closed
         self._release()
@@ -331,6 +341,9 @@ class Session:
                 logger.info("client %s: login refused (%s)", self.peer, event.mechanism)
             return
         self.username = credentials[0]
+        self.client_properties = dict(event.client_properties)
+        name = event.client_properties.get("connection_name")
+        self.connection_name = name if isinstance(name, str) else None
         capabilities = event.client_properties.get("capabilities")
         if isinstance(capabilities, dict):
             self._cancel_notify = bool(capabilities.get("consumer_cancel_notify"))

@@ -75,7 +75,7 @@ from ._channel import _Unacked
 from ._convert import field_value, from_0_10, map_value, to_0_10
 from ._errors import BrokerError
 from ._fields import freeze
-from ._message import Message
+from ._permissions import FULL_ACCESS
 from ._queues import Consumer, Entry
 from ._routing import EXCHANGE_TYPES
 
@@ -87,6 +87,7 @@ if TYPE_CHECKING:
 
     from ._broker import Broker
     from ._channel import ModelChannel, ModelConnection
+    from ._message import Message
     from ._queues import Queue
 
 __all__ = ["Session010"]
@@ -306,7 +307,14 @@ class Session010:
         if refusal is not None:
             self.core.refuse_virtual_host(refusal)
             return
-        self.connection = self.broker.connect(name, self, cancel_notify=False, user=user)
+        permission = self.broker.users.permission(user, name)
+        self.connection = self.broker.connect(
+            name,
+            self,
+            cancel_notify=False,
+            user=user,
+            permission=None if permission is FULL_ACCESS else permission,
+        )
         _OPEN.setdefault(self.broker, {})[self] = None
         self.core.accept_virtual_host()
 
@@ -315,7 +323,11 @@ class Session010:
         if connection is None:
             return
         owner = self.broker.connect(
-            connection.vhost.name, self, cancel_notify=False, user=connection.user
+            connection.vhost.name,
+            self,
+            cancel_notify=False,
+            user=connection.user,
+            permission=connection.permission,
         )
         owner.vhost.connections -= 1  # a session, not a connection: not counted against limits
         model = owner.open_channel(number)
@@ -424,22 +436,10 @@ class Session010:
         exchange = event.transfer.destination or ""
         body = event.body
         model = channel.model
-        vhost = model.vhost
-        if exchange not in vhost.exchanges:
-            raise BrokerError(404, f"no exchange '{exchange}'")
-        local = None if channel.tx or not self._no_local else self._local_no_local_queues()
-        if not local:
-            model.publish(exchange, routing_key, properties, body)
-        else:
-            # qpidd's no-local queue argument: this connection's own messages skip the
-            # no-local queues it owns (or subscribes to exclusively)
-            if model.connection.permission is not None:
-                model.connection.check("write", "exchange", exchange)
-            source = vhost.exchanges[exchange]
-            message = Message(source.name, routing_key, properties, body)
-            for queue in vhost.route(source, routing_key, properties.headers):
-                if id(queue) not in local:
-                    vhost.enqueue(queue, message)
+        # qpidd's no-local queue argument: this connection's own messages skip the no-local
+        # queues it owns (or subscribes to exclusively); every other check is the model's
+        skip = () if channel.tx or not self._no_local else self._local_no_local_queues()
+        model.publish(exchange, routing_key, properties, body, skip=skip)
         # reported when the client asks (a sync bit, execution.sync, session.flush): one
         # control for a burst of transfers; one per read cost qpid-python's client time in
         # proportion to its outstanding commands, each
