@@ -52,6 +52,7 @@ from ._server import (
 )
 from ._server_0_10 import handle_0_10, serve_0_10
 from ._session import Session, SessionTransport
+from ._store import DurableStore, StoreError
 
 __all__ = [
     "BindingSnapshot",
@@ -62,6 +63,7 @@ __all__ = [
     "BrokerThread",
     "ConnectionSnapshot",
     "DeliverySink",
+    "DurableStore",
     "ExchangeSnapshot",
     "GetResult",
     "MemoryServer",
@@ -77,6 +79,7 @@ __all__ = [
     "QueueSnapshot",
     "Session",
     "SessionTransport",
+    "StoreError",
     "User",
     "handle_0_10",
     "inspect",

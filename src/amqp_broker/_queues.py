@@ -76,13 +76,15 @@ EQUIVALENT_ARGS: Final = (
 class Entry:
     """A message waiting in one queue (or delivered from it and not yet acknowledged)."""
 
-    __slots__ = ("expires_at", "message", "redelivered", "seq")
+    __slots__ = ("expires_at", "message", "redelivered", "seq", "stored")
 
     def __init__(self, message: Message, seq: int, expires_at: float | None) -> None:
         self.message = message
         self.seq = seq
         self.expires_at = expires_at
         self.redelivered = False
+        #: Whether the durable store holds it (a persistent message in a durable queue).
+        self.stored = False
 
 
 def _by_seq(entry: Entry) -> int:

@@ -30,11 +30,13 @@ from ._broker import Broker
 from ._inspect import BrokerSnapshot, take_snapshot
 from ._server_0_10 import handle_0_10
 from ._session import Session
+from ._store import DurableStore
 from ._versions import SERVED_VERSIONS
 
 if TYPE_CHECKING:
     import ssl
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+    from pathlib import Path
 
     from ._options import BrokerOptions
     from ._permissions import User
@@ -65,14 +67,19 @@ def make_broker(
     *,
     options: BrokerOptions | None = None,
     users: Mapping[str, str | User] | None = None,
+    data_dir: str | Path | None = None,
 ) -> Broker:
-    """A :class:`Broker` on Trio's clock (for TTLs) and the wall clock (for ``x-death``)."""
+    """A :class:`Broker` on Trio's clock (for TTLs) and the wall clock (for ``x-death``);
+    with *data_dir*, durable definitions and persistent messages are kept in that directory
+    and recovered from it now (:class:`DurableStore`; raises :class:`StoreError` when it
+    cannot be used), otherwise everything is in memory."""
     return Broker(
         vhosts=vhosts,
         clock=trio.current_time,
         wall_clock=time.time,
         options=options,
         users=users,
+        store=None if data_dir is None else DurableStore(data_dir),
     )
 
 
@@ -270,6 +277,28 @@ async def _expire(broker: Broker) -> NoReturn:
         broker.handle_timer()
 
 
+async def _commit(store: DurableStore) -> NoReturn:
+    """Group commit: write everything queued in the store in one transaction, off the event
+    loop; what publishers queue meanwhile goes into the next one. Then release the
+    confirms that waited for it."""
+    pending = trio.Event()
+
+    def wake() -> None:
+        pending.set()
+
+    store.on_pending = wake
+    if store.pending:
+        pending.set()
+    while True:
+        await pending.wait()
+        pending = trio.Event()
+        batch = store.take_batch()
+        # not abandoned on cancel: a write in progress finishes before the broker stops
+        await trio.to_thread.run_sync(store.write, batch)
+        for waiter in store.released():
+            waiter()
+
+
 async def _sample_outbound(broker: Broker, serving: _Serving) -> NoReturn:
     """Tell the memory monitor how much output waits in the connections' buffers."""
     interval = broker.options.memory_check_interval
@@ -323,6 +352,8 @@ async def serve(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_expire, broker)
             nursery.start_soon(_sample_outbound, broker, serving)
+            if broker.store is not None:
+                nursery.start_soon(_commit, broker.store)
             listeners: list[trio.SocketListener] = []
             if port is not None:
                 listeners += await nursery.start(functools.partial(listen, port))
@@ -336,6 +367,8 @@ async def serve(
     finally:
         if _SERVING.get(broker) is serving:
             del _SERVING[broker]
+        if broker.store is not None and broker.store.pending:
+            broker.store.flush()  # what the model changed last (acks, deletes) is kept too
     raise AssertionError("the server stopped")
 
 

@@ -11,13 +11,17 @@ from ._errors import BrokerError
 from ._message import expiry
 from ._queues import Entry, Queue
 from ._routing import PREDECLARED, Exchange
+from ._store import is_persistent
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from amqp_sansio import FieldTable
 
     from ._clock import ModelClock
     from ._memory import MemoryMonitor
     from ._message import Message
+    from ._store import DurableStore
     from ._streams import StreamLog
 
 __all__ = ["VirtualHost"]
@@ -33,10 +37,18 @@ def _unused_deadline(queue: Queue) -> float | None:
 class VirtualHost:
     """An isolated namespace of exchanges and queues."""
 
-    def __init__(self, name: str, clock: ModelClock, memory: MemoryMonitor) -> None:
+    def __init__(
+        self,
+        name: str,
+        clock: ModelClock,
+        memory: MemoryMonitor,
+        store: DurableStore | None = None,
+    ) -> None:
         self.name = name
         self.clock = clock
         self.memory = memory
+        #: Where durable definitions and persistent messages are kept (None: in memory only).
+        self.store = store
         #: Open connections on this virtual host, and how many it admits (None: no limit).
         self.connections = 0
         self.max_connections: int | None = None
@@ -98,6 +110,28 @@ class VirtualHost:
                     stack.append(self.exchanges[alternate])
         return list(found.values())
 
+    # --- the durable store ---------------------------------------------------------------------
+
+    def stored_gone(self, queue: Queue, entries: Iterable[Entry]) -> None:
+        """*entries* left *queue* for good: the store forgets the stored ones."""
+        store = self.store
+        if store is not None:
+            for entry in entries:
+                if entry.stored:
+                    entry.stored = False
+                    store.message_removed(self.name, queue.name, entry.seq)
+
+    def stored_delivered(self, queue: Queue, entry: Entry, *, no_ack: bool) -> None:
+        """*entry* went to a consumer: gone for good without acks, else redelivered after a
+        crash."""
+        store = self.store
+        if store is not None and entry.stored:
+            if no_ack:
+                entry.stored = False
+                store.message_removed(self.name, queue.name, entry.seq)
+            else:
+                store.message_delivered(self.name, queue.name, entry.seq)
+
     # --- deletion -----------------------------------------------------------------------------
 
     def delete_queue(self, queue: Queue) -> int:
@@ -107,6 +141,8 @@ class VirtualHost:
             return 0
         queue.deleted = True
         self.queues.pop(queue.name, None)
+        if queue.durable and self.store is not None:
+            self.store.queue_deleted(self.name, queue.name)
         for key, exchange in list(queue.bindings_in.items()):
             exchange.remove(key)
             self.maybe_auto_delete(exchange)
@@ -128,6 +164,8 @@ class VirtualHost:
         """Remove *exchange* and every binding from or to it."""
         exchange.deleted = True
         self.exchanges.pop(exchange.name, None)
+        if exchange.durable and self.store is not None:
+            self.store.exchange_deleted(self.name, exchange.name)
         for key, binding in list(exchange.bindings.items()):
             exchange.remove(key)
             destination = binding.destination
@@ -207,6 +245,7 @@ class VirtualHost:
         if not queue.ready:
             return
         for entry in queue.drop_expired(now):
+            self.stored_gone(queue, (entry,))
             self.dead_letter(queue, entry.message, "expired")
 
     # --- dead-lettering -----------------------------------------------------------------------
@@ -251,10 +290,23 @@ class VirtualHost:
             self.dead_letter(queue, message, "expired")
             return True
         queue.push(entry)
+        store = self.store
+        if store is not None and queue.durable and is_persistent(message.properties):
+            entry.stored = True
+            store.message_added(
+                self.name,
+                queue.name,
+                entry.seq,
+                message.exchange,
+                message.routing_key,
+                message.properties,
+                message.body,
+            )
         if expires_at is not None:
             self.track_timed(queue)
         while queue.over_limit():
             dropped = queue.pop()
+            self.stored_gone(queue, (dropped,))
             self.dead_letter(queue, dropped.message, "maxlen")
         self.dispatch(queue)
         return True
@@ -319,6 +371,7 @@ class VirtualHost:
             if not queue.ready:
                 return
             entry = queue.pop(keep_held=not consumer.no_ack)
+            self.stored_delivered(queue, entry, no_ack=consumer.no_ack)
             consumer.channel.send(consumer, queue, entry, now)
 
     def _dispatch_stream(self, queue: Queue, log: StreamLog) -> None:
