@@ -1,0 +1,393 @@
+"""The broker keeps what it promised to keep (``--data-dir``, issue 31).
+
+The model over a :class:`DurableStore` reopened as a restart would; then the real command,
+stopped with SIGTERM and SIGKILL (also in the middle of confirmed publishing) and started
+again on the same directory; then a damaged store.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import threading
+from typing import TYPE_CHECKING
+
+import pytest
+
+import amqp_blocking
+from amqp_broker import Broker, DurableStore, StoreError
+from amqp_sansio import BasicProperties
+from amqp_sansio.client import NotFound
+from tests.tools.support import TIMEOUT
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from amqp_broker import BrokerError, Message
+
+PERSISTENT = BasicProperties(delivery_mode=2)
+TRANSIENT = BasicProperties(delivery_mode=1)
+
+
+class _Sink:
+    """Records deliveries (channel, tag, redelivered, body)."""
+
+    def __init__(self) -> None:
+        self.delivered: list[tuple[int, bool, bytes]] = []
+
+    def deliver(
+        self,
+        channel: int,
+        consumer_tag: str,
+        delivery_tag: int,
+        redelivered: bool,
+        message: Message,
+        stream_offset: int | None = None,
+    ) -> None:
+        self.delivered.append((delivery_tag, redelivered, bytes(message.body)))
+
+    def consumer_cancelled(self, channel: int, consumer_tag: str) -> None:
+        raise AssertionError("no cancels here")
+
+    def channel_failed(self, channel: int, error: BrokerError) -> None:
+        raise AssertionError(error)
+
+
+def _broker(folder: Path) -> Broker:
+    return Broker(clock=lambda: 0.0, wall_clock=lambda: 0.0, store=DurableStore(folder))
+
+
+def _restart(broker: Broker, folder: Path) -> Broker:
+    """What a stop does to the store (write what is queued, close), then a new start."""
+    assert broker.store is not None
+    broker.store.close()
+    return _broker(folder)
+
+
+def test_definitions_and_persistent_messages_survive_a_restart(tmp_path: Path) -> None:
+    broker = _broker(tmp_path)
+    broker.add_vhost("staging")
+    broker.add_user("app", "secret")
+    broker.set_permissions("app", "staging", "^app", ".*", ".*")
+    ch = broker.connect("/", _Sink()).open_channel(1)
+    ch.exchange_declare("d.ex", "topic", durable=True, arguments={"alternate-exchange": "alt"})
+    ch.exchange_declare("t.ex", "fanout")
+    ch.queue_declare("d.q", durable=True, arguments={"x-max-length": 50})
+    ch.queue_declare("t.q")
+    ch.queue_declare("x.q", durable=True, exclusive=True)
+    ch.queue_bind("d.q", "d.ex", "k.#", {})
+    ch.queue_bind("d.q", "amq.direct", "k", {})
+    ch.queue_bind("d.q", "t.ex", "", {})  # a transient end: not kept
+    ch.queue_bind("t.q", "d.ex", "k.#", {})
+    for n in range(4):
+        ch.publish("d.ex", "k.a", PERSISTENT, b"p%d" % n)
+        ch.publish("d.ex", "k.a", TRANSIENT, b"t%d" % n)
+    first = ch.get("d.q", no_ack=False)  # delivered, not acked: redelivered after restart
+    assert first is not None
+    assert first.message.body == b"p0"
+    second = ch.get("d.q", no_ack=False)
+    assert second is not None
+    assert second.message.body == b"t0"
+    third = ch.get("d.q", no_ack=False)
+    assert third is not None
+    assert third.message.body == b"p1"
+    ch.ack(third.delivery_tag)  # acked: gone for good
+    broker = _restart(broker, tmp_path)
+
+    assert set(broker.vhosts) == {"/", "staging"}
+    assert broker.users.password("app") == "secret"
+    permission = broker.users.permission("app", "staging")
+    assert permission is not None
+    assert permission.allows("configure", "app.q")
+    assert not permission.allows("configure", "other")
+    vhost = broker.vhosts["/"]
+    assert set(vhost.queues) == {"d.q"}
+    assert "t.ex" not in vhost.exchanges
+    exchange = vhost.exchanges["d.ex"]
+    assert (exchange.type, exchange.durable, exchange.arguments) == (
+        "topic",
+        True,
+        {"alternate-exchange": "alt"},
+    )
+    assert vhost.queues["d.q"].arguments == {"x-max-length": 50}
+    assert broker.recovered is not None
+    assert "3 persistent messages" in broker.recovered
+    sink = _Sink()
+    ch = broker.connect("/", sink).open_channel(1)
+    ch.publish("amq.direct", "k", PERSISTENT, b"direct")  # the bindings are back
+    ch.publish("d.ex", "k.z", PERSISTENT, b"topic")
+    ch.consume("d.q", "c", no_ack=True, exclusive=False, arguments={})
+    ch.start_consumer("c")
+    assert [(r, b) for _, r, b in sink.delivered] == [
+        (True, b"p0"),
+        (False, b"p2"),
+        (False, b"p3"),
+        (False, b"direct"),
+        (False, b"topic"),
+    ]
+    broker = _restart(broker, tmp_path)  # consumed without acks: nothing is left
+    assert broker.vhosts["/"].queues["d.q"].message_count == 0
+
+
+def test_deletes_and_unbinds_are_kept(tmp_path: Path) -> None:
+    broker = _broker(tmp_path)
+    ch = broker.connect("/", _Sink()).open_channel(1)
+    ch.exchange_declare("gone.ex", "direct", durable=True)
+    ch.exchange_declare("d.ex", "direct", durable=True)
+    ch.queue_declare("gone.q", durable=True)
+    ch.queue_declare("d.q", durable=True)
+    ch.queue_bind("d.q", "d.ex", "a", {})
+    ch.queue_bind("d.q", "d.ex", "b", {})
+    ch.queue_bind("d.q", "gone.ex", "a", {})
+    ch.exchange_bind("d.ex", "amq.topic", "#", {})
+    ch.publish("", "gone.q", PERSISTENT, b"lost with its queue")
+    ch.publish("", "d.q", PERSISTENT, b"purged")
+    ch.queue_unbind("d.q", "d.ex", "b", {})
+    ch.queue_delete("gone.q")
+    ch.exchange_delete("gone.ex")
+    assert ch.queue_purge("d.q") == 1
+    broker = _restart(broker, tmp_path)
+    vhost = broker.vhosts["/"]
+    assert set(vhost.queues) == {"d.q"}
+    assert "gone.ex" not in vhost.exchanges
+    assert [b.routing_key for b in vhost.exchanges["d.ex"].bindings.values()] == ["a"]
+    assert [b.routing_key for b in vhost.exchanges["amq.topic"].bindings.values()] == ["#"]
+    assert vhost.queues["d.q"].message_count == 0
+    ch = broker.connect("/", _Sink()).open_channel(1)
+    ch.publish("amq.topic", "a", PERSISTENT, b"through two exchanges")
+    got = ch.get("d.q", no_ack=True)
+    assert got is not None
+    assert got.message.body == b"through two exchanges"
+
+
+def test_a_message_consumed_before_the_commit_never_reaches_the_disk(tmp_path: Path) -> None:
+    broker = _broker(tmp_path)
+    store = broker.store
+    assert store is not None
+    ch = broker.connect("/", _Sink()).open_channel(1)
+    ch.queue_declare("d.q", durable=True)
+    store.flush()
+    ch.publish("", "d.q", PERSISTENT, b"quick")
+    got = ch.get("d.q", no_ack=False)
+    assert got is not None
+    ch.ack(got.delivery_tag)
+    batch = store.take_batch()
+    assert [op for op in batch.ops if op is not None] == []  # the insert was cancelled
+    store.write(batch)
+
+
+# --- the command, stopped and killed -----------------------------------------------------------
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+class _Process:
+    def __init__(self, data_dir: Path) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "amqp_broker", "--port", "0", "--data-dir", str(data_dir)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stderr is not None
+        line = self.process.stderr.readline()
+        assert line.startswith("amqp_broker listening on 127.0.0.1:"), line
+        self.url = f"amqp://guest:guest@127.0.0.1:{int(line.rsplit(':', 1)[1])}/"
+        self.recovered = self.process.stderr.readline()
+
+    def stop(self, signum: signal.Signals) -> int:
+        self.process.send_signal(signum)
+        code = self.process.wait(timeout=TIMEOUT)
+        assert self.process.stderr is not None
+        rest = self.process.stderr.read()
+        self.process.stderr.close()
+        assert "Traceback" not in rest
+        return code
+
+
+@pytest.fixture
+def brokers() -> Iterator[list[_Process]]:
+    started: list[_Process] = []
+    yield started
+    for broker in started:
+        if broker.process.poll() is None:
+            broker.process.kill()
+            broker.process.wait(timeout=TIMEOUT)
+        if broker.process.stderr is not None:
+            broker.process.stderr.close()
+
+
+def _start(brokers: list[_Process], data_dir: Path) -> _Process:
+    broker = _Process(data_dir)
+    brokers.append(broker)
+    return broker
+
+
+def _drain(ch: amqp_blocking.Channel, queue: str) -> list[tuple[bytes, bool]]:
+    got = []
+    while (message := ch.basic_get(queue, no_ack=True)) is not None:
+        got.append((bytes(message.body), message.redelivered))
+    return got
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_a_stopped_or_killed_broker_comes_back_with_what_it_kept(
+    signum: signal.Signals, data_dir: Path, brokers: list[_Process]
+) -> None:
+    broker = _start(brokers, data_dir)
+    with amqp_blocking.connect(broker.url) as conn, conn.channel() as ch:
+        ch.exchange_declare("d.ex", "topic", durable=True)
+        ch.exchange_declare("t.ex", "topic")
+        ch.queue_declare("d.classic", durable=True)
+        ch.queue_declare("d.quorum", durable=True, arguments={"x-queue-type": "quorum"})
+        ch.queue_declare("t.q")
+        for queue in ("d.classic", "d.quorum", "t.q"):
+            ch.queue_bind(queue, "d.ex", "k.#")
+        ch.confirm_select()
+        for n in range(3):
+            ch.basic_publish(b"p%d" % n, exchange="d.ex", routing_key="k.a", properties=PERSISTENT)
+            ch.basic_publish(b"t%d" % n, exchange="d.ex", routing_key="k.a", properties=TRANSIENT)
+        held = ch.basic_get("d.classic", no_ack=False)
+        assert held is not None
+        assert held.body == b"p0"
+        # confirmed after the delivery: the store wrote the delivery with it
+        ch.basic_publish(b"last", exchange="d.ex", routing_key="k.a", properties=PERSISTENT)
+        code = broker.stop(signum)
+    assert code == (0 if signum == signal.SIGTERM else -signal.SIGKILL)
+    broker = _start(brokers, data_dir)
+    assert "2 exchanges" not in broker.recovered
+    assert "1 exchanges, 2 queues" in broker.recovered
+    with amqp_blocking.connect(broker.url) as conn, conn.channel() as ch:
+        ch.exchange_declare("d.ex", "topic", passive=True)
+        with pytest.raises(NotFound):
+            ch.queue_declare("t.q", passive=True)
+    with amqp_blocking.connect(broker.url) as conn, conn.channel() as ch:
+        ch.basic_publish(b"bound", exchange="d.ex", routing_key="k.b", properties=PERSISTENT)
+        assert _drain(ch, "d.classic") == [
+            (b"p0", True),
+            (b"p1", False),
+            (b"p2", False),
+            (b"last", False),
+            (b"bound", False),
+        ]
+        assert [body for body, _ in _drain(ch, "d.quorum")] == [
+            b"p0",
+            b"p1",
+            b"p2",
+            b"last",
+            b"bound",
+        ]
+        for queue in ("d.classic", "d.quorum"):
+            ch.queue_delete(queue)
+        ch.exchange_delete("d.ex")
+    assert broker.stop(signal.SIGTERM) == 0
+
+
+def _publish_until_killed(url: str, confirmed: list[int], enough: threading.Event) -> None:
+    """Publish numbered persistent messages, each confirmed before the next, until the
+    connection goes; numbers confirmed are appended to *confirmed*."""
+    try:
+        with amqp_blocking.connect(url) as conn, conn.channel() as ch:
+            ch.confirm_select()
+            for n in range(100_000):
+                ch.basic_publish(str(n).encode(), routing_key="kill.q", properties=PERSISTENT)
+                confirmed.append(n)
+                if len(confirmed) >= 20:
+                    enough.set()
+    except Exception:  # the broker was killed under it: the point of the test
+        enough.set()
+
+
+def test_a_kill_during_confirmed_publishing_loses_no_confirmed_message(
+    data_dir: Path, brokers: list[_Process]
+) -> None:
+    kept: list[int] = []
+    for _ in range(5):
+        broker = _start(brokers, data_dir)
+        with amqp_blocking.connect(broker.url) as conn, conn.channel() as ch:
+            ch.queue_declare("kill.q", durable=True)
+        confirmed: list[int] = []
+        enough = threading.Event()
+        publisher = threading.Thread(
+            target=_publish_until_killed, args=(broker.url, confirmed, enough)
+        )
+        publisher.start()
+        assert enough.wait(TIMEOUT)
+        broker.process.kill()  # while the publisher is in the middle of its next publish
+        publisher.join(TIMEOUT)
+        broker.process.wait(TIMEOUT)
+        kept += confirmed
+        broker = _start(brokers, data_dir)
+        with amqp_blocking.connect(broker.url) as conn, conn.channel() as ch:
+            numbers = [int(body) for body, _ in _drain(ch, "kill.q")]
+            ch.queue_delete("kill.q")
+        # every confirmed one, once, in order; maybe the one in flight at the kill
+        assert numbers[: len(confirmed)] == confirmed
+        assert len(numbers) <= len(confirmed) + 1
+        assert broker.stop(signal.SIGTERM) == 0
+    assert len(kept) >= 100
+
+
+def _fill(data_dir: Path, brokers: list[_Process], count: int) -> None:
+    broker = _start(brokers, data_dir)
+    with amqp_blocking.connect(broker.url) as conn, conn.channel() as ch:
+        ch.queue_declare("torn.q", durable=True)
+        ch.confirm_select()
+        for n in range(count):
+            ch.basic_publish(str(n).encode(), routing_key="torn.q", properties=PERSISTENT)
+    broker.process.kill()  # the write-ahead log keeps the commits, not yet checkpointed
+    broker.process.wait(TIMEOUT)
+
+
+def test_a_torn_or_flipped_log_tail_keeps_what_was_written_before_it(
+    data_dir: Path, brokers: list[_Process]
+) -> None:
+    rng = random.Random(31)
+    _fill(data_dir, brokers, 60)
+    log = data_dir / "broker.sqlite3-wal"
+    data = log.read_bytes()
+    assert len(data) > 4096
+    cut = rng.randrange(len(data) // 2, len(data) - 100)
+    damaged = bytearray(data[:cut])
+    damaged[-50] ^= 0xFF  # a flipped byte inside the (now torn) last frame too
+    log.write_bytes(bytes(damaged))
+    broker = _start(brokers, data_dir)
+    assert "recovered from" in broker.recovered
+    with amqp_blocking.connect(broker.url) as conn, conn.channel() as ch:
+        numbers = [int(body) for body, _ in _drain(ch, "torn.q")]
+        ch.queue_delete("torn.q")
+    # a prefix of what was confirmed: every transaction before the damage, nothing after it
+    assert numbers == list(range(len(numbers)))
+    assert 0 < len(numbers) < 60
+    assert broker.stop(signal.SIGTERM) == 0
+
+
+def test_a_damaged_database_stops_the_start_with_a_clear_error(
+    data_dir: Path, brokers: list[_Process], tmp_path: Path
+) -> None:
+    _fill(data_dir, brokers, 5)
+    broker = _start(brokers, data_dir)  # a clean start checkpoints into the database
+    assert broker.stop(signal.SIGTERM) == 0
+    database = data_dir / "broker.sqlite3"
+    data = bytearray(database.read_bytes())
+    data[0:16] = b"not a database!!"
+    database.write_bytes(bytes(data))
+    result = subprocess.run(
+        [sys.executable, "-m", "amqp_broker", "--port", "0", "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "is damaged" in result.stderr
+    assert "will not start" in result.stderr
+    assert "Traceback" not in result.stderr
+    with pytest.raises(StoreError, match="is damaged"):
+        DurableStore(data_dir)
+    assert database.read_bytes()[:16] == b"not a database!!"  # left as it was for the user
