@@ -31,6 +31,7 @@ from ._inspect import BrokerSnapshot, take_snapshot
 from ._server_0_10 import handle_0_10
 from ._session import Session
 from ._store import DurableStore
+from ._store._committer import run_commits
 from ._versions import SERVED_VERSIONS
 
 if TYPE_CHECKING:
@@ -277,28 +278,6 @@ async def _expire(broker: Broker) -> NoReturn:
         broker.handle_timer()
 
 
-async def _commit(store: DurableStore) -> NoReturn:
-    """Group commit: write everything queued in the store in one transaction, off the event
-    loop; what publishers queue meanwhile goes into the next one. Then release the
-    confirms that waited for it."""
-    pending = trio.Event()
-
-    def wake() -> None:
-        pending.set()
-
-    store.on_pending = wake
-    if store.pending:
-        pending.set()
-    while True:
-        await pending.wait()
-        pending = trio.Event()
-        batch = store.take_batch()
-        # not abandoned on cancel: a write in progress finishes before the broker stops
-        await trio.to_thread.run_sync(store.write, batch)
-        for waiter in store.released():
-            waiter()
-
-
 async def _sample_outbound(broker: Broker, serving: _Serving) -> NoReturn:
     """Tell the memory monitor how much output waits in the connections' buffers."""
     interval = broker.options.memory_check_interval
@@ -353,7 +332,7 @@ async def serve(
             nursery.start_soon(_expire, broker)
             nursery.start_soon(_sample_outbound, broker, serving)
             if broker.store is not None:
-                nursery.start_soon(_commit, broker.store)
+                nursery.start_soon(run_commits, broker.store)
             listeners: list[trio.SocketListener] = []
             if port is not None:
                 listeners += await nursery.start(functools.partial(listen, port))

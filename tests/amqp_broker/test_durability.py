@@ -20,6 +20,7 @@ import amqp_blocking
 from amqp_broker import Broker, DurableStore, StoreError
 from amqp_sansio import BasicProperties
 from amqp_sansio.client import NotFound
+from amqp_sansio.v0_10.client import Properties
 from tests.tools.support import TIMEOUT
 
 if TYPE_CHECKING:
@@ -189,8 +190,9 @@ def data_dir(tmp_path: Path) -> Path:
 
 class _Process:
     def __init__(self, data_dir: Path) -> None:
+        command = [sys.executable, "-m", "amqp_broker", "--port", "0", "--data-dir", str(data_dir)]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "amqp_broker", "--port", "0", "--data-dir", str(data_dir)],
+            [*command, "--protocols", "0-9-1,0-10"],
             stderr=subprocess.PIPE,
             text=True,
         )
@@ -331,6 +333,31 @@ def test_a_kill_during_confirmed_publishing_loses_no_confirmed_message(
         assert len(numbers) <= len(confirmed) + 1
         assert broker.stop(signal.SIGTERM) == 0
     assert len(kept) >= 100
+
+
+def test_a_kill_keeps_0_10_persistent_transfers_once_completed(
+    data_dir: Path, brokers: list[_Process]
+) -> None:
+    broker = _start(brokers, data_dir)
+    persistent = Properties(persistent=True)
+    with amqp_blocking.connect_0_10(broker.url) as conn, conn.session() as session:
+        session.queue_declare("d.q", durable=True)
+        session.queue_declare("t.q")
+        for n in range(5):
+            # completed (the sync bit) only once the store wrote it
+            session.transfer("", b"p%d" % n, routing_key="d.q", properties=persistent)
+            session.transfer("", b"t%d" % n, routing_key="d.q")
+        session.transfer("", b"gone", routing_key="t.q", properties=persistent)
+        broker.process.kill()
+        broker.process.wait(TIMEOUT)
+    broker = _start(brokers, data_dir)
+    with amqp_blocking.connect(broker.url) as conn, conn.channel() as ch:
+        assert _drain(ch, "d.q") == [(b"p%d" % n, False) for n in range(5)]
+        with pytest.raises(NotFound):
+            ch.queue_declare("t.q", passive=True)
+    with amqp_blocking.connect(broker.url) as conn, conn.channel() as ch:
+        ch.queue_delete("d.q")
+    assert broker.stop(signal.SIGTERM) == 0
 
 
 def _fill(data_dir: Path, brokers: list[_Process], count: int) -> None:
