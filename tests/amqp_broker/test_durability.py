@@ -18,13 +18,15 @@ import pytest
 
 import amqp_blocking
 from amqp_broker import Broker, DurableStore, StoreError
-from amqp_sansio import BasicProperties
+from amqp_sansio import BasicProperties, ConfirmSelect, PublishConfirmed
 from amqp_sansio.client import NotFound
 from amqp_sansio.v0_10.client import Properties
 from tests.tools.support import TIMEOUT
 
+from .test_session import Net, open_client
+
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
     from pathlib import Path
 
     from amqp_broker import BrokerError, Message
@@ -178,6 +180,43 @@ def test_a_message_consumed_before_the_commit_never_reaches_the_disk(tmp_path: P
     batch = store.take_batch()
     assert [op for op in batch.ops if op is not None] == []  # the insert was cancelled
     store.write(batch)
+
+
+def _confirmed(events: Sequence[object]) -> list[int]:
+    return [n for e in events if isinstance(e, PublishConfirmed) for n in e.publish_numbers]
+
+
+def test_a_persistent_message_is_confirmed_only_once_written(tmp_path: Path) -> None:
+    net = Net(coalesce=True)
+    net.broker = _broker(tmp_path)
+    store = net.broker.store
+    assert store is not None
+    client = open_client(net)
+    ch = client.channel()
+    client.reply(ch, ConfirmSelect())
+    client.declare(ch, "d.q", durable=True)
+    client.declare(ch, "t.q")
+    client.publish(ch, b"1", routing_key="t.q", properties=PERSISTENT)  # not a durable queue
+    assert _confirmed(client.take()) == [1]
+    client.publish(ch, b"2", routing_key="d.q", properties=PERSISTENT)
+    client.publish(ch, b"3", routing_key="t.q")  # in order behind 2
+    client.publish(ch, b"4", routing_key="d.q", properties=PERSISTENT)
+    assert _confirmed(client.take()) == []  # nothing written yet
+    first = store.take_batch()  # the transport's committer takes 2, 3 and 4 ...
+    client.publish(ch, b"5", routing_key="d.q", properties=PERSISTENT)  # ... 5 comes later
+    store.write(first)
+    for waiter in store.released():
+        waiter()
+    net.pump()
+    assert _confirmed(client.take()) == [2, 3, 4]
+    store.write(store.take_batch())
+    for waiter in store.released():
+        waiter()
+    net.pump()
+    assert _confirmed(client.take()) == [5]
+    client.publish(ch, b"6", routing_key="d.q", properties=TRANSIENT)
+    assert _confirmed(client.take()) == [6]  # transient: nothing to wait for
+    store.close()
 
 
 # --- the command, stopped and killed -----------------------------------------------------------
