@@ -379,7 +379,7 @@ def test_a_kill_keeps_0_10_persistent_transfers_once_completed(
 ) -> None:
     broker = _start(brokers, data_dir)
     persistent = Properties(persistent=True)
-    with amqp_blocking.connect_0_10(broker.url) as conn, conn.session() as session:
+    with amqp_blocking.connect_0_10(broker.url) as conn_0_10, conn_0_10.session() as session:
         session.queue_declare("d.q", durable=True)
         session.queue_declare("t.q")
         for n in range(5):
