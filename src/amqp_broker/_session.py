@@ -199,6 +199,8 @@ class Session:
         # Confirms held until the store commits a batch, per channel in publish order:
         # (batch number, sequence, nack); later ones wait behind them (multiple=True acks).
         self._durable_confirms: dict[int, deque[tuple[int, int, bool]]] = {}
+        # tx.commit-ok of commits that stored persistent messages: (batch number, channel).
+        self._durable_commits: deque[tuple[int, int]] = deque()
         self._outbound_limit = broker.options.outbound_limit
         self._memory = broker.memory
         # The output buffer reached the limit: consumers are paused until it drains.
@@ -238,7 +240,7 @@ class Session:
         elif kind is ChannelClosed:
             assert isinstance(event, ChannelClosed)
             self._confirms.pop(event.channel, None)
-            self._durable_confirms.pop(event.channel, None)
+            self._forget_durable(event.channel)
             if self.connection is not None:
                 self.connection.close_channel(event.channel)
         elif kind is ChannelFlowChanged:
@@ -291,6 +293,7 @@ class Session:
         # the connection is over, not when the client gets round to close-ok.
         self._confirms.clear()
         self._durable_confirms.clear()
+        self._durable_commits.clear()
         connection, self.connection = self.connection, None
         if connection is not None:
             self.broker.memory.forget(self._alarm_cleared)
@@ -440,7 +443,7 @@ class Session:
         """Send the confirms kept since the last call: acks below the first nack in one
         ``basic.ack`` with ``multiple``, as RabbitMQ's channel does when it is idle; those
         of persistent messages only once the store wrote them."""
-        if self._durable_confirms:
+        if self._durable_confirms or self._durable_commits:
             self._release_durable()
         confirms, self._confirms = self._confirms, {}
         for channel, pending in confirms.items():
@@ -462,10 +465,24 @@ class Session:
                 # The channel or the connection is closing: the client gets no confirms there.
                 logger.debug("confirms to %s dropped: %s", self.peer, exc)
 
+    def _forget_durable(self, channel: int) -> None:
+        """*channel* closed: what waited for the store there is never sent."""
+        self._durable_confirms.pop(channel, None)
+        if self._durable_commits:
+            self._durable_commits = deque(c for c in self._durable_commits if c[1] != channel)
+
     def _release_durable(self) -> None:
         store = self.broker.store
         assert store is not None
         committed = store.committed
+        commits = self._durable_commits
+        while commits and commits[0][0] <= committed:
+            try:
+                self.core.send_method(commits.popleft()[1], TxCommitOk())
+            except LocalProtocolError as exc:
+                logger.debug("tx.commit-ok to %s dropped: %s", self.peer, exc)
+        if commits:
+            store.waiters[self.wake] = None
         for channel, waiting in list(self._durable_confirms.items()):
             while waiting and waiting[0][0] <= committed:
                 _, sequence, nack = waiting.popleft()
@@ -590,7 +607,7 @@ class Session:
             ),
         )
         self._confirms.pop(number, None)
-        self._durable_confirms.pop(number, None)
+        self._forget_durable(number)
         if self.connection is not None:
             self.connection.close_channel(number)
 
@@ -714,9 +731,16 @@ class Session:
                 channel.tx_select()
                 send(number, TxSelectOk())
             case TxCommit():
+                store = self.broker.store
+                writes = 0 if store is None else store.writes
                 for exchange, routing_key, properties, body in channel.tx_commit():
                     self._return(number, exchange, routing_key, properties, body)
-                send(number, TxCommitOk())
+                if self._coalesce and store is not None and store.writes != writes:
+                    # the commit stored persistent messages: commit-ok once they are written
+                    self._durable_commits.append((store.open_batch, number))
+                    store.waiters[self.wake] = None
+                else:
+                    send(number, TxCommitOk())
             case TxRollback():
                 channel.tx_rollback()
                 send(number, TxRollbackOk())

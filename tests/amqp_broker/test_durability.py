@@ -18,7 +18,15 @@ import pytest
 
 import amqp_blocking
 from amqp_broker import Broker, DurableStore, StoreError
-from amqp_sansio import BasicProperties, ConfirmSelect, PublishConfirmed
+from amqp_sansio import (
+    BasicProperties,
+    ConfirmSelect,
+    MethodReceived,
+    PublishConfirmed,
+    TxCommit,
+    TxCommitOk,
+    TxSelect,
+)
 from amqp_sansio.client import NotFound
 from amqp_sansio.v0_10.client import Properties
 from tests.tools.support import TIMEOUT
@@ -216,6 +224,28 @@ def test_a_persistent_message_is_confirmed_only_once_written(tmp_path: Path) -> 
     assert _confirmed(client.take()) == [5]
     client.publish(ch, b"6", routing_key="d.q", properties=TRANSIENT)
     assert _confirmed(client.take()) == [6]  # transient: nothing to wait for
+    store.close()
+
+
+def test_a_transaction_with_persistent_messages_commits_once_written(tmp_path: Path) -> None:
+    net = Net(coalesce=True)
+    net.broker = _broker(tmp_path)
+    store = net.broker.store
+    assert store is not None
+    client = open_client(net)
+    ch = client.channel()
+    client.declare(ch, "d.q", durable=True)
+    client.reply(ch, TxSelect())
+    client.publish(ch, b"1", routing_key="d.q", properties=PERSISTENT)
+    events = client.call(ch, TxCommit())
+    assert not [e for e in events if isinstance(e, MethodReceived)]  # no commit-ok yet
+    store.write(store.take_batch())
+    for waiter in store.released():
+        waiter()
+    net.pump()
+    assert [type(e.method) for e in client.take() if isinstance(e, MethodReceived)] == [TxCommitOk]
+    client.publish(ch, b"2", routing_key="d.q", properties=TRANSIENT)
+    assert isinstance(client.reply(ch, TxCommit()), TxCommitOk)  # nothing to wait for
     store.close()
 
 
