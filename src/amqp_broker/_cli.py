@@ -75,6 +75,7 @@ outbound_limit = 1048576
 consumer_timeout = 1800.0
 close_timeout = 5.0
 memory_check_interval = 0.25
+disk_free_limit = 50000000
 
 [limits.vhost_max_connections]
 staging = 100
@@ -150,6 +151,8 @@ _LIMIT_HELP: Final = {
     "close_timeout": "how long to wait for close-ok after connection.close (and on shutdown), "
     "and for the client to close its socket after close-ok",
     "memory_check_interval": "seconds between two looks at the output buffers for the watermark",
+    "disk_free_limit": "with --data-dir: block publishers while less than this many octets "
+    "are free on its disk",
 }
 
 

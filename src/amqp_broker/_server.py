@@ -31,7 +31,7 @@ from ._inspect import BrokerSnapshot, take_snapshot
 from ._server_0_10 import handle_0_10
 from ._session import Session
 from ._store import DurableStore
-from ._store._committer import run_commits
+from ._store._committer import run_commits, watch_disk
 from ._versions import SERVED_VERSIONS
 
 if TYPE_CHECKING:
@@ -333,6 +333,14 @@ async def serve(
             nursery.start_soon(_sample_outbound, broker, serving)
             if broker.store is not None:
                 nursery.start_soon(run_commits, broker.store)
+                if options.disk_free_limit is not None:
+                    nursery.start_soon(
+                        watch_disk,
+                        broker.store,
+                        broker.memory,
+                        options.disk_free_limit,
+                        options.memory_check_interval,
+                    )
             listeners: list[trio.SocketListener] = []
             if port is not None:
                 listeners += await nursery.start(functools.partial(listen, port))

@@ -91,7 +91,6 @@ from amqp_sansio import (
 )
 
 from ._errors import BrokerError
-from ._memory import BLOCKED_REASON
 from ._permissions import FULL_ACCESS, UserRegistry
 
 if TYPE_CHECKING:
@@ -367,11 +366,11 @@ class Session:
     # --- flow control -------------------------------------------------------------------------
 
     def _block(self) -> None:
-        """The memory alarm is on and the client published: stop reading it."""
+        """An alarm (memory, free disk) is on and the client published: stop reading it."""
         self.blocked = True
         if self._blocked_capable and not self._blocked_sent:
             self._blocked_sent = True
-            self.core.send_method(0, ConnectionBlocked(reason=BLOCKED_REASON))
+            self.core.send_method(0, ConnectionBlocked(reason=self._memory.reason))
             self.wake()
         if self.transport is not None:
             self.transport.pause_reading()

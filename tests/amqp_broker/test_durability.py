@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import TYPE_CHECKING
 
 import pytest
@@ -20,12 +21,14 @@ import amqp_blocking
 from amqp_broker import Broker, DurableStore, StoreError
 from amqp_sansio import (
     BasicProperties,
+    BlockedByPeer,
     ConfirmSelect,
     MethodReceived,
     PublishConfirmed,
     TxCommit,
     TxCommitOk,
     TxSelect,
+    UnblockedByPeer,
 )
 from amqp_sansio.client import NotFound
 from amqp_sansio.v0_10.client import Properties
@@ -249,6 +252,42 @@ def test_a_transaction_with_persistent_messages_commits_once_written(tmp_path: P
     store.close()
 
 
+def test_a_full_disk_blocks_publishers_until_there_is_room(tmp_path: Path) -> None:
+    net = Net(coalesce=True)
+    net.broker = _broker(tmp_path)
+    client = open_client(net)
+    ch = client.channel()
+    client.declare(ch, "d.q", durable=True)
+    memory = net.broker.memory
+    memory.set_disk_low(True, 1000)  # what the disk watcher does below disk_free_limit
+    client.publish(ch, b"1", routing_key="d.q", properties=PERSISTENT)
+    assert [e.reason for e in client.take() if isinstance(e, BlockedByPeer)] == ["low on disk"]
+    memory.set_disk_low(False, 10**9)
+    net.pump()
+    assert [e for e in client.take() if isinstance(e, UnblockedByPeer)]
+    assert client.drain(ch, "d.q") == [b"1"]  # the publish that met the alarm was kept
+
+
+def test_the_disk_watcher_blocks_below_disk_free_limit(
+    data_dir: Path, brokers: list[_Process]
+) -> None:
+    # a limit above any disk's free space: the alarm is on from the start
+    broker = _Process(data_dir, "--disk-free-limit", str(10**18))
+    brokers.append(broker)
+    with amqp_blocking.connect(broker.url) as conn:
+        ch = conn.channel()
+        ch.queue_declare("d.q", durable=True)
+        ch.basic_publish(b"blocked", routing_key="d.q", properties=PERSISTENT)
+        # the publish makes the broker say why it stops reading: wait for the client's
+        # I/O thread to have read it (bounded, never timed)
+        for _ in range(int(TIMEOUT / 0.05)):
+            if conn.blocked_reason is not None:
+                break
+            time.sleep(0.05)
+        assert conn.blocked_reason == "low on disk"
+        broker.process.kill()  # it reads nothing from a blocked client, not even a close
+
+
 # --- the command, stopped and killed -----------------------------------------------------------
 
 
@@ -258,18 +297,22 @@ def data_dir(tmp_path: Path) -> Path:
 
 
 class _Process:
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, *options: str) -> None:
         command = [sys.executable, "-m", "amqp_broker", "--port", "0", "--data-dir", str(data_dir)]
         self.process = subprocess.Popen(
-            [*command, "--protocols", "0-9-1,0-10"],
+            [*command, "--protocols", "0-9-1,0-10", *options],
             stderr=subprocess.PIPE,
             text=True,
         )
         assert self.process.stderr is not None
-        line = self.process.stderr.readline()
-        assert line.startswith("amqp_broker listening on 127.0.0.1:"), line
-        self.url = f"amqp://guest:guest@127.0.0.1:{int(line.rsplit(':', 1)[1])}/"
+        lines = [self.process.stderr.readline()]
+        while "disk alarm" in lines[-1]:  # the log line of --disk-free-limit's alarm
+            lines.append(self.process.stderr.readline())
+        assert lines[-1].startswith("amqp_broker listening on 127.0.0.1:"), lines
+        self.url = f"amqp://guest:guest@127.0.0.1:{int(lines[-1].rsplit(':', 1)[1])}/"
         self.recovered = self.process.stderr.readline()
+        while "disk alarm" in self.recovered:
+            self.recovered = self.process.stderr.readline()
 
     def stop(self, signum: signal.Signals) -> int:
         self.process.send_signal(signum)

@@ -1,15 +1,29 @@
-"""The group-commit task the servers run beside a broker with a store (Trio)."""
+"""The tasks the servers run beside a broker with a store (Trio): the group commit and the
+free-disk alarm."""
 
 from __future__ import annotations
 
+import shutil
 from typing import TYPE_CHECKING, NoReturn
 
 import trio
 
 if TYPE_CHECKING:
+    from .._memory import MemoryMonitor
     from ._sqlite import DurableStore
 
-__all__ = ["run_commits"]
+__all__ = ["run_commits", "watch_disk"]
+
+
+async def watch_disk(
+    store: DurableStore, memory: MemoryMonitor, limit: int, interval: float
+) -> NoReturn:
+    """Every *interval* seconds: below *limit* octets free on the store's disk, publishers
+    are blocked (RabbitMQ's ``disk_free_limit``) until there is room again."""
+    while True:
+        free = (await trio.to_thread.run_sync(shutil.disk_usage, store.directory)).free
+        memory.set_disk_low(free < limit, free)
+        await trio.sleep(interval)
 
 
 async def run_commits(store: DurableStore) -> NoReturn:
