@@ -16,6 +16,13 @@ the broker's CPU per message (``/proc/PID/stat``).
 
     .venv/bin/python bench/store.py                        # candidates, 2 000 messages each
     .venv/bin/python bench/store.py --broker --count 2000  # broker vs RabbitMQ
+    .venv/bin/python bench/store.py --kill 50              # kill -9 while publishing/acking
+
+``--kill N`` runs N rounds: a publisher (each message confirmed before the next) and a
+consumer (``basic.get``, acking every third message) against the broker, which is killed
+with SIGKILL once 200 more messages were confirmed; after the restart every confirmed
+message must be present exactly once, unless the consumer acked it. The messages stay in
+the queue from round to round, so the restart time (printed) grows with them.
 """
 
 from __future__ import annotations
@@ -195,13 +202,104 @@ def broker(args: argparse.Namespace) -> None:
             process.wait(timeout=30)
 
 
+def _start(folder: str) -> tuple[subprocess.Popen[str], str, float]:
+    """The broker on *folder*: the process, its URL, and seconds until it listened."""
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "amqp_broker", "--port", "0", "--data-dir", folder],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    line = process.stderr.readline()
+    seconds = time.perf_counter() - started
+    port = int(line.rsplit(":", 1)[1])
+    process.stderr.readline()  # what it recovered
+    return process, f"amqp://guest:guest@127.0.0.1:{port}/", seconds
+
+
+def kill_loop(args: argparse.Namespace) -> None:
+    """``--kill N``: N rounds of kill -9 during confirmed persistent publishing and acking
+    consumption, each checked after the restart; then the restart time with many messages."""
+    import amqp_blocking
+    from amqp_sansio import BasicProperties
+
+    persistent = BasicProperties(delivery_mode=2)
+    with tempfile.TemporaryDirectory(dir=args.dir) as folder:
+        confirmed: set[int] = set()
+        acked: set[int] = set()
+        number = 0
+        for round_ in range(args.kill):
+            process, url, _ = _start(folder)
+            with amqp_blocking.connect(url) as conn, conn.channel() as ch:
+                ch.queue_declare("kill.q", durable=True)
+            enough = threading.Event()
+
+            def publish(url: str = url, enough: threading.Event = enough) -> None:
+                nonlocal number
+                try:
+                    with amqp_blocking.connect(url) as conn, conn.channel() as ch:
+                        ch.confirm_select()
+                        while True:
+                            number += 1
+                            ch.basic_publish(
+                                str(number).encode(), routing_key="kill.q", properties=persistent
+                            )
+                            confirmed.add(number)
+                            if len(confirmed) % 200 == 0:
+                                enough.set()
+                except Exception:
+                    enough.set()
+
+            def consume(url: str = url) -> None:
+                try:
+                    with amqp_blocking.connect(url) as conn, conn.channel() as ch:
+                        while True:
+                            message = ch.basic_get("kill.q", no_ack=False)
+                            if message is not None and int(message.body) % 3 == 0:
+                                message.ack()
+                                acked.add(int(message.body))
+                except Exception:
+                    return
+
+            threads = [threading.Thread(target=publish), threading.Thread(target=consume)]
+            for thread in threads:
+                thread.start()
+            enough.wait(60)
+            process.kill()
+            process.wait(30)
+            for thread in threads:
+                thread.join(60)
+            process, url, seconds = _start(folder)
+            with amqp_blocking.connect(url) as conn, conn.channel() as ch:
+                present: list[int] = []
+                while (message := ch.basic_get("kill.q", no_ack=False)) is not None:
+                    present.append(int(message.body))
+                # put them back for the next round (the channel's close requeues them)
+            duplicates = len(present) - len(set(present))
+            lost = confirmed - acked - set(present)
+            print(
+                f"round {round_ + 1}: {len(confirmed)} confirmed, {len(acked)} acked, "
+                f"{len(present)} present, {duplicates} duplicates, {len(lost)} lost, "
+                f"restart {seconds:.2f} s",
+                flush=True,
+            )
+            if lost or duplicates:
+                raise SystemExit(f"lost {sorted(lost)[:10]}, {duplicates} duplicates")
+            process.terminate()
+            process.wait(30)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--broker", action="store_true", help="the broker against RabbitMQ")
     parser.add_argument("--count", type=int, default=2000, help="messages per case")
     parser.add_argument("--dir", default=None, help="where the temporary stores go")
+    parser.add_argument("--kill", type=int, default=0, help="rounds of kill -9 and restart")
     args = parser.parse_args()
-    if args.broker:
+    if args.kill:
+        kill_loop(args)
+    elif args.broker:
         broker(args)
     else:
         candidates(args)
