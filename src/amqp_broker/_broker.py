@@ -205,7 +205,8 @@ class Broker:
         self.recovered = (
             f"recovered from {store.path}: {len(self.vhosts)} vhosts, "
             f"{len(recovery.exchanges)} exchanges, {len(recovery.queues)} queues, "
-            f"{len(recovery.bindings)} bindings, {len(recovery.messages)} persistent messages"
+            f"{len(recovery.bindings)} bindings, {len(recovery.messages)} persistent messages, "
+            f"{len(recovery.stream_messages)} stream messages"
         )
         logger.info("%s", self.recovered)
 
@@ -274,6 +275,37 @@ class Broker:
                 host.track_timed(queue_)
             last_seq = max(last_seq, stored.seq)
         self._clock.skip_to(last_seq)
+        self._rebuild_streams(recovery)
+
+    def _rebuild_streams(self, recovery: Recovery) -> None:
+        """Append each stream's stored messages again, from its oldest retained offset with
+        their original times: the segments roll where they did, so offsets are the same."""
+        log = None
+        current: tuple[str, str] | None = None
+        for stored in recovery.stream_messages:
+            if (stored.vhost, stored.queue) != current:
+                current = (stored.vhost, stored.queue)
+                queue = self.vhosts[stored.vhost].queues.get(stored.queue)
+                log = None if queue is None else queue.log
+                if log is not None:
+                    log.start_at(stored.offset, stored.time_ms)
+            if log is None:
+                continue
+            if log.next_offset != stored.offset:
+                logger.warning(
+                    "stream %r of vhost %r: stored offset %d rebuilt at %d; the rest of the "
+                    "stream is not recovered",
+                    stored.queue,
+                    stored.vhost,
+                    stored.offset,
+                    log.next_offset,
+                )
+                log = None
+                continue
+            message = Message(stored.exchange, stored.routing_key, stored.properties, stored.body)
+            self.memory.hold(message.held)
+            for dropped in log.append(message, stored.time_ms):
+                self.memory.release(dropped.held)
 
     # --- timers -------------------------------------------------------------------------------
 

@@ -314,8 +314,25 @@ class VirtualHost:
     def _append(self, queue: Queue, log: StreamLog, message: Message) -> None:
         memory = self.memory
         memory.hold(message.held)
-        for dropped in log.append(message, int(self.clock.wall() * 1000)):
-            memory.release(dropped.held)
+        offset = log.next_offset
+        now_ms = int(self.clock.wall() * 1000)
+        dropped = log.append(message, now_ms)
+        for gone in dropped:
+            memory.release(gone.held)
+        store = self.store
+        if store is not None:
+            store.stream_appended(
+                self.name,
+                queue.name,
+                offset,
+                now_ms,
+                message.exchange,
+                message.routing_key,
+                message.properties,
+                message.body,
+            )
+            if dropped:
+                store.stream_trimmed(self.name, queue.name, log.first_offset)
         self.dispatch(queue)
 
     def _hand_over(self, queue: Queue, entry: Entry) -> bool:

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from amqp_broker import BrokerError, Message
+    from amqp_sansio import FieldTable
 
 PERSISTENT = BasicProperties(delivery_mode=2)
 TRANSIENT = BasicProperties(delivery_mode=1)
@@ -144,6 +145,43 @@ def test_definitions_and_persistent_messages_survive_a_restart(tmp_path: Path) -
     ]
     broker = _restart(broker, tmp_path)  # consumed without acks: nothing is left
     assert broker.vhosts["/"].queues["d.q"].message_count == 0
+
+
+def _stream_contents(broker: Broker, name: str) -> tuple[int, int, list[tuple[int, bytes]]]:
+    log = broker.vhosts["/"].queues[name].log
+    assert log is not None
+    found = []
+    for offset in range(log.first_offset, log.next_offset):
+        message = log.read(offset)
+        if message is not None:
+            found.append((offset, bytes(message.body)))
+    return log.first_offset, log.next_offset, found
+
+
+def test_a_stream_comes_back_with_its_offsets_and_retention(tmp_path: Path) -> None:
+    broker = _broker(tmp_path)
+    ch = broker.connect("/", _Sink()).open_channel(1)
+    arguments: FieldTable = {
+        "x-queue-type": "stream",
+        "x-stream-max-segment-size-bytes": 1000,  # a few messages a segment
+        "x-max-length-bytes": 3000,  # and retention drops the oldest segments
+    }
+    ch.queue_declare("s", durable=True, arguments=arguments)
+    for n in range(40):
+        ch.publish("", "s", TRANSIENT, b"%03d" % n + b"x" * 200)  # a stream keeps all
+    before = _stream_contents(broker, "s")
+    assert before[0] > 0  # retention dropped the start
+    broker = _restart(broker, tmp_path)
+    assert _stream_contents(broker, "s") == before
+    assert broker.recovered is not None
+    assert f"{len(before[2])} stream messages" in broker.recovered
+    ch = broker.connect("/", _Sink()).open_channel(1)
+    ch.publish("", "s", TRANSIENT, b"after")  # it goes on at the next offset
+    found = _stream_contents(broker, "s")[2]
+    assert found[-1] == (before[1], b"after")
+    ch.queue_delete("s")
+    broker = _restart(broker, tmp_path)
+    assert "s" not in broker.vhosts["/"].queues
 
 
 def test_deletes_and_unbinds_are_kept(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ __all__ = [
     "RecoveredExchange",
     "RecoveredMessage",
     "RecoveredQueue",
+    "RecoveredStreamMessage",
     "Recovery",
     "StoreBatch",
     "StoreError",
@@ -53,6 +54,10 @@ CREATE TABLE IF NOT EXISTS queues (
 CREATE TABLE IF NOT EXISTS bindings (
     vhost TEXT, source TEXT, kind TEXT, destination TEXT, routing_key TEXT, arguments BLOB,
     PRIMARY KEY (vhost, source, kind, destination, routing_key, arguments));
+CREATE TABLE IF NOT EXISTS stream_messages (
+    vhost TEXT, queue TEXT, offset INTEGER, time_ms INTEGER, exchange TEXT,
+    routing_key TEXT, properties BLOB, body BLOB, PRIMARY KEY (vhost, queue, offset))
+    WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS messages (
     vhost TEXT, queue TEXT, seq INTEGER, redelivered INTEGER, exchange TEXT,
     routing_key TEXT, properties BLOB, body BLOB, PRIMARY KEY (vhost, queue, seq))
@@ -136,6 +141,21 @@ class RecoveredMessage:
 
 @final
 @attrs.frozen
+class RecoveredStreamMessage:
+    """A message of a stream queue at its offset, appended at *time_ms* (wall clock)."""
+
+    vhost: str
+    queue: str
+    offset: int
+    time_ms: int
+    exchange: str
+    routing_key: str
+    properties: BasicProperties
+    body: bytes
+
+
+@final
+@attrs.frozen
 class Recovery:
     """Everything the store held at start."""
 
@@ -146,6 +166,7 @@ class Recovery:
     queues: list[RecoveredQueue]
     bindings: list[RecoveredBinding]
     messages: list[RecoveredMessage]
+    stream_messages: list[RecoveredStreamMessage]
 
 
 def _table_bytes(table: FieldTable) -> bytes:
@@ -294,6 +315,7 @@ class DurableStore:
         """A durable queue was deleted, with its messages and the bindings to it."""
         self._queue("DELETE FROM queues WHERE vhost = ? AND name = ?", (vhost, name))
         self._queue("DELETE FROM messages WHERE vhost = ? AND queue = ?", (vhost, name))
+        self._queue("DELETE FROM stream_messages WHERE vhost = ? AND queue = ?", (vhost, name))
         self._queue(
             "DELETE FROM bindings WHERE vhost = ? AND kind = 'queue' AND destination = ?",
             (vhost, name),
@@ -375,6 +397,41 @@ class DurableStore:
             self._queue(_REMOVE_MESSAGE, key)
         else:
             self._ops[index] = None  # never written: consumed within the batch
+
+    def stream_appended(
+        self,
+        vhost: str,
+        queue: str,
+        offset: int,
+        time_ms: int,
+        exchange: str,
+        routing_key: str,
+        properties: BasicProperties,
+        body: bytes | bytearray,
+    ) -> None:
+        """A message was appended to a stream queue at *offset* (every one: streams keep
+        transient messages too, as RabbitMQ's)."""
+        self._queue(
+            "INSERT OR REPLACE INTO stream_messages VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                vhost,
+                queue,
+                offset,
+                time_ms,
+                exchange,
+                routing_key,
+                _properties_bytes(properties),
+                body,
+            ),
+        )
+        self.writes += 1
+
+    def stream_trimmed(self, vhost: str, queue: str, first_offset: int) -> None:
+        """Retention dropped a stream's messages below *first_offset*."""
+        self._queue(
+            "DELETE FROM stream_messages WHERE vhost = ? AND queue = ? AND offset < ?",
+            (vhost, queue, first_offset),
+        )
 
     # --- group commit -------------------------------------------------------------------------
 
@@ -459,6 +516,21 @@ class DurableStore:
                         bytes(r[7]),
                     )
                     for r in db.execute("SELECT * FROM messages ORDER BY vhost, queue, seq")
+                ],
+                stream_messages=[
+                    RecoveredStreamMessage(
+                        r[0],
+                        r[1],
+                        r[2],
+                        r[3],
+                        r[4],
+                        r[5],
+                        BasicProperties.decode(r[6], 0)[0],
+                        bytes(r[7]),
+                    )
+                    for r in db.execute(
+                        "SELECT * FROM stream_messages ORDER BY vhost, queue, offset"
+                    )
                 ],
             )
         except Exception as exc:
