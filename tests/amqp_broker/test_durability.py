@@ -397,8 +397,9 @@ def test_a_stopped_or_killed_broker_comes_back_with_what_it_kept(
         ch.exchange_declare("t.ex", "topic")
         ch.queue_declare("d.classic", durable=True)
         ch.queue_declare("d.quorum", durable=True, arguments={"x-queue-type": "quorum"})
+        ch.queue_declare("d.stream", durable=True, arguments={"x-queue-type": "stream"})
         ch.queue_declare("t.q")
-        for queue in ("d.classic", "d.quorum", "t.q"):
+        for queue in ("d.classic", "d.quorum", "d.stream", "t.q"):
             ch.queue_bind(queue, "d.ex", "k.#")
         ch.confirm_select()
         for n in range(3):
@@ -412,8 +413,9 @@ def test_a_stopped_or_killed_broker_comes_back_with_what_it_kept(
         code = broker.stop(signum)
     assert code == (0 if signum == signal.SIGTERM else -signal.SIGKILL)
     broker = _start(brokers, data_dir)
-    assert "2 exchanges" not in broker.recovered
-    assert "1 exchanges, 2 queues" in broker.recovered
+    # the stream kept all 7 routed before the stop, transient ones too
+    assert "1 exchanges, 3 queues, 3 bindings" in broker.recovered
+    assert "7 stream messages" in broker.recovered
     with amqp_blocking.connect(broker.url) as conn, conn.channel() as ch:
         ch.exchange_declare("d.ex", "topic", passive=True)
         with pytest.raises(NotFound):
@@ -434,7 +436,8 @@ def test_a_stopped_or_killed_broker_comes_back_with_what_it_kept(
             b"last",
             b"bound",
         ]
-        for queue in ("d.classic", "d.quorum"):
+        assert ch.queue_declare("d.stream", passive=True).message_count == 8
+        for queue in ("d.classic", "d.quorum", "d.stream"):
             ch.queue_delete(queue)
         ch.exchange_delete("d.ex")
     assert broker.stop(signal.SIGTERM) == 0
