@@ -58,6 +58,7 @@ from ._server import (
 )
 from ._server_0_10 import handle_0_10, serve_0_10
 from ._session import Session, SessionTransport
+from ._store import DurableStore, StoreError
 
 __all__ = [
     "BindingSnapshot",
@@ -68,6 +69,7 @@ __all__ = [
     "BrokerThread",
     "ConnectionSnapshot",
     "DeliverySink",
+    "DurableStore",
     "ExchangeSnapshot",
     "GetResult",
     "MemoryServer",
@@ -85,6 +87,7 @@ __all__ = [
     "QueueSnapshot",
     "Session",
     "SessionTransport",
+    "StoreError",
     "User",
     "close_connection",
     "handle_0_10",

@@ -20,10 +20,14 @@ from typing import TYPE_CHECKING, Final, final
 from ._channel import ModelConnection
 from ._clock import ModelClock
 from ._errors import BrokerError
+from ._fields import freeze
 from ._memory import MemoryMonitor
+from ._message import Message, expiry
 from ._options import BrokerOptions
 from ._permissions import UserRegistry
 from ._policies import OPERATOR_POLICY_KEYS, Policy
+from ._queues import Entry, Queue
+from ._routing import Binding, Exchange
 from ._vhost import VirtualHost
 
 if TYPE_CHECKING:
@@ -31,6 +35,7 @@ if TYPE_CHECKING:
 
     from ._channel import DeliverySink, ReplyConsumers, TimeoutWatch
     from ._permissions import Permission, User
+    from ._store import DurableStore, Recovery
 
 __all__ = ["Broker"]
 
@@ -50,6 +55,8 @@ class Broker:
     :param options: limits, timeouts and flow control (:class:`BrokerOptions`).
     :param users: name -> password (allowed everything everywhere) or :class:`User`;
         default guest/guest.
+    :param store: keep durable definitions and persistent messages there, and rebuild them
+        from it now (None: in memory only, everything is lost when the broker stops).
     """
 
     def __init__(
@@ -60,8 +67,11 @@ class Broker:
         wall_clock: Callable[[], float],
         options: BrokerOptions | None = None,
         users: Mapping[str, str | User] | None = None,
+        store: DurableStore | None = None,
     ) -> None:
         self.clock = clock
+        #: The durable store (None: in memory only).
+        self.store = store
         self.wall_clock = wall_clock
         self.options = BrokerOptions() if options is None else options
         self._clock = ModelClock(clock, wall_clock)
@@ -77,6 +87,10 @@ class Broker:
         self.reply_to: ReplyConsumers = {}
         #: Channels with unacknowledged deliveries, for the consumer timeout.
         self._timeouts: TimeoutWatch = {}
+        #: What was rebuilt from the store at start (None without a store).
+        self.recovered: str | None = None
+        if store is not None:
+            self._restore(store.load())
 
     @property
     def timer_changed(self) -> Callable[[], None]:
@@ -94,9 +108,11 @@ class Broker:
         """Create the virtual host *name* (with its predeclared exchanges) if it is new."""
         vhost = self.vhosts.get(name)
         if vhost is None:
-            vhost = self.vhosts[name] = VirtualHost(name, self._clock, self.memory)
+            vhost = self.vhosts[name] = VirtualHost(name, self._clock, self.memory, self.store)
             vhost.max_connections = self.options.vhost_max_connections.get(name)
             vhost.quorum_delivery_limit = self.options.quorum_delivery_limit
+            if self.store is not None:
+                self.store.vhost_added(name)
         return vhost
 
     def set_vhost_limits(self, vhost: str, *, max_connections: int | None) -> None:
@@ -184,10 +200,14 @@ class Broker:
         """Add (or replace) a user allowed everything everywhere until
         :meth:`set_permissions` says otherwise."""
         self.users.add(name, password)
+        if self.store is not None:
+            self.store.user_set(name, password)
 
     def delete_user(self, name: str) -> None:
         """Remove a user; its open connections stay open, as in RabbitMQ."""
         self.users.delete(name)
+        if self.store is not None:
+            self.store.user_deleted(name)
 
     def set_permissions(
         self, user: str, vhost: str, configure: str = ".*", write: str = ".*", read: str = ".*"
@@ -196,10 +216,14 @@ class Broker:
         expressions over queue and exchange names; the user may then use only the virtual
         hosts given permissions. Applies to connections opened afterwards."""
         self.users.set_permissions(user, vhost, configure, write, read)
+        if self.store is not None:
+            self.store.permissions_set(user, vhost, configure, write, read)
 
     def clear_permissions(self, user: str, vhost: str) -> None:
         """Like ``rabbitmqctl clear_permissions``: *user* may no longer open *vhost*."""
         self.users.clear_permissions(user, vhost)
+        if self.store is not None:
+            self.store.permissions_cleared(user, vhost)
 
     def admit(self, vhost: str, user: str, users: UserRegistry | None = None) -> str | None:
         """Why *user* may not open a connection on *vhost* now (the text of RabbitMQ's 530,
@@ -239,6 +263,126 @@ class Broker:
             permission=permission,
             timeouts=self._timeouts if self.options.consumer_timeout is not None else None,
         )
+
+    # --- recovery -----------------------------------------------------------------------------
+
+    def _restore(self, recovery: Recovery) -> None:
+        """Rebuild what the store kept: definitions, then each durable queue's persistent
+        messages in their order, redelivered if they had been delivered."""
+        store = self.store
+        assert store is not None
+        # what is rebuilt is already stored: no changes are queued for it
+        self.store = None
+        try:
+            self._rebuild(recovery)
+        finally:
+            self.store = store
+            for vhost in self.vhosts.values():
+                vhost.store = store
+        self.recovered = (
+            f"recovered from {store.path}: {len(self.vhosts)} vhosts, "
+            f"{len(recovery.exchanges)} exchanges, {len(recovery.queues)} queues, "
+            f"{len(recovery.bindings)} bindings, {len(recovery.messages)} persistent messages, "
+            f"{len(recovery.stream_messages)} stream messages"
+        )
+        logger.info("%s", self.recovered)
+
+    def _rebuild(self, recovery: Recovery) -> None:
+        for name in recovery.vhosts:
+            self.add_vhost(name)
+        for name, password in recovery.users:
+            self.users.add(name, password)
+        for user, vhost, configure, write, read in recovery.permissions:
+            if user in self.users:
+                self.users.set_permissions(user, vhost, configure, write, read)
+        for exchange in recovery.exchanges:
+            host = self.add_vhost(exchange.vhost)
+            host.exchanges[exchange.name] = Exchange(
+                exchange.name,
+                exchange.type,
+                durable=True,
+                auto_delete=exchange.auto_delete,
+                internal=exchange.internal,
+                arguments=exchange.arguments,
+            )
+        now = self._clock.now()
+        for queue in recovery.queues:
+            host = self.add_vhost(queue.vhost)
+            restored = host.queues[queue.name] = Queue(
+                queue.vhost,
+                queue.name,
+                durable=True,
+                exclusive_owner=None,
+                auto_delete=queue.auto_delete,
+                arguments=queue.arguments,
+                now=now,
+                memory=self.memory,
+            )
+            if restored.expires is not None:
+                host.track_expiring(restored)
+        for binding in recovery.bindings:
+            host = self.add_vhost(binding.vhost)
+            source = host.exchanges.get(binding.source)
+            target: Queue | Exchange[Queue] | None = (
+                host.queues.get(binding.destination)
+                if binding.kind == "queue"
+                else host.exchanges.get(binding.destination)
+            )
+            if source is None or target is None:
+                continue
+            key = (binding.kind, id(target), binding.routing_key, freeze(binding.arguments))
+            if source.add(Binding(target, binding.routing_key, dict(binding.arguments), key)):
+                if isinstance(target, Exchange):
+                    target.incoming[key] = source
+                else:
+                    target.bindings_in[key] = source
+        last_seq = 0
+        for stored in recovery.messages:
+            host = self.vhosts[stored.vhost]
+            queue_ = host.queues.get(stored.queue)
+            if queue_ is None or queue_.log is not None:
+                continue
+            message = Message(stored.exchange, stored.routing_key, stored.properties, stored.body)
+            expires_at = expiry(queue_.message_ttl, stored.properties.expiration, now)
+            entry = Entry(message, stored.seq, expires_at)
+            entry.redelivered = stored.redelivered
+            entry.stored = True
+            queue_.push(entry)
+            if expires_at is not None:
+                host.track_timed(queue_)
+            last_seq = max(last_seq, stored.seq)
+        self._clock.skip_to(last_seq)
+        self._rebuild_streams(recovery)
+
+    def _rebuild_streams(self, recovery: Recovery) -> None:
+        """Append each stream's stored messages again, from its oldest retained offset with
+        their original times: the segments roll where they did, so offsets are the same."""
+        log = None
+        current: tuple[str, str] | None = None
+        for stored in recovery.stream_messages:
+            if (stored.vhost, stored.queue) != current:
+                current = (stored.vhost, stored.queue)
+                queue = self.vhosts[stored.vhost].queues.get(stored.queue)
+                log = None if queue is None else queue.log
+                if log is not None:
+                    log.start_at(stored.offset, stored.time_ms)
+            if log is None:
+                continue
+            if log.next_offset != stored.offset:
+                logger.warning(
+                    "stream %r of vhost %r: stored offset %d rebuilt at %d; the rest of the "
+                    "stream is not recovered",
+                    stored.queue,
+                    stored.vhost,
+                    stored.offset,
+                    log.next_offset,
+                )
+                log = None
+                continue
+            message = Message(stored.exchange, stored.routing_key, stored.properties, stored.body)
+            self.memory.hold(message.held)
+            for dropped in log.append(message, stored.time_ms):
+                self.memory.release(dropped.held)
 
     # --- timers -------------------------------------------------------------------------------
 

@@ -245,6 +245,11 @@ class ModelConnection:
             check(permission, access, kind, name, self.vhost.name, self.user)
 
 
+def stores_binding(source: Exchange[Queue], target: Queue) -> bool:
+    """Whether a binding survives a restart: both ends durable, the queue not exclusive."""
+    return source.durable and target.durable and target.exclusive_owner is None
+
+
 def _not_default(exchange: str) -> None:
     if exchange == "":
         raise BrokerError(403, "operation not permitted on the default exchange")
@@ -369,6 +374,15 @@ class ModelChannel:
         )
         if vhost.policies:
             vhost.follow_exchange_policy(exchange)
+        if durable and vhost.store is not None:
+            vhost.store.exchange_declared(
+                vhost.name,
+                name,
+                type_,
+                auto_delete=auto_delete,
+                internal=internal,
+                arguments=exchange.arguments,
+            )
 
     def exchange_delete(self, name: str, *, if_unused: bool = False) -> None:
         """``exchange.delete``: deleting a missing exchange succeeds, like RabbitMQ 3.10."""
@@ -407,6 +421,10 @@ class ModelChannel:
         key = ("exchange", id(dest), routing_key, freeze(arguments))
         if src.add(Binding(dest, routing_key, dict(arguments), key)):
             dest.incoming[key] = src
+            if src.durable and dest.durable and vhost.store is not None:
+                vhost.store.binding_added(
+                    vhost.name, source, "exchange", destination, routing_key, arguments
+                )
 
     def exchange_unbind(
         self, destination: str, source: str, routing_key: str, arguments: FieldTable
@@ -422,6 +440,10 @@ class ModelChannel:
         key = ("exchange", id(dest), routing_key, freeze(arguments))
         if src.remove(key):
             dest.incoming.pop(key, None)
+            if vhost.store is not None:
+                vhost.store.binding_removed(
+                    vhost.name, source, "exchange", destination, routing_key, arguments
+                )
             vhost.maybe_auto_delete(src)
 
     # --- queues -------------------------------------------------------------------------------
@@ -487,6 +509,10 @@ class ModelChannel:
         vhost.queues[name] = queue
         if vhost.policies or vhost.operator_policies:
             vhost.follow_policy(queue)
+        if durable and owner is None and vhost.store is not None:
+            vhost.store.queue_declared(
+                vhost.name, name, auto_delete=auto_delete, arguments=arguments
+            )
         if queue.expires is not None:
             vhost.track_expiring(queue)
         if owner is not None:
@@ -538,6 +564,11 @@ class ModelChannel:
         key = ("queue", id(target), routing_key, freeze(arguments))
         if source.add(Binding(target, routing_key, dict(arguments), key)):
             target.bindings_in[key] = source
+            store = self.vhost.store
+            if store is not None and stores_binding(source, target):
+                store.binding_added(
+                    self.vhost.name, exchange, "queue", queue, routing_key, arguments
+                )
 
     def queue_unbind(
         self, queue: str, exchange: str, routing_key: str, arguments: FieldTable
@@ -554,6 +585,11 @@ class ModelChannel:
         key = ("queue", id(target), routing_key, freeze(arguments))
         if source.remove(key):
             target.bindings_in.pop(key, None)
+            store = self.vhost.store
+            if store is not None and stores_binding(source, target):
+                store.binding_removed(
+                    self.vhost.name, exchange, "queue", queue, routing_key, arguments
+                )
             self.vhost.maybe_auto_delete(source)
 
     def queue_purge(self, name: str) -> int:
@@ -563,6 +599,7 @@ class ModelChannel:
         queue = self._accessible(name)
         if queue.log is not None:
             raise BrokerError(540, f"queue.purge not supported by stream queues {_resource(queue)}")
+        self.vhost.stored_gone(queue, list(queue.ready))
         return queue.purge()
 
     def queue_delete(self, name: str, *, if_unused: bool = False, if_empty: bool = False) -> int:
@@ -889,6 +926,7 @@ class ModelChannel:
         if not queue.ready:
             return None
         entry = queue.pop(keep_held=not no_ack)
+        self.vhost.stored_delivered(queue, entry, no_ack=no_ack)
         tag = self.next_tag
         self.next_tag = tag + 1
         if not no_ack:
@@ -948,6 +986,8 @@ class ModelChannel:
         queues: dict[int, Queue] = {}
         for record in records:
             queues[id(record.queue)] = record.queue
+            if record.entry.stored:
+                self.vhost.stored_gone(record.queue, (record.entry,))
         self._redispatch(queues.values())
 
     def _redispatch(self, queues: Iterable[Queue]) -> None:
@@ -972,6 +1012,7 @@ class ModelChannel:
                 if any(e.expires_at is not None for e in entries):
                     self.vhost.track_timed(queue)
             else:
+                self.vhost.stored_gone(queue, entries)
                 for entry in entries:
                     self.vhost.dead_letter(queue, entry.message, reason)
         self._redispatch(q for q, _ in by_queue.values())

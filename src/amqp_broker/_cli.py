@@ -31,12 +31,15 @@ import trio
 from ._options import BrokerOptions
 from ._policies import Policy
 from ._server import make_broker, serve, shutdown
+from ._store import StoreError
 from ._versions import SERVED_VERSIONS
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from amqp_sansio import ProtocolVersion
+
+    from ._broker import Broker
 
 __all__ = ["CONFIG_EXAMPLE", "ConfigError", "load_config", "main", "parse_args"]
 
@@ -50,6 +53,8 @@ protocols = ["0-9-1", "0-9", "0-8"]   # served, most preferred first
 header_0_9 = "0-9-1"          # how AMQP 1 1 0 9 is read: "0-9-1" (RabbitMQ) or "0-9" (qpid)
 server_product = "RabbitMQ"   # connection.start's product and version (clients read them)
 server_version = "3.10.8"
+data_dir = "data"             # keep durable queues and persistent messages here (relative
+                              # to this file's folder); without it everything is in memory
 
 [users]                       # name = password; default guest = "guest"
 guest = "guest"
@@ -80,6 +85,7 @@ consumer_timeout = 1800.0
 quorum_delivery_limit = false  # RabbitMQ 4.0's default is 20
 close_timeout = 5.0
 memory_check_interval = 0.25
+disk_free_limit = 50000000
 
 [limits.vhost_max_connections]
 staging = 100
@@ -99,6 +105,7 @@ _TOP_KEYS: Final = {
     "server_version": str,
     "vhosts": list,
     "verbose": bool,
+    "data_dir": str,
     "users": dict,
     "permissions": list,
     "policies": list,
@@ -158,6 +165,8 @@ _LIMIT_HELP: Final = {
     "close_timeout": "how long to wait for close-ok after connection.close (and on shutdown), "
     "and for the client to close its socket after close-ok",
     "memory_check_interval": "seconds between two looks at the output buffers for the watermark",
+    "disk_free_limit": "with --data-dir: block publishers while less than this many octets "
+    "are free on its disk",
 }
 
 
@@ -251,6 +260,12 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--vhost", action="append", default=[], metavar="NAME", help="a virtual host besides /"
+    )
+    parser.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="keep durable exchanges, queues, bindings, users and persistent messages in DIR "
+        "and recover them at start (default: in memory, all lost when the broker stops)",
     )
     limits = parser.add_argument_group(
         "limits and flow control (amqp_broker.BrokerOptions; RabbitMQ's defaults)"
@@ -375,6 +390,8 @@ def _settings(document: dict[str, object], folder: Path) -> dict[str, object]:
     for key in ("host", "port", "verbose", "header_0_9", "server_product", "server_version"):
         if key in document:
             settings[key] = document[key]
+    if "data_dir" in document:
+        settings["data_dir"] = str(folder / str(document["data_dir"]))
     if "protocols" in document:
         names = document["protocols"]
         assert isinstance(names, list)
@@ -499,6 +516,7 @@ def parse_args(argv: list[str] | None = None, prog: str = "amqp-broker") -> argp
         "port": 5672,
         "verbose": False,
         "tls_port": None,
+        "data_dir": None,
         "tls_cert": None,
         "tls_key": None,
         "protocols": BrokerOptions().protocols,
@@ -550,7 +568,20 @@ def _options(args: argparse.Namespace) -> BrokerOptions:
 
 async def _main(args: argparse.Namespace, prog: str) -> None:
     users: dict[str, str] = dict(args.user or [("guest", "guest")])
-    broker = make_broker(["/", *args.vhost], options=args.options, users=users)
+    try:
+        broker = make_broker(
+            ["/", *args.vhost], options=args.options, users=users, data_dir=args.data_dir
+        )
+    except StoreError as exc:
+        raise _StartError(str(exc)) from None
+    try:
+        await _serve(broker, args)
+    finally:
+        if broker.store is not None:
+            broker.store.close()
+
+
+async def _serve(broker: Broker, args: argparse.Namespace) -> None:
     for user, vhost, configure, write, read in args.permissions:
         broker.add_vhost(vhost)
         broker.set_permissions(user, vhost, configure, write, read)
@@ -594,6 +625,8 @@ async def _main(args: argparse.Namespace, prog: str) -> None:
                 file=sys.stderr,
                 flush=True,
             )
+            if broker.recovered is not None:
+                print(f"amqp_broker {broker.recovered}", file=sys.stderr, flush=True)
             async for signum in signals:
                 print(
                     f"amqp_broker stopping ({signal.Signals(signum).name})",

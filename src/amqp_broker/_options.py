@@ -126,6 +126,11 @@ class BrokerOptions:
     #: Seconds between two looks at the output buffers' size for the watermark (queued
     #: messages are counted as they come and go).
     memory_check_interval: float = 0.25
+    #: With a data directory (``--data-dir``): octets that must stay free on its disk
+    #: (RabbitMQ's ``disk_free_limit``, 50 MB); below it publishers are blocked as by the
+    #: memory alarm (``connection.blocked``, "low on disk") instead of writes failing. Checked
+    #: every ``memory_check_interval``. None: no disk alarm.
+    disk_free_limit: int | None = 50_000_000
     #: The heartbeat interval proposed in ``connection.tune``, in seconds (RabbitMQ's
     #: ``heartbeat``, 60); 0 proposes none (qpid-python's 0-8 client can't read heartbeat
     #: frames).

@@ -79,7 +79,7 @@ EQUIVALENT_ARGS: Final = (
 class Entry:
     """A message waiting in one queue (or delivered from it and not yet acknowledged)."""
 
-    __slots__ = ("delivery_count", "expires_at", "message", "redelivered", "seq")
+    __slots__ = ("delivery_count", "expires_at", "message", "redelivered", "seq", "stored")
 
     def __init__(self, message: Message, seq: int, expires_at: float | None) -> None:
         self.message = message
@@ -88,6 +88,8 @@ class Entry:
         self.redelivered = False
         #: How often it came back (quorum queues' ``x-delivery-count``).
         self.delivery_count = 0
+        #: Whether the durable store holds it (a persistent message in a durable queue).
+        self.stored = False
 
 
 def _by_seq(entry: Entry) -> int:

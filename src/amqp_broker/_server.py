@@ -30,11 +30,14 @@ from ._broker import Broker
 from ._inspect import BrokerSnapshot, MessageSnapshot, peek, purge, take_snapshot
 from ._server_0_10 import handle_0_10
 from ._session import Session
+from ._store import DurableStore
+from ._store._committer import run_commits, watch_disk
 from ._versions import SERVED_VERSIONS
 
 if TYPE_CHECKING:
     import ssl
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+    from pathlib import Path
 
     from ._options import BrokerOptions
     from ._permissions import User
@@ -67,14 +70,19 @@ def make_broker(
     *,
     options: BrokerOptions | None = None,
     users: Mapping[str, str | User] | None = None,
+    data_dir: str | Path | None = None,
 ) -> Broker:
-    """A :class:`Broker` on Trio's clock (for TTLs) and the wall clock (for ``x-death``)."""
+    """A :class:`Broker` on Trio's clock (for TTLs) and the wall clock (for ``x-death``);
+    with *data_dir*, durable definitions and persistent messages are kept in that directory
+    and recovered from it now (:class:`DurableStore`; raises :class:`StoreError` when it
+    cannot be used), otherwise everything is in memory."""
     return Broker(
         vhosts=vhosts,
         clock=trio.current_time,
         wall_clock=time.time,
         options=options,
         users=users,
+        store=None if data_dir is None else DurableStore(data_dir),
     )
 
 
@@ -325,6 +333,16 @@ async def serve(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_expire, broker)
             nursery.start_soon(_sample_outbound, broker, serving)
+            if broker.store is not None:
+                nursery.start_soon(run_commits, broker.store)
+                if options.disk_free_limit is not None:
+                    nursery.start_soon(
+                        watch_disk,
+                        broker.store,
+                        broker.memory,
+                        options.disk_free_limit,
+                        options.memory_check_interval,
+                    )
             listeners: list[trio.SocketListener] = []
             if port is not None:
                 listeners += await nursery.start(functools.partial(listen, port))
@@ -338,6 +356,8 @@ async def serve(
     finally:
         if _SERVING.get(broker) is serving:
             del _SERVING[broker]
+        if broker.store is not None and broker.store.pending:
+            broker.store.flush()  # what the model changed last (acks, deletes) is kept too
     raise AssertionError("the server stopped")
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import weakref
+from collections import deque
 from typing import TYPE_CHECKING, Final, Never, TypeAlias, cast, final
 
 from amqp_sansio import parse_credentials
@@ -236,6 +237,9 @@ class Session010:
         # the publish path looks for them only then
         self._no_local = False
         self._browsing = False
+        # Completions of transfers that wait for the store to commit their batch:
+        # (batch number, channel, command id, report at once).
+        self._durable_completions: deque[tuple[int, _Channel, int, bool]] = deque()
 
     # --- events -------------------------------------------------------------------------------
 
@@ -436,16 +440,39 @@ class Session010:
         exchange = event.transfer.destination or ""
         body = event.body
         model = channel.model
+        store = self.broker.store
+        writes = 0 if store is None else store.writes
         # qpidd's no-local queue argument: this connection's own messages skip the no-local
         # queues it owns (or subscribes to exclusively); every other check is the model's
         skip = () if channel.tx or not self._no_local else self._local_no_local_queues()
         model.publish(exchange, routing_key, properties, body, skip=skip)
-        # reported when the client asks (a sync bit, execution.sync, session.flush): one
-        # control for a burst of transfers; one per read cost qpid-python's client time in
-        # proportion to its outstanding commands, each
-        channel.core.complete(event.command_id, report=event.sync)
+        if store is not None and store.writes != writes:
+            # a persistent message in a durable queue: complete once it is written (the
+            # core holds execution.sync and later syncs until then)
+            self._durable_completions.append(
+                (store.open_batch, channel, event.command_id, event.sync)
+            )
+            store.waiters[self._complete_durable] = None
+        else:
+            # reported when the client asks (a sync bit, execution.sync, session.flush): one
+            # control for a burst of transfers; one per read cost qpid-python's client time
+            # in proportion to its outstanding commands, each
+            channel.core.complete(event.command_id, report=event.sync)
         if self._browsing:
             self._pump_browsers()
+
+    def _complete_durable(self) -> None:
+        """The store committed a batch: complete the transfers that waited for it."""
+        store = self.broker.store
+        assert store is not None
+        waiting = self._durable_completions
+        while waiting and waiting[0][0] <= store.committed:
+            _, channel, command_id, report = waiting.popleft()
+            with contextlib.suppress(LocalProtocolError):  # closed meanwhile: nobody waits
+                channel.core.complete(command_id, report=report)
+        if waiting:
+            store.waiters[self._complete_durable] = None
+        self.wake()
 
     def _local_no_local_queues(self) -> set[int]:
         """Ids of the no-local queues this connection owns or subscribes to exclusively."""

@@ -120,6 +120,16 @@ class StreamLog:
         """The oldest offset still retained (``next_offset`` when the stream is empty)."""
         return self.segments[0].first
 
+    def start_at(self, first: int, now_ms: int) -> None:
+        """An empty log whose oldest retained offset is *first* (rebuilt from the store):
+        past 0 it is a segment's first record, which carries no message."""
+        segment = _Segment(max(first - 1, 0))
+        if first > 0:
+            segment.messages.append(None)
+            segment.times.append(now_ms)
+        self.segments = deque([segment])
+        self.next_offset = first
+
     def append(self, message: Message, now_ms: int) -> list[Message]:
         """Append *message*; returns the messages retention dropped (to release them)."""
         segment = self.segments[-1]

@@ -12,14 +12,18 @@ from ._message import expiry
 from ._policies import matching, matching_exchange
 from ._queues import Consumer, Entry, Queue
 from ._routing import PREDECLARED, Exchange
+from ._store import is_persistent
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from amqp_sansio import FieldTable
 
     from ._clock import ModelClock
     from ._memory import MemoryMonitor
     from ._message import Message
     from ._policies import Policy
+    from ._store import DurableStore
     from ._streams import StreamLog
 
 __all__ = ["VirtualHost"]
@@ -35,10 +39,18 @@ def _unused_deadline(queue: Queue) -> float | None:
 class VirtualHost:
     """An isolated namespace of exchanges and queues."""
 
-    def __init__(self, name: str, clock: ModelClock, memory: MemoryMonitor) -> None:
+    def __init__(
+        self,
+        name: str,
+        clock: ModelClock,
+        memory: MemoryMonitor,
+        store: DurableStore | None = None,
+    ) -> None:
         self.name = name
         self.clock = clock
         self.memory = memory
+        #: Where durable definitions and persistent messages are kept (None: in memory only).
+        self.store = store
         #: Open connections on this virtual host, and how many it admits (None: no limit).
         self.connections = 0
         self.max_connections: int | None = None
@@ -163,6 +175,28 @@ class VirtualHost:
                     stack.append(self.exchanges[alternate])
         return list(found.values())
 
+    # --- the durable store ---------------------------------------------------------------------
+
+    def stored_gone(self, queue: Queue, entries: Iterable[Entry]) -> None:
+        """*entries* left *queue* for good: the store forgets the stored ones."""
+        store = self.store
+        if store is not None:
+            for entry in entries:
+                if entry.stored:
+                    entry.stored = False
+                    store.message_removed(self.name, queue.name, entry.seq)
+
+    def stored_delivered(self, queue: Queue, entry: Entry, *, no_ack: bool) -> None:
+        """*entry* went to a consumer: gone for good without acks, else redelivered after a
+        crash."""
+        store = self.store
+        if store is not None and entry.stored:
+            if no_ack:
+                entry.stored = False
+                store.message_removed(self.name, queue.name, entry.seq)
+            else:
+                store.message_delivered(self.name, queue.name, entry.seq)
+
     # --- deletion -----------------------------------------------------------------------------
 
     def delete_queue(self, queue: Queue) -> int:
@@ -172,6 +206,8 @@ class VirtualHost:
             return 0
         queue.deleted = True
         self.queues.pop(queue.name, None)
+        if queue.durable and self.store is not None:
+            self.store.queue_deleted(self.name, queue.name)
         for key, exchange in list(queue.bindings_in.items()):
             exchange.remove(key)
             self.maybe_auto_delete(exchange)
@@ -193,6 +229,8 @@ class VirtualHost:
         """Remove *exchange* and every binding from or to it."""
         exchange.deleted = True
         self.exchanges.pop(exchange.name, None)
+        if exchange.durable and self.store is not None:
+            self.store.exchange_deleted(self.name, exchange.name)
         for key, binding in list(exchange.bindings.items()):
             exchange.remove(key)
             destination = binding.destination
@@ -272,6 +310,7 @@ class VirtualHost:
         if not queue.ready:
             return
         for entry in queue.drop_expired(now):
+            self.stored_gone(queue, (entry,))
             self.dead_letter(queue, entry.message, "expired")
 
     # --- dead-lettering -----------------------------------------------------------------------
@@ -316,10 +355,23 @@ class VirtualHost:
             self.dead_letter(queue, message, "expired")
             return True
         queue.push(entry)
+        store = self.store
+        if store is not None and queue.durable and is_persistent(message.properties):
+            entry.stored = True
+            store.message_added(
+                self.name,
+                queue.name,
+                entry.seq,
+                message.exchange,
+                message.routing_key,
+                message.properties,
+                message.body,
+            )
         if expires_at is not None:
             self.track_timed(queue)
         while queue.overflow == "drop-head" and queue.over_limit():
             dropped = queue.pop()
+            self.stored_gone(queue, (dropped,))
             self.dead_letter(queue, dropped.message, "maxlen")
         self.dispatch(queue)
         return True
@@ -327,8 +379,25 @@ class VirtualHost:
     def _append(self, queue: Queue, log: StreamLog, message: Message) -> None:
         memory = self.memory
         memory.hold(message.held)
-        for dropped in log.append(message, int(self.clock.wall() * 1000)):
-            memory.release(dropped.held)
+        offset = log.next_offset
+        now_ms = int(self.clock.wall() * 1000)
+        dropped = log.append(message, now_ms)
+        for gone in dropped:
+            memory.release(gone.held)
+        store = self.store
+        if store is not None:
+            store.stream_appended(
+                self.name,
+                queue.name,
+                offset,
+                now_ms,
+                message.exchange,
+                message.routing_key,
+                message.properties,
+                message.body,
+            )
+            if dropped:
+                store.stream_trimmed(self.name, queue.name, log.first_offset)
         self.dispatch(queue)
 
     def _hand_over(self, queue: Queue, entry: Entry) -> bool:
@@ -387,6 +456,7 @@ class VirtualHost:
             if not queue.ready:
                 return
             entry = queue.pop(keep_held=not consumer.no_ack)
+            self.stored_delivered(queue, entry, no_ack=consumer.no_ack)
             consumer.channel.send(consumer, queue, entry, now)
 
     def _dispatch_by_priority(self, queue: Queue, now: float) -> None:
