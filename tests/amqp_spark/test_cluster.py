@@ -10,7 +10,6 @@ left behind are not part of the output.
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import signal
@@ -21,11 +20,10 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-import pyarrow.parquet as pq
 import pytest
 
 import amqp_blocking
-from tests.support.spark_cluster import StandaloneCluster, standalone_cluster
+from tests.support.spark_cluster import StandaloneCluster, committed_rows, standalone_cluster
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -132,23 +130,6 @@ class Driver:
         assert b"done" in lines
         self.batches += [int(line.split()[2]) for line in lines if line.startswith(b"batch ")]
         return self.batches
-
-
-def committed_rows(out: Path) -> list[dict[str, object]]:
-    """The rows of the parquet sink's committed files, per its ``_spark_metadata`` log."""
-    files: set[str] = set()
-    log = out / "_spark_metadata"
-    for entry in sorted(log.iterdir()) if log.exists() else []:
-        if entry.name.startswith(".") or entry.name.endswith(".crc"):
-            continue
-        for line in entry.read_text().splitlines()[1:]:  # the first line is the version
-            record = json.loads(line)
-            if record.get("action") == "add":
-                files.add(record["path"].removeprefix("file://"))
-    rows: list[dict[str, object]] = []
-    for path in sorted(files):
-        rows += pq.read_table(path).to_pylist()
-    return rows
 
 
 def test_stream_queue_survives_executor_and_driver_loss_exactly_once(

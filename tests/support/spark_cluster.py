@@ -18,6 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, final
 
+import pyarrow.parquet as pq
 import pyspark
 
 if TYPE_CHECKING:
@@ -195,3 +196,20 @@ def standalone_cluster(root: Path, workers: int = 2) -> Iterator[StandaloneClust
         yield cluster
     finally:
         cluster.stop()
+
+
+def committed_rows(out: Path) -> list[dict[str, object]]:
+    """The rows of the parquet sink's committed files, per its ``_spark_metadata`` log."""
+    files: set[str] = set()
+    log = out / "_spark_metadata"
+    for entry in sorted(log.iterdir()) if log.exists() else []:
+        if entry.name.startswith(".") or entry.name.endswith(".crc"):
+            continue
+        for line in entry.read_text().splitlines()[1:]:  # the first line is the version
+            record = json.loads(line)
+            if record.get("action") == "add":
+                files.add(record["path"].removeprefix("file://"))
+    rows: list[dict[str, object]] = []
+    for path in sorted(files):
+        rows += pq.read_table(path).to_pylist()
+    return rows
