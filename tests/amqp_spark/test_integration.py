@@ -190,6 +190,31 @@ def test_stream_queue_exactly_once_across_restart(
     assert {row.queue for row in rows} == {stream_queue}
 
 
+@pytest.mark.rabbitmq
+def test_byte_and_minimum_limits_pass_through_spark(
+    spark: SparkSession,
+    url: str,
+    broker: amqp_blocking.Channel,
+    stream_queue: str,
+    tmp_path: Path,
+) -> None:
+    # the JVM hands ReadMaxBytes and ReadMinRows back to the source as it does ReadMaxRows
+    broker.confirm_select()
+    with broker.publisher(window=500) as publisher:
+        for _ in range(500):
+            publisher.publish(b"y" * 100, routing_key=stream_queue)
+    capped = read_stream(
+        spark, url, stream_queue, "stream", startingOffsets="first", maxBytesPerTrigger="10000"
+    ).select("stream_offset")
+    sizes, _ = run_to_parquet(capped, tmp_path / "bytes", tmp_path / "bytes-checkpoint")
+    assert sizes == [100] * 5  # 10,000 bytes of 100-byte bodies
+    waiting = read_stream(
+        spark, url, stream_queue, "stream", startingOffsets="first", minOffsetsPerTrigger="200"
+    ).select("stream_offset")
+    sizes, _ = run_to_parquet(waiting, tmp_path / "min", tmp_path / "min-checkpoint")
+    assert sizes == [500]
+
+
 @ON_BOTH_BROKERS
 def test_stream_queue_killed_mid_batch_is_still_exactly_once(
     spark: SparkSession,
