@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/spark.py                      # 200,000 reads, 50,000 writes, 64 B
     .venv/bin/python bench/spark.py --master "local-cluster[2,1,1024]"   # real executors
+    .venv/bin/python bench/spark.py --master standalone  # a standalone cluster it starts
     AMQP_SPARK_MASTER="local-cluster[2,1,1024]" .venv/bin/python bench/spark.py
     .venv/bin/python bench/spark.py --read 20000 --write 5000 --size 1024
     .venv/bin/python bench/spark.py --json out.json
@@ -34,6 +35,11 @@ time the read took in every process Spark started (the driver JVM, the executor 
 Python workers: the process tree under the driver JVM, from ``/proc``), next to the rows over
 the CPU time of the pika read (this process, ``time.process_time``).
 
+``--master standalone`` starts a Spark standalone cluster on loopback for the run (a master
+and two workers of one core each, JVMs of their own from PySpark's ``spark-class``, as
+``tests/amqp_spark/test_cluster.py`` does) and stops it at the end; the CPU figures then add
+the workers' process trees (their executor JVMs and Python workers) to the driver's.
+
 ``--executor`` leaves Spark out and reads the whole stream in this process, the way one
 executor reads its range, three ways: pika as above, a consumer of ``amqp_blocking.connect``
 (its I/O thread) filling the same Arrow batches, and the data source's own
@@ -51,8 +57,10 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pika
@@ -68,9 +76,13 @@ from amqp_spark._options import parse_options
 from amqp_spark._schema import RecordBatchBuilder, output_columns
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
+
+    from tests.support.spark_cluster import StandaloneCluster
 
 GOAL = 2.0
+#: ``--master standalone``: workers of one core each.
+STANDALONE_WORKERS = 2
 #: What the read cases produce: the offset and the body of each message.
 READ_SCHEMA = StructType(
     [StructField("stream_offset", LongType()), StructField("body", BinaryType())]
@@ -115,12 +127,16 @@ def pika_read(url: str, queue: str, count: int) -> float:
 def executor_cores(master: str) -> int:
     """The cores tasks run on: ``local[N]``, ``local[*]`` or ``local-cluster[E,C,M]``."""
     inside = master[master.find("[") + 1 : master.rfind("]")] if "[" in master else "1"
+    if master == "standalone":
+        return STANDALONE_WORKERS
     if master.startswith("local-cluster"):
         executors, cores, _memory = (int(part) for part in inside.split(","))
         return executors * cores
     if master.startswith("local"):
         return (os.cpu_count() or 1) if inside == "*" else int(inside)
-    raise SystemExit(f"--master: only local[N] and local-cluster[E,C,M] are measured, not {master}")
+    raise SystemExit(
+        f"--master: only local[N], local-cluster[E,C,M] and standalone are measured, not {master}"
+    )
 
 
 def spark_read(
@@ -321,7 +337,8 @@ def main() -> None:
     parser.add_argument(
         "--master",
         default=os.environ.get("AMQP_SPARK_MASTER", "local[2]"),
-        help="local[N] or local-cluster[E,C,M] (default: AMQP_SPARK_MASTER, else local[2])",
+        help="local[N], local-cluster[E,C,M] or standalone (default: AMQP_SPARK_MASTER, else "
+        "local[2])",
     )
     parser.add_argument(
         "--all-columns", action="store_true", help="the data source fills all 10 columns"
@@ -342,10 +359,44 @@ def main() -> None:
     with amqp_blocking.connect(args.url) as connection, connection.channel() as channel:
         channel.queue_declare(target)
     cores = executor_cores(args.master)
+    with contextlib.ExitStack() as stack:
+        master, cluster_pids = args.master, []
+        if args.master == "standalone":
+            cluster = stack.enter_context(standalone(stack))
+            master, cluster_pids = cluster.url, [worker.pid for worker in cluster.workers]
+        bench_spark(args, stream, target, master, cores, cluster_pids)
+
+
+@contextlib.contextmanager
+def standalone(stack: contextlib.ExitStack) -> Iterator[StandaloneCluster]:
+    """A standalone cluster for the run (the test suite's helper, from the repository)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.support.spark_cluster import standalone_cluster
+
+    root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-spark-")))
+    with standalone_cluster(root, STANDALONE_WORKERS) as cluster:
+        os.environ.update({k: v for k, v in cluster.env.items() if k.startswith(("SPARK", "PY"))})
+        yield cluster
+
+
+def bench_spark(
+    args: argparse.Namespace,
+    stream: str,
+    target: str,
+    master: str,
+    cores: int,
+    cluster_pids: list[int],
+) -> None:
     started = time.perf_counter()
+    builder = SparkSession.builder.master(master)
+    if cluster_pids:
+        builder = (
+            builder.config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.executor.memory", "768m")
+        )
     spark = (
-        SparkSession.builder.master(args.master)
-        .config("spark.ui.enabled", "false")
+        builder.config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(cores))
         .config("spark.driver.memory", "1g")
@@ -373,10 +424,12 @@ def main() -> None:
             cpu["pika read"].append(time.process_time() - used)
             return seconds
 
+        roots = [driver_jvm, *cluster_pids]
+
         def spark_case() -> float:
-            used = tree_cpu(driver_jvm)
+            used = sum(tree_cpu(root) for root in roots)
             seconds = spark_read(spark, url, stream, reads, all_columns, cores)
-            cpu["spark read"].append(tree_cpu(driver_jvm) - used)
+            cpu["spark read"].append(sum(tree_cpu(root) for root in roots) - used)
             return seconds
 
         read_cases: list[tuple[str, Callable[[], float]]] = [
@@ -415,7 +468,7 @@ def main() -> None:
     per_core = rates["spark read"] / cores / rates["pika read"]
     print(
         f"read per executor core: {rates['spark read'] / cores:,.0f} rows/s on each of {cores} "
-        f"cores ({args.master}, session start {session_seconds:.0f} s) / pika's "
+        f"cores ({master}, session start {session_seconds:.0f} s) / pika's "
         f"{rates['pika read']:,.0f} on one = {per_core:.2f}x "
         f"({'meets' if per_core >= GOAL else 'misses'} the {GOAL:.0f}x goal)"
     )

@@ -9,7 +9,8 @@ model and :class:`Session` turns one server-role core's events into model calls,
 testable without sockets; :func:`memory_pair` puts the model behind an
 ``amqp_sansio.testing.ConnectionPair``.
 :class:`BrokerOptions` holds the limits, timeouts and flow control (RabbitMQ's defaults), and
-:class:`User`/:class:`Permission` the users and what they may do. :func:`memory_server` is a
+:class:`User`/:class:`Permission` the users and what they may do, :class:`Policy` a
+``rabbitmqctl set_policy`` (:meth:`Broker.set_policy`). :func:`memory_server` is a
 server factory for ``amqp_sansio.testing`` (``MemoryConnection``, ``fault_sweep``).
 """
 
@@ -33,15 +34,20 @@ from ._inspect import (
     BrokerSnapshot,
     ConnectionSnapshot,
     ExchangeSnapshot,
+    MessageSnapshot,
     QueueSnapshot,
+    peek,
+    purge,
 )
 from ._message import Message
 from ._options import BrokerOptions
 from ._permissions import Permission, User
+from ._policies import Policy
 from ._queues import QueueInfo
 from ._routing import topic_matches
 from ._server import (
     BrokerThread,
+    close_connection,
     inspect,
     make_broker,
     run_in_thread,
@@ -52,6 +58,7 @@ from ._server import (
 )
 from ._server_0_10 import handle_0_10, serve_0_10
 from ._session import Session, SessionTransport
+from ._store import DurableStore, StoreError
 
 __all__ = [
     "BindingSnapshot",
@@ -62,6 +69,7 @@ __all__ = [
     "BrokerThread",
     "ConnectionSnapshot",
     "DeliverySink",
+    "DurableStore",
     "ExchangeSnapshot",
     "GetResult",
     "MemoryServer",
@@ -69,15 +77,19 @@ __all__ = [
     "MemoryServerSide",
     "MemoryServerSide010",
     "Message",
+    "MessageSnapshot",
     "ModelChannel",
     "ModelConnection",
     "Permission",
+    "Policy",
     "PublishOutcome",
     "QueueInfo",
     "QueueSnapshot",
     "Session",
     "SessionTransport",
+    "StoreError",
     "User",
+    "close_connection",
     "handle_0_10",
     "inspect",
     "load_config",
@@ -86,6 +98,8 @@ __all__ = [
     "memory_pair",
     "memory_server",
     "memory_server_0_10",
+    "peek",
+    "purge",
     "run_in_thread",
     "running",
     "serve",

@@ -20,9 +20,14 @@ from typing import TYPE_CHECKING, Final, final
 from ._channel import ModelConnection
 from ._clock import ModelClock
 from ._errors import BrokerError
+from ._fields import freeze
 from ._memory import MemoryMonitor
+from ._message import Message, expiry
 from ._options import BrokerOptions
 from ._permissions import UserRegistry
+from ._policies import OPERATOR_POLICY_KEYS, Policy
+from ._queues import Entry, Queue
+from ._routing import Binding, Exchange
 from ._vhost import VirtualHost
 
 if TYPE_CHECKING:
@@ -30,6 +35,7 @@ if TYPE_CHECKING:
 
     from ._channel import DeliverySink, ReplyConsumers, TimeoutWatch
     from ._permissions import Permission, User
+    from ._store import DurableStore, Recovery
 
 __all__ = ["Broker"]
 
@@ -49,6 +55,8 @@ class Broker:
     :param options: limits, timeouts and flow control (:class:`BrokerOptions`).
     :param users: name -> password (allowed everything everywhere) or :class:`User`;
         default guest/guest.
+    :param store: keep durable definitions and persistent messages there, and rebuild them
+        from it now (None: in memory only, everything is lost when the broker stops).
     :param secret_check: decides a ``connection.update-secret``: called with the connection's
         user and the new secret, True accepts it (``update-secret-ok``), False refuses it (the
         connection is closed with 530, as RabbitMQ does). None, the default, accepts every new
@@ -63,9 +71,12 @@ class Broker:
         wall_clock: Callable[[], float],
         options: BrokerOptions | None = None,
         users: Mapping[str, str | User] | None = None,
+        store: DurableStore | None = None,
         secret_check: Callable[[str, bytes], bool] | None = None,
     ) -> None:
         self.clock = clock
+        #: The durable store (None: in memory only).
+        self.store = store
         #: The check of ``connection.update-secret`` (None: every secret is accepted).
         self.secret_check = secret_check
         self.wall_clock = wall_clock
@@ -83,6 +94,10 @@ class Broker:
         self.reply_to: ReplyConsumers = {}
         #: Channels with unacknowledged deliveries, for the consumer timeout.
         self._timeouts: TimeoutWatch = {}
+        #: What was rebuilt from the store at start (None without a store).
+        self.recovered: str | None = None
+        if store is not None:
+            self._restore(store.load())
 
     @property
     def timer_changed(self) -> Callable[[], None]:
@@ -100,8 +115,11 @@ class Broker:
         """Create the virtual host *name* (with its predeclared exchanges) if it is new."""
         vhost = self.vhosts.get(name)
         if vhost is None:
-            vhost = self.vhosts[name] = VirtualHost(name, self._clock, self.memory)
+            vhost = self.vhosts[name] = VirtualHost(name, self._clock, self.memory, self.store)
             vhost.max_connections = self.options.vhost_max_connections.get(name)
+            vhost.quorum_delivery_limit = self.options.quorum_delivery_limit
+            if self.store is not None:
+                self.store.vhost_added(name)
         return vhost
 
     def set_vhost_limits(self, vhost: str, *, max_connections: int | None) -> None:
@@ -110,14 +128,93 @@ class Broker:
         stay open."""
         self.vhosts[vhost].max_connections = max_connections
 
+    def set_policy(
+        self,
+        name: str,
+        pattern: str,
+        definition: Mapping[str, object],
+        *,
+        vhost: str = "/",
+        priority: int = 0,
+        apply_to: str = "all",
+    ) -> Policy:
+        """Like ``rabbitmqctl set_policy -p VHOST --priority P --apply-to A NAME PATTERN
+        DEFINITION``: queues whose names match *pattern* (searched, not anchored) follow
+        *definition* (``message-ttl``, ``expires``, ``max-length``, ``max-length-bytes``,
+        ``overflow``, ``dead-letter-exchange``, ``dead-letter-routing-key``, ``delivery-limit``,
+        ``dead-letter-strategy``, ``queue-leader-locator``; exchanges: ``alternate-exchange``),
+        existing ones at once; of several
+        matching policies the one of the highest priority applies. A queue's own argument
+        wins or the lower value wins as in RabbitMQ 3.10 (see :doc:`/broker`).
+
+        :raises ValueError: an unknown setting or bad value, a bad pattern or *apply_to*.
+        :raises KeyError: there is no virtual host *vhost*.
+        """
+        policy = Policy(name, pattern, definition, priority=priority, apply_to=apply_to)
+        self.vhosts[vhost].set_policy(policy)
+        return policy
+
+    def clear_policy(self, name: str, *, vhost: str = "/") -> None:
+        """Like ``rabbitmqctl clear_policy -p VHOST NAME``; queues follow what remains.
+
+        :raises KeyError: no such policy (or virtual host).
+        """
+        self.vhosts[vhost].clear_policy(name)
+
+    def list_policies(self, vhost: str = "/") -> list[Policy]:
+        """Like ``rabbitmqctl list_policies -p VHOST``: the policies, by name."""
+        return sorted(self.vhosts[vhost].policies.values(), key=lambda p: p.name)
+
+    def set_operator_policy(
+        self,
+        name: str,
+        pattern: str,
+        definition: Mapping[str, object],
+        *,
+        vhost: str = "/",
+        priority: int = 0,
+    ) -> Policy:
+        """Like ``rabbitmqctl set_operator_policy``: caps for the queues it matches
+        (``expires``, ``message-ttl``, ``max-length``, ``max-length-bytes``,
+        ``delivery-limit``): the lower of the operator policy's value and what the queue's
+        arguments and policy give wins, as in RabbitMQ.
+
+        :raises ValueError: a setting operator policies may not hold, or a bad value.
+        :raises KeyError: there is no virtual host *vhost*.
+        """
+        refused = sorted(set(definition) - OPERATOR_POLICY_KEYS)
+        if refused:
+            raise ValueError(
+                f"{', '.join(map(repr, refused))}: not allowed in operator policies (only "
+                f"{', '.join(sorted(OPERATOR_POLICY_KEYS))})"
+            )
+        policy = Policy(name, pattern, definition, priority=priority, apply_to="queues")
+        self.vhosts[vhost].set_operator_policy(policy)
+        return policy
+
+    def clear_operator_policy(self, name: str, *, vhost: str = "/") -> None:
+        """Like ``rabbitmqctl clear_operator_policy``.
+
+        :raises KeyError: no such operator policy (or virtual host).
+        """
+        self.vhosts[vhost].clear_operator_policy(name)
+
+    def list_operator_policies(self, vhost: str = "/") -> list[Policy]:
+        """Like ``rabbitmqctl list_operator_policies``: by name."""
+        return sorted(self.vhosts[vhost].operator_policies.values(), key=lambda p: p.name)
+
     def add_user(self, name: str, password: str) -> None:
         """Add (or replace) a user allowed everything everywhere until
         :meth:`set_permissions` says otherwise."""
         self.users.add(name, password)
+        if self.store is not None:
+            self.store.user_set(name, password)
 
     def delete_user(self, name: str) -> None:
         """Remove a user; its open connections stay open, as in RabbitMQ."""
         self.users.delete(name)
+        if self.store is not None:
+            self.store.user_deleted(name)
 
     def set_permissions(
         self, user: str, vhost: str, configure: str = ".*", write: str = ".*", read: str = ".*"
@@ -126,10 +223,14 @@ class Broker:
         expressions over queue and exchange names; the user may then use only the virtual
         hosts given permissions. Applies to connections opened afterwards."""
         self.users.set_permissions(user, vhost, configure, write, read)
+        if self.store is not None:
+            self.store.permissions_set(user, vhost, configure, write, read)
 
     def clear_permissions(self, user: str, vhost: str) -> None:
         """Like ``rabbitmqctl clear_permissions``: *user* may no longer open *vhost*."""
         self.users.clear_permissions(user, vhost)
+        if self.store is not None:
+            self.store.permissions_cleared(user, vhost)
 
     def admit(self, vhost: str, user: str, users: UserRegistry | None = None) -> str | None:
         """Why *user* may not open a connection on *vhost* now (the text of RabbitMQ's 530,
@@ -169,6 +270,126 @@ class Broker:
             permission=permission,
             timeouts=self._timeouts if self.options.consumer_timeout is not None else None,
         )
+
+    # --- recovery -----------------------------------------------------------------------------
+
+    def _restore(self, recovery: Recovery) -> None:
+        """Rebuild what the store kept: definitions, then each durable queue's persistent
+        messages in their order, redelivered if they had been delivered."""
+        store = self.store
+        assert store is not None
+        # what is rebuilt is already stored: no changes are queued for it
+        self.store = None
+        try:
+            self._rebuild(recovery)
+        finally:
+            self.store = store
+            for vhost in self.vhosts.values():
+                vhost.store = store
+        self.recovered = (
+            f"recovered from {store.path}: {len(self.vhosts)} vhosts, "
+            f"{len(recovery.exchanges)} exchanges, {len(recovery.queues)} queues, "
+            f"{len(recovery.bindings)} bindings, {len(recovery.messages)} persistent messages, "
+            f"{len(recovery.stream_messages)} stream messages"
+        )
+        logger.info("%s", self.recovered)
+
+    def _rebuild(self, recovery: Recovery) -> None:
+        for name in recovery.vhosts:
+            self.add_vhost(name)
+        for name, password in recovery.users:
+            self.users.add(name, password)
+        for user, vhost, configure, write, read in recovery.permissions:
+            if user in self.users:
+                self.users.set_permissions(user, vhost, configure, write, read)
+        for exchange in recovery.exchanges:
+            host = self.add_vhost(exchange.vhost)
+            host.exchanges[exchange.name] = Exchange(
+                exchange.name,
+                exchange.type,
+                durable=True,
+                auto_delete=exchange.auto_delete,
+                internal=exchange.internal,
+                arguments=exchange.arguments,
+            )
+        now = self._clock.now()
+        for queue in recovery.queues:
+            host = self.add_vhost(queue.vhost)
+            restored = host.queues[queue.name] = Queue(
+                queue.vhost,
+                queue.name,
+                durable=True,
+                exclusive_owner=None,
+                auto_delete=queue.auto_delete,
+                arguments=queue.arguments,
+                now=now,
+                memory=self.memory,
+            )
+            if restored.expires is not None:
+                host.track_expiring(restored)
+        for binding in recovery.bindings:
+            host = self.add_vhost(binding.vhost)
+            source = host.exchanges.get(binding.source)
+            target: Queue | Exchange[Queue] | None = (
+                host.queues.get(binding.destination)
+                if binding.kind == "queue"
+                else host.exchanges.get(binding.destination)
+            )
+            if source is None or target is None:
+                continue
+            key = (binding.kind, id(target), binding.routing_key, freeze(binding.arguments))
+            if source.add(Binding(target, binding.routing_key, dict(binding.arguments), key)):
+                if isinstance(target, Exchange):
+                    target.incoming[key] = source
+                else:
+                    target.bindings_in[key] = source
+        last_seq = 0
+        for stored in recovery.messages:
+            host = self.vhosts[stored.vhost]
+            queue_ = host.queues.get(stored.queue)
+            if queue_ is None or queue_.log is not None:
+                continue
+            message = Message(stored.exchange, stored.routing_key, stored.properties, stored.body)
+            expires_at = expiry(queue_.message_ttl, stored.properties.expiration, now)
+            entry = Entry(message, stored.seq, expires_at)
+            entry.redelivered = stored.redelivered
+            entry.stored = True
+            queue_.push(entry)
+            if expires_at is not None:
+                host.track_timed(queue_)
+            last_seq = max(last_seq, stored.seq)
+        self._clock.skip_to(last_seq)
+        self._rebuild_streams(recovery)
+
+    def _rebuild_streams(self, recovery: Recovery) -> None:
+        """Append each stream's stored messages again, from its oldest retained offset with
+        their original times: the segments roll where they did, so offsets are the same."""
+        log = None
+        current: tuple[str, str] | None = None
+        for stored in recovery.stream_messages:
+            if (stored.vhost, stored.queue) != current:
+                current = (stored.vhost, stored.queue)
+                queue = self.vhosts[stored.vhost].queues.get(stored.queue)
+                log = None if queue is None else queue.log
+                if log is not None:
+                    log.start_at(stored.offset, stored.time_ms)
+            if log is None:
+                continue
+            if log.next_offset != stored.offset:
+                logger.warning(
+                    "stream %r of vhost %r: stored offset %d rebuilt at %d; the rest of the "
+                    "stream is not recovered",
+                    stored.queue,
+                    stored.vhost,
+                    stored.offset,
+                    log.next_offset,
+                )
+                log = None
+                continue
+            message = Message(stored.exchange, stored.routing_key, stored.properties, stored.body)
+            self.memory.hold(message.held)
+            for dropped in log.append(message, stored.time_ms):
+                self.memory.release(dropped.held)
 
     # --- timers -------------------------------------------------------------------------------
 

@@ -18,14 +18,14 @@ import attrs
 from amqp_sansio import BasicProperties, FieldTable
 
 from ._errors import BrokerError
-from ._fields import freeze, generated_name, same_value, show, show_arg, typed
+from ._fields import freeze, generated_name, same_value, show, show_arg, typed, wire_type
 from ._message import Message, parse_expiration
 from ._permissions import check
-from ._queues import EQUIVALENT_ARGS, Consumer, Entry, Queue, QueueInfo
+from ._queues import EQUIVALENT_ARGS, QUEUE_TYPES, Consumer, Entry, Queue, QueueInfo
 from ._routing import EXCHANGE_TYPES, Binding, Exchange
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Collection, Iterable
 
     from ._permissions import Permission
     from ._streams import StreamLog
@@ -42,6 +42,11 @@ __all__ = [
     "TimeoutWatch",
     "TxReturn",
 ]
+
+#: The arguments a stream consumer may give: RabbitMQ 3.10's, and 3.13's filtering.
+_STREAM_CONSUMER_ARGS: Final = frozenset(
+    ("x-stream-offset", "x-credit", "x-stream-filter", "x-stream-match-unfiltered")
+)
 
 #: The pseudo-queue of direct reply-to.
 DIRECT_REPLY_TO: Final = "amq.rabbitmq.reply-to"
@@ -119,7 +124,7 @@ class _Unacked:
 
 @final
 class _TxPublish:
-    __slots__ = ("body", "exchange", "mandatory", "properties", "routing_key")
+    __slots__ = ("body", "exchange", "mandatory", "properties", "routing_key", "skip")
 
     def __init__(
         self,
@@ -128,12 +133,14 @@ class _TxPublish:
         mandatory: bool,
         properties: BasicProperties,
         body: bytes | bytearray,
+        skip: Collection[int],
     ) -> None:
         self.exchange = exchange
         self.routing_key = routing_key
         self.mandatory = mandatory
         self.properties = properties
         self.body = body
+        self.skip = skip
 
 
 # A transactional acknowledgement: the deliveries, and None for an ack or the requeue flag
@@ -236,6 +243,11 @@ class ModelConnection:
         permission = self.permission
         if permission is not None:
             check(permission, access, kind, name, self.vhost.name, self.user)
+
+
+def stores_binding(source: Exchange[Queue], target: Queue) -> bool:
+    """Whether a binding survives a restart: both ends durable, the queue not exclusive."""
+    return source.durable and target.durable and target.exclusive_owner is None
 
 
 def _not_default(exchange: str) -> None:
@@ -352,7 +364,7 @@ class ModelChannel:
         if isinstance(alternate, str):
             self.connection.check("read", "exchange", name)
             self.connection.check("write", "exchange", alternate)
-        vhost.exchanges[name] = Exchange(
+        exchange = vhost.exchanges[name] = Exchange(
             name,
             type_,
             durable=durable,
@@ -360,6 +372,17 @@ class ModelChannel:
             internal=internal,
             arguments=arguments,
         )
+        if vhost.policies:
+            vhost.follow_exchange_policy(exchange)
+        if durable and vhost.store is not None:
+            vhost.store.exchange_declared(
+                vhost.name,
+                name,
+                type_,
+                auto_delete=auto_delete,
+                internal=internal,
+                arguments=exchange.arguments,
+            )
 
     def exchange_delete(self, name: str, *, if_unused: bool = False) -> None:
         """``exchange.delete``: deleting a missing exchange succeeds, like RabbitMQ 3.10."""
@@ -398,6 +421,10 @@ class ModelChannel:
         key = ("exchange", id(dest), routing_key, freeze(arguments))
         if src.add(Binding(dest, routing_key, dict(arguments), key)):
             dest.incoming[key] = src
+            if src.durable and dest.durable and vhost.store is not None:
+                vhost.store.binding_added(
+                    vhost.name, source, "exchange", destination, routing_key, arguments
+                )
 
     def exchange_unbind(
         self, destination: str, source: str, routing_key: str, arguments: FieldTable
@@ -413,6 +440,10 @@ class ModelChannel:
         key = ("exchange", id(dest), routing_key, freeze(arguments))
         if src.remove(key):
             dest.incoming.pop(key, None)
+            if vhost.store is not None:
+                vhost.store.binding_removed(
+                    vhost.name, source, "exchange", destination, routing_key, arguments
+                )
             vhost.maybe_auto_delete(src)
 
     # --- queues -------------------------------------------------------------------------------
@@ -439,9 +470,11 @@ class ModelChannel:
         generated = name == ""
         if generated:
             kind = typed(arguments.get("x-queue-type"))
-            if kind in ("quorum", "stream"):
+            queue_type = QUEUE_TYPES.get(kind) if isinstance(kind, str) else None
+            if queue_type is not None and queue_type.replicated:
                 raise BrokerError(
-                    406, f"Cannot declare a server-named queue for type rabbit_{kind}_queue"
+                    406,
+                    f"Cannot declare a server-named queue for type {queue_type.implementation}",
                 )
             name = generated_name("amq.gen-")
         elif name.startswith("amq."):
@@ -471,8 +504,15 @@ class ModelChannel:
             arguments=arguments,
             now=vhost.clock.now(),
             memory=vhost.memory,
+            default_delivery_limit=vhost.quorum_delivery_limit,
         )
         vhost.queues[name] = queue
+        if vhost.policies or vhost.operator_policies:
+            vhost.follow_policy(queue)
+        if durable and owner is None and vhost.store is not None:
+            vhost.store.queue_declared(
+                vhost.name, name, auto_delete=auto_delete, arguments=arguments
+            )
         if queue.expires is not None:
             vhost.track_expiring(queue)
         if owner is not None:
@@ -524,6 +564,11 @@ class ModelChannel:
         key = ("queue", id(target), routing_key, freeze(arguments))
         if source.add(Binding(target, routing_key, dict(arguments), key)):
             target.bindings_in[key] = source
+            store = self.vhost.store
+            if store is not None and stores_binding(source, target):
+                store.binding_added(
+                    self.vhost.name, exchange, "queue", queue, routing_key, arguments
+                )
 
     def queue_unbind(
         self, queue: str, exchange: str, routing_key: str, arguments: FieldTable
@@ -540,6 +585,11 @@ class ModelChannel:
         key = ("queue", id(target), routing_key, freeze(arguments))
         if source.remove(key):
             target.bindings_in.pop(key, None)
+            store = self.vhost.store
+            if store is not None and stores_binding(source, target):
+                store.binding_removed(
+                    self.vhost.name, exchange, "queue", queue, routing_key, arguments
+                )
             self.vhost.maybe_auto_delete(source)
 
     def queue_purge(self, name: str) -> int:
@@ -549,6 +599,7 @@ class ModelChannel:
         queue = self._accessible(name)
         if queue.log is not None:
             raise BrokerError(540, f"queue.purge not supported by stream queues {_resource(queue)}")
+        self.vhost.stored_gone(queue, list(queue.ready))
         return queue.purge()
 
     def queue_delete(self, name: str, *, if_unused: bool = False, if_empty: bool = False) -> int:
@@ -600,14 +651,25 @@ class ModelChannel:
             consumer_tag = generated_name("amq.ctag-")
         if consumer_tag in self.consumers:
             raise BrokerError(530, f"attempt to reuse consumer tag '{consumer_tag}'")
+        log = queue.log
+        priority = arguments.get("x-priority")
+        if priority is not None and log is None:
+            priority = typed(priority)
+            if isinstance(priority, bool) or not isinstance(priority, int):
+                raise BrokerError(
+                    406,
+                    f"invalid arg 'x-priority' for {_resource(queue)}: "
+                    f'"expected integer, got {wire_type(arguments["x-priority"])}"',
+                )
         if queue.consumers and (exclusive or any(c.exclusive for c in queue.consumers)):
             raise BrokerError(
                 403, f"queue '{queue.name}' in vhost '{self.vhost.name}' in exclusive use"
             )
         offset = 0
-        log = queue.log
         if log is not None:
             offset = self._stream_start(queue, log, no_ack=no_ack, arguments=arguments)
+        elif self.global_prefetch and not queue.kind.global_qos:
+            raise BrokerError(540, f"{_resource(queue)} does not support global qos")
         consumer = Consumer(
             self,
             queue,
@@ -618,6 +680,10 @@ class ModelChannel:
             arguments=dict(arguments),
         )
         consumer.offset = offset
+        if log is not None:
+            self._stream_filter(consumer, arguments)
+        if isinstance(priority, int):
+            consumer.priority = priority
         self.consumers[consumer_tag] = consumer
         queue.consumers.append(consumer)
         queue.ever_consumed = True
@@ -629,7 +695,7 @@ class ModelChannel:
         """RabbitMQ 3.10's checks on a stream consumer, in its order; where it starts."""
         where = _resource(queue)
         for key in arguments:
-            if key not in ("x-stream-offset", "x-credit"):
+            if key not in _STREAM_CONSUMER_ARGS:
                 raise BrokerError(
                     406, f"invalid arg '{key}' for {where} of queue type rabbit_stream_queue"
                 )
@@ -645,6 +711,23 @@ class ModelChannel:
         if self.global_prefetch:
             raise BrokerError(540, f"{where} does not support global qos")
         return start
+
+    @staticmethod
+    def _stream_filter(consumer: Consumer, arguments: FieldTable) -> None:
+        """RabbitMQ 3.13's ``filter_spec``: ``x-stream-filter`` a string or an array (its
+        strings count, other elements are ignored); any other value means no filtering;
+        ``x-stream-match-unfiltered`` a bool, false unless given."""
+        raw = arguments.get("x-stream-filter")
+        if isinstance(raw, str):
+            wanted: frozenset[str] | None = frozenset((raw,))
+        elif isinstance(raw, list):
+            wanted = frozenset(v for v in raw if isinstance(v, str))
+        else:
+            wanted = None
+        if wanted is None:
+            return
+        consumer.stream_filter = wanted
+        consumer.match_unfiltered = arguments.get("x-stream-match-unfiltered") is True
 
     def _consume_reply_to(self, consumer_tag: str, *, no_ack: bool) -> str:
         if not no_ack:
@@ -723,7 +806,7 @@ class ModelChannel:
             consumer.tag,
             tag,
             entry.redelivered,
-            entry.message,
+            queue.delivered(entry) if queue.kind.counts_deliveries else entry.message,
             entry.seq if stream else None,
         )
 
@@ -749,22 +832,38 @@ class ModelChannel:
         body: bytes | bytearray,
         *,
         mandatory: bool = False,
+        skip: Collection[int] = (),
     ) -> PublishOutcome | None:
-        """``basic.publish``; None inside a transaction (the outcome comes at commit)."""
-        if self.connection.permission is not None:
-            self.connection.check("write", "exchange", exchange)
+        """A publish from any protocol (0-8, 0-9, 0-9-1's ``basic.publish``, 0-10's
+        ``message.transfer``), checked in RabbitMQ 3.10's order (``rabbit_channel``): write
+        permission, the exchange's existence, internal exchanges, the ``user-id`` property,
+        the expiration; then routed (alternate exchanges, limits, ``reject-publish``) except
+        to the queues whose ids are in *skip* (0-10's no-local queues). None inside a
+        transaction (the outcome comes at commit)."""
+        connection = self.connection
+        if connection.permission is not None:
+            connection.check("write", "exchange", exchange)
         source = self.vhost.exchange(exchange)
         if source.internal:
             raise BrokerError(
                 403,
                 f"cannot publish to internal exchange '{exchange}' in vhost '{self.vhost.name}'",
             )
+        user_id = properties.user_id
+        if user_id is not None and user_id != connection.user:
+            raise BrokerError(
+                406,
+                f"user_id property set to '{user_id}' but authenticated user was "
+                f"'{connection.user}'",
+            )
         if properties.expiration is not None:
             parse_expiration(properties.expiration)
         if self.transactional:
-            self.tx_publishes.append(_TxPublish(exchange, routing_key, mandatory, properties, body))
+            self.tx_publishes.append(
+                _TxPublish(exchange, routing_key, mandatory, properties, body, skip)
+            )
             return None
-        return self._route(source, routing_key, properties, body)
+        return self._route(source, routing_key, properties, body, skip)
 
     def _route(
         self,
@@ -772,6 +871,7 @@ class ModelChannel:
         routing_key: str,
         properties: BasicProperties,
         body: bytes | bytearray,
+        skip: Collection[int] = (),
     ) -> PublishOutcome:
         if source.name == "" and routing_key.startswith(DIRECT_REPLY_TO + "."):
             return self._reply(routing_key, properties, body)
@@ -784,6 +884,8 @@ class ModelChannel:
                 source.name, routing_key, attrs.evolve(properties, reply_to=address), body
             )
         queues = self.vhost.route(source, routing_key, properties.headers)
+        if skip:
+            queues = [queue for queue in queues if id(queue) not in skip]
         rejected = False
         for queue in queues:
             if not self.vhost.enqueue(queue, message):
@@ -824,11 +926,12 @@ class ModelChannel:
         if not queue.ready:
             return None
         entry = queue.pop(keep_held=not no_ack)
+        self.vhost.stored_delivered(queue, entry, no_ack=no_ack)
         tag = self.next_tag
         self.next_tag = tag + 1
         if not no_ack:
             self._outstanding(_Unacked(tag, queue, entry, None, self.vhost.clock.now()))
-        return GetResult(tag, entry.redelivered, entry.message, len(queue.ready))
+        return GetResult(tag, entry.redelivered, queue.delivered(entry, get=True), len(queue.ready))
 
     # --- acknowledgements ---------------------------------------------------------------------
 
@@ -883,6 +986,8 @@ class ModelChannel:
         queues: dict[int, Queue] = {}
         for record in records:
             queues[id(record.queue)] = record.queue
+            if record.entry.stored:
+                self.vhost.stored_gone(record.queue, (record.entry,))
         self._redispatch(queues.values())
 
     def _redispatch(self, queues: Iterable[Queue]) -> None:
@@ -902,10 +1007,12 @@ class ModelChannel:
             if queue.deleted or queue.log is not None:
                 continue  # a stream keeps its messages: nothing goes back
             if requeue:
-                queue.requeue(entries)
+                for entry in queue.requeue(entries):  # over a quorum queue's delivery limit
+                    self.vhost.dead_letter(queue, entry.message, "delivery_limit")
                 if any(e.expires_at is not None for e in entries):
                     self.vhost.track_timed(queue)
             else:
+                self.vhost.stored_gone(queue, entries)
                 for entry in entries:
                     self.vhost.dead_letter(queue, entry.message, reason)
         self._redispatch(q for q, _ in by_queue.values())
@@ -944,7 +1051,9 @@ class ModelChannel:
             source = self.vhost.exchanges.get(publish.exchange)
             if source is None:
                 continue  # deleted since: RabbitMQ drops it as well
-            outcome = self._route(source, publish.routing_key, publish.properties, publish.body)
+            outcome = self._route(
+                source, publish.routing_key, publish.properties, publish.body, publish.skip
+            )
             if publish.mandatory and not outcome.routed:
                 returned.append(
                     (publish.exchange, publish.routing_key, publish.properties, publish.body)

@@ -15,6 +15,7 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
 import ssl
@@ -28,13 +29,17 @@ import attrs
 import trio
 
 from ._options import BrokerOptions
+from ._policies import Policy
 from ._server import make_broker, serve, shutdown
+from ._store import StoreError
 from ._versions import SERVED_VERSIONS
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from amqp_sansio import ProtocolVersion
+
+    from ._broker import Broker
 
 __all__ = ["CONFIG_EXAMPLE", "ConfigError", "load_config", "main", "parse_args"]
 
@@ -48,6 +53,8 @@ protocols = ["0-9-1", "0-9", "0-8"]   # served, most preferred first
 header_0_9 = "0-9-1"          # how AMQP 1 1 0 9 is read: "0-9-1" (RabbitMQ) or "0-9" (qpid)
 server_product = "RabbitMQ"   # connection.start's product and version (clients read them)
 server_version = "3.10.8"
+data_dir = "data"             # keep durable queues and persistent messages here (relative
+                              # to this file's folder); without it everything is in memory
 
 [users]                       # name = password; default guest = "guest"
 guest = "guest"
@@ -60,6 +67,13 @@ configure = ".*"              # configure, write and read default to ".*"
 write = ".*"
 read = "^app\\\\."
 
+[[policies]]                  # as rabbitmqctl set_policy; vhost "/", priority 0 and
+name = "limits"               # apply_to "all" by default
+pattern = "^app\\\\."
+definition = { max-length = 10000, dead-letter-exchange = "dlx" }
+priority = 1
+apply_to = "queues"
+
 [limits]                      # amqp_broker.BrokerOptions; false for "no limit" where allowed
 handshake_timeout = 10.0
 max_connections = false
@@ -68,8 +82,10 @@ memory_high_watermark = 0.4
 memory_high_watermark_bytes = false
 outbound_limit = 1048576
 consumer_timeout = 1800.0
+quorum_delivery_limit = false  # RabbitMQ 4.0's default is 20
 close_timeout = 5.0
 memory_check_interval = 0.25
+disk_free_limit = 50000000
 
 [limits.vhost_max_connections]
 staging = 100
@@ -89,12 +105,15 @@ _TOP_KEYS: Final = {
     "server_version": str,
     "vhosts": list,
     "verbose": bool,
+    "data_dir": str,
     "users": dict,
     "permissions": list,
+    "policies": list,
     "limits": dict,
     "tls": dict,
 }
 _PERMISSION_KEYS: Final = ("user", "vhost", "configure", "write", "read")
+_POLICY_KEYS: Final = ("name", "pattern", "definition", "vhost", "priority", "apply_to")
 
 
 class ConfigError(Exception):
@@ -141,9 +160,13 @@ _LIMIT_HELP: Final = {
     "outbound_limit": "octets of output a connection may have waiting before its consumers "
     "get nothing more",
     "consumer_timeout": "close a channel whose delivery waited this long for its ack (406)",
+    "quorum_delivery_limit": "dead-letter or drop a quorum queue's message returned more often "
+    "than this, unless x-delivery-limit says otherwise",
     "close_timeout": "how long to wait for close-ok after connection.close (and on shutdown), "
     "and for the client to close its socket after close-ok",
     "memory_check_interval": "seconds between two looks at the output buffers for the watermark",
+    "disk_free_limit": "with --data-dir: block publishers while less than this many octets "
+    "are free on its disk",
 }
 
 
@@ -224,7 +247,25 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         "this way, with these regular expressions (repeatable)",
     )
     parser.add_argument(
+        "--policy",
+        nargs=4,
+        action="append",
+        default=[],
+        metavar=("VHOST", "NAME", "PATTERN", "DEFINITION"),
+        help="as rabbitmqctl set_policy -p VHOST NAME PATTERN DEFINITION (a JSON object: "
+        "message-ttl, expires, max-length, max-length-bytes, overflow, dead-letter-exchange, "
+        "dead-letter-routing-key, delivery-limit, dead-letter-strategy, alternate-exchange); "
+        "priority 0, apply-to "
+        "all (the TOML file's [[policies]] has both; repeatable)",
+    )
+    parser.add_argument(
         "--vhost", action="append", default=[], metavar="NAME", help="a virtual host besides /"
+    )
+    parser.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="keep durable exchanges, queues, bindings, users and persistent messages in DIR "
+        "and recover them at start (default: in memory, all lost when the broker stops)",
     )
     limits = parser.add_argument_group(
         "limits and flow control (amqp_broker.BrokerOptions; RabbitMQ's defaults)"
@@ -349,6 +390,8 @@ def _settings(document: dict[str, object], folder: Path) -> dict[str, object]:
     for key in ("host", "port", "verbose", "header_0_9", "server_product", "server_version"):
         if key in document:
             settings[key] = document[key]
+    if "data_dir" in document:
+        settings["data_dir"] = str(folder / str(document["data_dir"]))
     if "protocols" in document:
         names = document["protocols"]
         assert isinstance(names, list)
@@ -383,6 +426,22 @@ def _settings(document: dict[str, object], folder: Path) -> dict[str, object]:
             raise ConfigError(f"{where}: every value must be a string")
         permissions.append(values)
     settings["permissions"] = permissions
+    policies = []
+    entries = document.get("policies", [])
+    assert isinstance(entries, list)
+    for number, entry in enumerate(entries, 1):
+        where = f"policies entry {number}"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where} must be a table ([[policies]])")
+        _check_table(where, entry, dict.fromkeys(_POLICY_KEYS))
+        for key in ("name", "pattern", "definition"):
+            if key not in entry:
+                raise ConfigError(f"{where} needs {key!r}")
+        vhost = entry.get("vhost", "/")
+        if not isinstance(vhost, str):
+            raise ConfigError(f"{where}: vhost must be a string")
+        policies.append((vhost, _policy(where, entry)))
+    settings["policy"] = policies
     limits = document.get("limits", {})
     assert isinstance(limits, dict)
     known = {limit.name: limit for limit in LIMITS}
@@ -411,6 +470,22 @@ def _settings(document: dict[str, object], folder: Path) -> dict[str, object]:
     return settings
 
 
+def _policy(where: str, entry: Mapping[str, object]) -> Policy:
+    name, pattern = entry.get("name"), entry.get("pattern")
+    definition, priority = entry.get("definition"), entry.get("priority", 0)
+    apply_to = entry.get("apply_to", "all")
+    if not isinstance(name, str) or not isinstance(pattern, str) or not isinstance(apply_to, str):
+        raise ConfigError(f"{where}: name, pattern and apply_to must be strings")
+    if not isinstance(definition, dict):
+        raise ConfigError(f"{where}: definition must be a table (a JSON object)")
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ConfigError(f"{where}: priority must be an integer")
+    try:
+        return Policy(name, pattern, definition, priority=priority, apply_to=apply_to)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
 def parse_args(argv: list[str] | None = None, prog: str = "amqp-broker") -> argparse.Namespace:
     """The command line merged over the configuration file (``--config``) merged over the
     defaults: host, port, users and their permissions, virtual hosts, limits, TLS."""
@@ -424,7 +499,15 @@ def parse_args(argv: list[str] | None = None, prog: str = "amqp-broker") -> argp
             parser.error(str(exc))
     # Lists add up (the file's users, then the command line's); single values: the command
     # line wins, then the file, then the default.
-    for name in ("user", "permissions", "vhost", "vhost_max_connections"):
+    try:
+        from_command_line = [
+            (vhost, _policy(f"--policy {name}", _policy_entry(name, pattern, definition)))
+            for vhost, name, pattern, definition in args.policy
+        ]
+    except ConfigError as exc:
+        parser.error(str(exc))
+    args.policy = from_command_line
+    for name in ("user", "permissions", "policy", "vhost", "vhost_max_connections"):
         from_file = config.get(name, [])
         assert isinstance(from_file, list)
         setattr(args, name, from_file + getattr(args, name))
@@ -433,6 +516,7 @@ def parse_args(argv: list[str] | None = None, prog: str = "amqp-broker") -> argp
         "port": 5672,
         "verbose": False,
         "tls_port": None,
+        "data_dir": None,
         "tls_cert": None,
         "tls_key": None,
         "protocols": BrokerOptions().protocols,
@@ -449,6 +533,9 @@ def parse_args(argv: list[str] | None = None, prog: str = "amqp-broker") -> argp
             setattr(args, name, None)
     if args.tls_port is not None and not (args.tls_cert and args.tls_key):
         parser.error("--tls-port (or tls.port) needs --tls-cert and --tls-key (tls.cert, tls.key)")
+    for vhost, policy in args.policy:
+        if vhost != "/" and vhost not in args.vhost:
+            parser.error(f"policy {policy.name!r} names vhost {vhost!r}, which no --vhost gives")
     names = {name for name, _ in args.user or [("guest", "guest")]}
     for user, *_ in args.permissions:
         if user not in names:
@@ -458,6 +545,14 @@ def parse_args(argv: list[str] | None = None, prog: str = "amqp-broker") -> argp
     except ValueError as exc:
         parser.error(str(exc))
     return args
+
+
+def _policy_entry(name: str, pattern: str, definition: str) -> dict[str, object]:
+    try:
+        parsed = json.loads(definition)
+    except ValueError as exc:
+        raise ConfigError(f"--policy {name}: the definition is not JSON: {exc}") from None
+    return {"name": name, "pattern": pattern, "definition": parsed}
 
 
 def _options(args: argparse.Namespace) -> BrokerOptions:
@@ -473,10 +568,25 @@ def _options(args: argparse.Namespace) -> BrokerOptions:
 
 async def _main(args: argparse.Namespace, prog: str) -> None:
     users: dict[str, str] = dict(args.user or [("guest", "guest")])
-    broker = make_broker(["/", *args.vhost], options=args.options, users=users)
+    try:
+        broker = make_broker(
+            ["/", *args.vhost], options=args.options, users=users, data_dir=args.data_dir
+        )
+    except StoreError as exc:
+        raise _StartError(str(exc)) from None
+    try:
+        await _serve(broker, args)
+    finally:
+        if broker.store is not None:
+            broker.store.close()
+
+
+async def _serve(broker: Broker, args: argparse.Namespace) -> None:
     for user, vhost, configure, write, read in args.permissions:
         broker.add_vhost(vhost)
         broker.set_permissions(user, vhost, configure, write, read)
+    for vhost, policy in args.policy:
+        broker.vhosts[vhost].set_policy(policy)
     context = None
     if args.tls_port is not None:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -515,6 +625,8 @@ async def _main(args: argparse.Namespace, prog: str) -> None:
                 file=sys.stderr,
                 flush=True,
             )
+            if broker.recovered is not None:
+                print(f"amqp_broker {broker.recovered}", file=sys.stderr, flush=True)
             async for signum in signals:
                 print(
                     f"amqp_broker stopping ({signal.Signals(signum).name})",

@@ -38,3 +38,7 @@ class ModelClock:
     def next_seq(self) -> int:
         """A number greater than every one handed out before (message arrival order)."""
         return next(self._seq)
+
+    def skip_to(self, seq: int) -> None:
+        """Hand out numbers above *seq* from now on (messages recovered from the store)."""
+        self._seq = itertools.count(max(seq + 1, next(self._seq)))

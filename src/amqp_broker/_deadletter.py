@@ -29,7 +29,8 @@ def dead_lettered(
     queue: Queue, message: Message, reason: str, exchange_name: str, wall_clock: float
 ) -> Message:
     """The copy of *message* dead-lettered from *queue* for *reason* (``rejected``,
-    ``expired``, ``maxlen``) to *exchange_name*, at *wall_clock* seconds since the epoch."""
+    ``expired``, ``maxlen``, ``delivery_limit``) to *exchange_name*, at *wall_clock* seconds
+    since the epoch."""
     properties = message.properties
     headers: FieldTable = dict(properties.headers or {})
     deaths_value = headers.get("x-death")

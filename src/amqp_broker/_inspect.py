@@ -12,6 +12,8 @@ import attrs
 from ._queues import Queue
 
 if TYPE_CHECKING:
+    from amqp_sansio import BasicProperties, FieldTable
+
     from ._broker import Broker
     from ._session import Session
     from ._vhost import VirtualHost
@@ -21,7 +23,10 @@ __all__ = [
     "BrokerSnapshot",
     "ConnectionSnapshot",
     "ExchangeSnapshot",
+    "MessageSnapshot",
     "QueueSnapshot",
+    "peek",
+    "purge",
     "take_snapshot",
 ]
 
@@ -83,6 +88,26 @@ class ConnectionSnapshot:
     user: str
     vhost: str
     channels: int
+    #: The name the client gave (``connection_name`` in its client properties), or None.
+    name: str | None = None
+    #: The client properties of its ``connection.start-ok`` (product, version,
+    #: capabilities, ...).
+    client_properties: FieldTable = attrs.field(factory=dict)
+
+
+@final
+@attrs.frozen
+class MessageSnapshot:
+    """One message waiting in a queue, as :func:`peek` shows it without taking it."""
+
+    body: bytes
+    properties: BasicProperties
+    exchange: str
+    routing_key: str
+    #: Delivered before and given back.
+    redelivered: bool
+    #: Quorum queues: how often it came back (``x-delivery-count``); 0 elsewhere.
+    delivery_count: int
 
 
 @final
@@ -113,6 +138,54 @@ class BrokerSnapshot:
             if exchange.name == name and exchange.vhost == vhost:
                 return exchange
         raise KeyError(f"no exchange {name!r} on vhost {vhost!r}")
+
+
+def _queue(broker: Broker, name: str, vhost: str) -> Queue:
+    host = broker.vhosts.get(vhost)
+    queue = None if host is None else host.queues.get(name)
+    if queue is None:
+        raise KeyError(f"no queue {name!r} on vhost {vhost!r}")
+    return queue
+
+
+def peek(broker: Broker, queue: str, vhost: str = "/") -> tuple[MessageSnapshot, ...]:
+    """The messages ready in *queue*, in the order it would deliver them (a stream: every
+    retained message), none taken; unacknowledged ones are not in it. Call it on the
+    broker's thread (:meth:`amqp_broker.BrokerThread.peek`).
+
+    :raises KeyError: there is no such queue.
+    """
+    found = _queue(broker, queue, vhost)
+    log = found.log
+    if log is not None:
+        messages = [m for o in range(log.first_offset, log.next_offset) if (m := log.read(o))]
+        return tuple(
+            MessageSnapshot(bytes(m.body), m.properties, m.exchange, m.routing_key, False, 0)
+            for m in messages
+        )
+    return tuple(
+        MessageSnapshot(
+            bytes(entry.message.body),
+            entry.message.properties,
+            entry.message.exchange,
+            entry.message.routing_key,
+            entry.redelivered,
+            entry.delivery_count,
+        )
+        for entry in found.ready
+    )
+
+
+def purge(broker: Broker, queue: str, vhost: str = "/") -> int:
+    """Drop the messages ready in *queue* (``rabbitmqctl purge_queue``); returns how many.
+
+    :raises KeyError: there is no such queue.
+    :raises ValueError: it is a stream (streams are not purged, as in RabbitMQ).
+    """
+    found = _queue(broker, queue, vhost)
+    if found.log is not None:
+        raise ValueError(f"{queue!r} is a stream: streams are not purged")
+    return found.purge()
 
 
 def _unacked(vhost: VirtualHost, sessions: list[Session]) -> dict[str, int]:
@@ -180,6 +253,8 @@ def take_snapshot(broker: Broker, sessions: list[Session]) -> BrokerSnapshot:
             user=session.username or "",
             vhost="" if session.connection is None else session.connection.vhost.name,
             channels=0 if session.connection is None else len(session.connection.channels),
+            name=session.connection_name,
+            client_properties=dict(session.client_properties),
         )
         for session in sessions
     )

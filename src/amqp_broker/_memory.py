@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING, Final, final
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["BLOCKED_REASON", "MemoryMonitor"]
+__all__ = ["BLOCKED_REASON", "DISK_REASON", "MemoryMonitor"]
 
 logger: Final = logging.getLogger("amqp_broker")
 
 #: The reason RabbitMQ gives in ``connection.blocked`` for the memory alarm.
 BLOCKED_REASON: Final = "low on memory"
+#: ... and for the free-disk alarm (``disk_free_limit``).
+DISK_REASON: Final = "low on disk"
 
 
 @final
@@ -30,7 +32,15 @@ class MemoryMonitor:
     :param watermark: octets; None means no flow control.
     """
 
-    __slots__ = ("_listeners", "alarmed", "held", "outbound", "watermark")
+    __slots__ = (
+        "_listeners",
+        "_memory_alarmed",
+        "alarmed",
+        "disk_low",
+        "held",
+        "outbound",
+        "watermark",
+    )
 
     def __init__(self, watermark: int | None) -> None:
         self.watermark = watermark
@@ -38,8 +48,11 @@ class MemoryMonitor:
         self.held = 0
         #: Octets waiting in the connections' output buffers, as last sampled.
         self.outbound = 0
-        #: Whether the memory alarm is on.
+        #: Whether an alarm is on (memory, or free disk): publishers are blocked.
         self.alarmed = False
+        self._memory_alarmed = False
+        #: Whether the free-disk alarm is on (:meth:`set_disk_low`).
+        self.disk_low = False
         self._listeners: dict[Callable[[], None], None] = {}
 
     def __repr__(self) -> str:
@@ -57,13 +70,17 @@ class MemoryMonitor:
         """A message of *octets* entered a queue (or a channel's unacknowledged set)."""
         self.held += octets
         watermark = self.watermark
-        if not self.alarmed and watermark is not None and self.held + self.outbound > watermark:
+        if (
+            not self._memory_alarmed
+            and watermark is not None
+            and self.held + self.outbound > watermark
+        ):
             self._raise()
 
     def release(self, octets: int) -> None:
         """A message of *octets* left the broker's care."""
         self.held -= octets
-        if self.alarmed and self.held + self.outbound <= (self.watermark or 0):
+        if self._memory_alarmed and self.held + self.outbound <= (self.watermark or 0):
             self._clear()
 
     def sample_outbound(self, octets: int) -> None:
@@ -72,19 +89,40 @@ class MemoryMonitor:
         watermark = self.watermark
         if watermark is None:
             return
-        if not self.alarmed and self.used > watermark:
+        if not self._memory_alarmed and self.used > watermark:
             self._raise()
-        elif self.alarmed and self.used <= watermark:
+        elif self._memory_alarmed and self.used <= watermark:
             self._clear()
 
     def set_watermark(self, octets: int | None) -> None:
         """Change the watermark (like ``rabbitmqctl set_vm_memory_high_watermark``)."""
         self.watermark = octets
         if octets is None or self.used <= octets:
-            if self.alarmed:
+            if self._memory_alarmed:
                 self._clear()
-        elif not self.alarmed:
+        elif not self._memory_alarmed:
             self._raise()
+
+    @property
+    def reason(self) -> str:
+        """What ``connection.blocked`` says: RabbitMQ's text for the alarms that are on."""
+        if self._memory_alarmed and self.disk_low:
+            return f"{BLOCKED_REASON} & {DISK_REASON}"
+        return DISK_REASON if self.disk_low else BLOCKED_REASON
+
+    def set_disk_low(self, low: bool, free: int = 0) -> None:
+        """The free space on the data directory's disk is below ``disk_free_limit`` (or not
+        any more, with *free* octets free)."""
+        if low == self.disk_low:
+            return
+        self.disk_low = low
+        if low:
+            logger.warning("disk alarm: %d octets free; publishers are blocked", free)
+            self.alarmed = True
+            return
+        logger.warning("disk alarm cleared: %d octets free; publishers resume", free)
+        if not self._memory_alarmed:
+            self._unblock()
 
     def on_clear(self, listener: Callable[[], None]) -> None:
         """Call *listener* whenever the alarm clears (a blocked session unblocks)."""
@@ -95,6 +133,7 @@ class MemoryMonitor:
         self._listeners.pop(listener, None)
 
     def _raise(self) -> None:
+        self._memory_alarmed = True
         self.alarmed = True
         logger.warning(
             "memory alarm: %d octets held over the watermark of %d; publishers are blocked",
@@ -103,7 +142,12 @@ class MemoryMonitor:
         )
 
     def _clear(self) -> None:
-        self.alarmed = False
+        self._memory_alarmed = False
         logger.warning("memory alarm cleared: %d octets held; publishers resume", self.used)
+        if not self.disk_low:
+            self._unblock()
+
+    def _unblock(self) -> None:
+        self.alarmed = False
         for listener in list(self._listeners):
             listener()

@@ -114,6 +114,11 @@ class BrokerOptions:
     #: Seconds a delivery may stay unacknowledged before its channel is closed with 406
     #: (RabbitMQ's ``consumer_timeout``, 30 minutes). None: no limit.
     consumer_timeout: float | None = 1800.0
+    #: The delivery limit of a quorum queue declared without ``x-delivery-limit``: a message
+    #: returned (rejected, nacked with requeue, left unacknowledged by a closed channel) more
+    #: often is dead-lettered or dropped. None, RabbitMQ 3.10's default: no limit (RabbitMQ
+    #: 4.0's is 20).
+    quorum_delivery_limit: int | None = None
     #: Seconds the broker waits for ``close-ok`` after it sent ``connection.close`` (a refusal,
     #: or shutdown), and for the client to close its socket after the broker answered its
     #: ``connection.close`` (RabbitMQ waits 30 s; the client's input is read and discarded).
@@ -121,6 +126,11 @@ class BrokerOptions:
     #: Seconds between two looks at the output buffers' size for the watermark (queued
     #: messages are counted as they come and go).
     memory_check_interval: float = 0.25
+    #: With a data directory (``--data-dir``): octets that must stay free on its disk
+    #: (RabbitMQ's ``disk_free_limit``, 50 MB); below it publishers are blocked as by the
+    #: memory alarm (``connection.blocked``, "low on disk") instead of writes failing. Checked
+    #: every ``memory_check_interval``. None: no disk alarm.
+    disk_free_limit: int | None = 50_000_000
     #: The heartbeat interval proposed in ``connection.tune``, in seconds (RabbitMQ's
     #: ``heartbeat``, 60); 0 proposes none (qpid-python's 0-8 client can't read heartbeat
     #: frames).

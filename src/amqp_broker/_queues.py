@@ -21,26 +21,26 @@ import attrs
 
 from ._errors import BrokerError
 from ._fields import typed, wire_type
-from ._streams import (
-    DEFAULT_SEGMENT_SIZE,
-    MAX_SEGMENT_SIZE,
-    STREAM_ARGS,
-    StreamLog,
-    parse_max_age,
-)
+from ._policies import RESOLUTION
+from ._queue_classic import CLASSIC
+from ._queue_quorum import DEAD_LETTER_STRATEGIES, QUORUM
+from ._queue_stream import STREAM
+from ._streams import DEFAULT_SEGMENT_SIZE, MAX_SEGMENT_SIZE, StreamLog, parse_max_age
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable, Iterator, Mapping
 
     from amqp_sansio import FieldTable, FieldValue
 
     from ._memory import MemoryMonitor
     from ._message import Message
+    from ._queue_type import QueueType
     from ._routing import BindingKey, Exchange
 
 __all__ = [
     "EQUIVALENT_ARGS",
     "MAX_PRIORITY",
+    "QUEUE_TYPES",
     "Consumer",
     "ConsumerChannel",
     "Entry",
@@ -52,7 +52,8 @@ __all__ = [
 ]
 
 _OVERFLOW_MODES: Final = frozenset(("drop-head", "reject-publish", "reject-publish-dlx"))
-_QUEUE_TYPES: Final = frozenset(("classic", "quorum", "stream"))
+#: Every queue type by its ``x-queue-type`` (one module each).
+QUEUE_TYPES: Final[dict[str, QueueType]] = {t.name: t for t in (CLASSIC, QUORUM, STREAM)}
 #: The highest ``x-max-priority`` RabbitMQ accepts.
 MAX_PRIORITY: Final = 255
 #: Queue arguments compared on redeclare, like RabbitMQ's equivalence check.
@@ -69,6 +70,8 @@ EQUIVALENT_ARGS: Final = (
     "x-single-active-consumer",
     "x-max-age",
     "x-stream-max-segment-size-bytes",
+    "x-delivery-limit",
+    "x-dead-letter-strategy",
 )
 
 
@@ -76,13 +79,17 @@ EQUIVALENT_ARGS: Final = (
 class Entry:
     """A message waiting in one queue (or delivered from it and not yet acknowledged)."""
 
-    __slots__ = ("expires_at", "message", "redelivered", "seq")
+    __slots__ = ("delivery_count", "expires_at", "message", "redelivered", "seq", "stored")
 
     def __init__(self, message: Message, seq: int, expires_at: float | None) -> None:
         self.message = message
         self.seq = seq
         self.expires_at = expires_at
         self.redelivered = False
+        #: How often it came back (quorum queues' ``x-delivery-count``).
+        self.delivery_count = 0
+        #: Whether the durable store holds it (a persistent message in a durable queue).
+        self.stored = False
 
 
 def _by_seq(entry: Entry) -> int:
@@ -254,10 +261,13 @@ class Consumer:
         "arguments",
         "channel",
         "exclusive",
+        "match_unfiltered",
         "no_ack",
         "offset",
         "prefetch",
+        "priority",
         "queue",
+        "stream_filter",
         "tag",
         "unacked",
     )
@@ -283,6 +293,24 @@ class Consumer:
         self.unacked = 0
         #: Stream queues: the next offset this consumer reads.
         self.offset = 0
+        #: ``x-priority``: consumers of a higher priority get messages while they have room.
+        self.priority = 0
+        #: Stream filtering (RabbitMQ 3.13): the ``x-stream-filter`` values (None: no
+        #: filtering), and whether messages without ``x-stream-filter-value`` match.
+        self.stream_filter: frozenset[str] | None = None
+        self.match_unfiltered = False
+
+    def wants(self, message: Message) -> bool:
+        """Whether a stream consumer's filter lets *message* through (its
+        ``x-stream-filter-value``, a string, is one of the filter's; or it has none and
+        ``x-stream-match-unfiltered`` is set)."""
+        wanted = self.stream_filter
+        if wanted is None:
+            return True
+        value = (message.properties.headers or {}).get("x-stream-filter-value")
+        if isinstance(value, str):
+            return value in wanted
+        return self.match_unfiltered
 
     def can_take(self) -> bool:
         """Whether the consumer has room for one more delivery now."""
@@ -324,6 +352,15 @@ def _str_arg(queue: str, vhost: str, name: str, value: FieldValue) -> str:
     return value
 
 
+#: The queue attribute of each policy-controlled setting.
+_ATTRIBUTES: Final = {key: key.replace("-", "_") for key in RESOLUTION}
+#: Their values when neither an argument nor a policy gives one.
+_DEFAULTS: Final[dict[str, object]] = {
+    "overflow": "drop-head",
+    "dead-letter-strategy": "at-most-once",
+}
+
+
 def _where(queue: str, vhost: str) -> str:
     return f"queue '{queue}' in vhost '{vhost}'"
 
@@ -334,19 +371,24 @@ class Queue:
     or, with ``x-queue-type: stream``, a stream (:attr:`log`)."""
 
     __slots__ = (
+        "_by_argument",
+        "_default_delivery_limit",
         "arguments",
         "auto_delete",
         "bindings_in",
         "consumers",
         "dead_letter_exchange",
         "dead_letter_routing_key",
+        "dead_letter_strategy",
         "deleted",
+        "delivery_limit",
         "dispatching",
         "durable",
         "ever_consumed",
         "exclusive_owner",
         "expires",
         "idle_since",
+        "kind",
         "log",
         "max_length",
         "max_length_bytes",
@@ -355,6 +397,7 @@ class Queue:
         "message_ttl",
         "name",
         "overflow",
+        "policy",
         "ready",
         "ready_bytes",
         "redispatch",
@@ -374,6 +417,7 @@ class Queue:
         arguments: FieldTable,
         now: float,
         memory: MemoryMonitor,
+        default_delivery_limit: int | None = None,
     ) -> None:
         self.vhost_name = vhost_name
         self.name = name
@@ -398,16 +442,78 @@ class Queue:
         self.dead_letter_exchange: str | None = None
         self.dead_letter_routing_key: str | None = None
         self.single_active = False
+        #: Quorum queues: returns after which a message is dead-lettered (None: no limit),
+        #: from ``x-delivery-limit`` or else the broker's default.
+        self.delivery_limit = default_delivery_limit
+        self.dead_letter_strategy = "at-most-once"
         #: x-expires in milliseconds: the queue is deleted after being unused that long.
         self.expires: int | None = None
         #: When the queue was last used (declared, read with basic.get, or left by its last
         #: consumer), on the broker's clock.
         self.idle_since = now
-        #: ``classic``, ``quorum`` (behaves as classic) or ``stream``.
+        #: The queue type and its rules; :attr:`type` is its name.
+        self.kind = CLASSIC
         self.type = "classic"
         #: A stream queue's messages; None for the other types.
         self.log: StreamLog | None = None
+        self._default_delivery_limit = default_delivery_limit
         self.ready: FifoMessages | PriorityMessages = self._parse_arguments()
+        #: The name of the policy that applies (None: none); see :meth:`apply_policy`.
+        self.policy: str | None = None
+        #: The policy-controlled settings as the arguments alone give them (None: not given).
+        self._by_argument: dict[str, object] = {
+            key: getattr(self, _ATTRIBUTES[key]) if f"x-{key}" in arguments else None
+            for key in RESOLUTION
+        }
+        if not self._valid_delivery_limit():  # RabbitMQ 3.10 ignores another value
+            self._by_argument["delivery-limit"] = None
+
+    def _valid_delivery_limit(self) -> bool:
+        value = typed(self.arguments.get("x-delivery-limit"))
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    def apply_policy(
+        self,
+        name: str | None,
+        definition: Mapping[str, object],
+        operator: Mapping[str, object] | None = None,
+    ) -> None:
+        """Follow the policy *name* (None: no policy) with *definition*: each setting is
+        the argument's or the policy's by RabbitMQ 3.10's rule (the lower of both for TTLs,
+        lengths, ``expires`` and the delivery limit; the argument for dead-lettering and
+        ``overflow``, except that a quorum queue's policy ``overflow`` wins); then an
+        *operator* policy's values cap the result (the lower wins). Streams keep their
+        arguments."""
+        if self.log is not None:
+            return
+        self.policy = name
+        quorum = self.kind.counts_deliveries
+        for key, resolution in RESOLUTION.items():
+            attribute = _ATTRIBUTES[key]
+            if key in ("delivery-limit", "dead-letter-strategy") and not quorum:
+                continue
+            argument = self._by_argument[key]
+            value = definition.get(key)
+            if argument is None:
+                chosen = value
+            elif value is None:
+                chosen = argument
+            elif resolution == "min":
+                assert isinstance(argument, int)
+                assert isinstance(value, int)
+                chosen = min(argument, value)
+            elif key == "overflow" and quorum:
+                chosen = value
+            else:
+                chosen = argument
+            if chosen is None:
+                chosen = _DEFAULTS.get(key)
+                if key == "delivery-limit":
+                    chosen = self._default_delivery_limit
+            cap = None if operator is None else operator.get(key)
+            if isinstance(cap, int):
+                chosen = cap if not isinstance(chosen, int) else min(chosen, cap)
+            setattr(self, attribute, chosen)
 
     def _parse_arguments(self) -> FifoMessages | PriorityMessages:
         """Read and check the arguments; returns the store for ready messages."""
@@ -419,17 +525,11 @@ class Queue:
         kind_value = typed(arguments.get("x-queue-type"))
         if kind_value is not None:
             kind = _str_arg(name, where, "x-queue-type", kind_value)
-            if kind not in _QUEUE_TYPES:
+            queue_type = QUEUE_TYPES.get(kind)
+            if queue_type is None:
                 raise invalid("x-queue-type", f"\"unsupported queue type '{kind}'\"")
-            self.type = kind
-        if self.type == "stream":
-            for key in arguments:
-                if key not in STREAM_ARGS:
-                    raise BrokerError(
-                        406,
-                        f"invalid arg '{key}' for {_where(name, where)} of queue type "
-                        "rabbit_stream_queue",
-                    )
+            self.kind, self.type = queue_type, kind
+        self.kind.check_arguments(arguments, _where(name, where))
         segment_size = DEFAULT_SEGMENT_SIZE
         max_age: int | None = None
         for key, raw in arguments.items():
@@ -475,9 +575,24 @@ class Queue:
                     raise invalid(key, "invalid_max_age")
             elif key == "x-stream-max-segment-size-bytes":
                 segment_size = _int_arg(name, where, key, value)
+            elif key == "x-stream-filter-size-bytes" and self.type == "stream":
+                # RabbitMQ 3.13's check_filter_size (its text has the two spaces)
+                if isinstance(value, int) and not 16 <= value <= 255:
+                    raise BrokerError(406, "Invalid value for  x-stream-filter-size-bytes")
+            elif key == "x-delivery-limit":
+                # RabbitMQ 3.10 ignores a value that is not a non-negative integer
+                if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                    self.delivery_limit = value
+            elif key == "x-dead-letter-strategy":
+                strategy = _str_arg(name, where, key, value)
+                if strategy not in DEAD_LETTER_STRATEGIES:
+                    raise invalid(key, "invalid_dlx_strategy")
+                self.dead_letter_strategy = strategy
         if self.dead_letter_routing_key is not None and self.dead_letter_exchange is None:
             raise invalid("x-dead-letter-routing-key", "no_dead_letter_exchange")
-        if self.type in ("quorum", "stream"):
+        if not self.kind.counts_deliveries:
+            self.delivery_limit = None
+        if self.kind.replicated:
             flag = (
                 "auto-delete"
                 if self.auto_delete
@@ -513,7 +628,11 @@ class Queue:
         return len(self.ready) if log is None else len(log)
 
     def full(self) -> bool:
-        """Whether one more message would exceed ``x-max-length`` or ``x-max-length-bytes``."""
+        """Whether a ``reject-publish`` queue refuses the next message: one more would exceed
+        ``x-max-length`` or ``x-max-length-bytes``; a quorum queue refuses only once it is
+        over them (RabbitMQ 3.10's quorum queues take one message more)."""
+        if self.kind.counts_deliveries:
+            return self.over_limit()
         return (self.max_length is not None and len(self.ready) >= self.max_length) or (
             self.max_length_bytes is not None and self.ready_bytes >= self.max_length_bytes
         )
@@ -541,15 +660,39 @@ class Queue:
             self.memory.release(message.held)
         return entry
 
-    def requeue(self, entries: list[Entry]) -> None:
-        """Put delivered messages back where they were, marked redelivered."""
+    def requeue(self, entries: list[Entry]) -> list[Entry]:
+        """Put delivered messages back where they were, marked redelivered; returns those
+        a quorum queue's delivery limit refuses (returned once more than it allows), which
+        are the caller's to dead-letter."""
         entries = sorted(entries, key=_by_seq)
+        over: list[Entry] = []
+        if self.kind.counts_deliveries:
+            limit = self.delivery_limit
+            for entry in entries:
+                entry.delivery_count += 1
+            if limit is not None:
+                over = [e for e in entries if e.delivery_count > limit]
+                entries = [e for e in entries if e.delivery_count <= limit]
         for entry in entries:
             entry.redelivered = True
             message = entry.message
             self.ready_bytes += message.size
             self.memory.hold(message.held)
-        self.ready.put_back(entries)
+        if entries:
+            self.ready.put_back(entries)
+        return over
+
+    def delivered(self, entry: Entry, *, get: bool = False) -> Message:
+        """The message as a delivery of *entry* shows it: from a quorum queue with the
+        ``x-delivery-count`` header, as RabbitMQ 3.10 sets it: on every ``basic.get``
+        (0 at first), on a consumer's delivery once the message came back at least once."""
+        message = entry.message
+        if not self.kind.counts_deliveries or not (get or entry.delivery_count):
+            return message
+        properties = message.properties
+        headers = dict(properties.headers or {})
+        headers["x-delivery-count"] = entry.delivery_count
+        return attrs.evolve(message, properties=attrs.evolve(properties, headers=headers))
 
     def drop_expired(self, now: float) -> list[Entry]:
         """Take the messages whose time is up at the head (of every priority)."""

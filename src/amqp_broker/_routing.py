@@ -130,6 +130,7 @@ class Exchange(Generic[Q]):
         "incoming",
         "internal",
         "name",
+        "policy_alternate",
         "type",
     )
 
@@ -156,6 +157,8 @@ class Exchange(Generic[Q]):
         #: Bindings with this exchange as destination (exchange-to-exchange).
         self.incoming: dict[BindingKey, Exchange[Q]] = {}
         self.deleted = False
+        #: The alternate exchange its policy names (its own argument wins), or None.
+        self.policy_alternate: str | None = None
 
     def __repr__(self) -> str:
         return f"<Exchange {self.name!r} {self.type}>"

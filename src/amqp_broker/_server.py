@@ -27,21 +27,26 @@ from amqp_sansio import (
 )
 
 from ._broker import Broker
-from ._inspect import BrokerSnapshot, take_snapshot
+from ._inspect import BrokerSnapshot, MessageSnapshot, peek, purge, take_snapshot
 from ._server_0_10 import handle_0_10
 from ._session import Session
+from ._store import DurableStore
+from ._store._committer import run_commits, watch_disk
 from ._versions import SERVED_VERSIONS
 
 if TYPE_CHECKING:
     import ssl
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+    from pathlib import Path
 
     from ._options import BrokerOptions
     from ._permissions import User
 
 __all__ = [
+    "CLOSED_BY_REQUEST",
     "SERVED_VERSIONS",
     "BrokerThread",
+    "close_connection",
     "inspect",
     "make_broker",
     "run_in_thread",
@@ -65,14 +70,19 @@ def make_broker(
     *,
     options: BrokerOptions | None = None,
     users: Mapping[str, str | User] | None = None,
+    data_dir: str | Path | None = None,
 ) -> Broker:
-    """A :class:`Broker` on Trio's clock (for TTLs) and the wall clock (for ``x-death``)."""
+    """A :class:`Broker` on Trio's clock (for TTLs) and the wall clock (for ``x-death``);
+    with *data_dir*, durable definitions and persistent messages are kept in that directory
+    and recovered from it now (:class:`DurableStore`; raises :class:`StoreError` when it
+    cannot be used), otherwise everything is in memory."""
     return Broker(
         vhosts=vhosts,
         clock=trio.current_time,
         wall_clock=time.time,
         options=options,
         users=users,
+        store=None if data_dir is None else DurableStore(data_dir),
     )
 
 
@@ -323,6 +333,16 @@ async def serve(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_expire, broker)
             nursery.start_soon(_sample_outbound, broker, serving)
+            if broker.store is not None:
+                nursery.start_soon(run_commits, broker.store)
+                if options.disk_free_limit is not None:
+                    nursery.start_soon(
+                        watch_disk,
+                        broker.store,
+                        broker.memory,
+                        options.disk_free_limit,
+                        options.memory_check_interval,
+                    )
             listeners: list[trio.SocketListener] = []
             if port is not None:
                 listeners += await nursery.start(functools.partial(listen, port))
@@ -336,6 +356,8 @@ async def serve(
     finally:
         if _SERVING.get(broker) is serving:
             del _SERVING[broker]
+        if broker.store is not None and broker.store.pending:
+            broker.store.flush()  # what the model changed last (acks, deletes) is kept too
     raise AssertionError("the server stopped")
 
 
@@ -357,6 +379,30 @@ async def shutdown(broker: Broker, reason: str = "shutdown") -> None:
         logger.info(
             "%d client(s) did not answer connection.close in time", len(serving.connections)
         )
+
+
+#: What :func:`close_connection` says by default (RabbitMQ's management plugin's text).
+CLOSED_BY_REQUEST: Final = "CONNECTION_FORCED - Closed via management plugin"
+
+
+def close_connection(
+    broker: Broker, name: str, *, reply_code: int = 320, reply_text: str = CLOSED_BY_REQUEST
+) -> int:
+    """Close the client connections named *name* (the ``connection_name`` of their client
+    properties), as ``rabbitmqctl close_connection`` does: ``connection.close`` with
+    *reply_code* and *reply_text*, their unacknowledged messages requeued at once. Returns
+    how many it closed (0-8, 0-9 and 0-9-1 connections). Call it on the broker's thread
+    (:meth:`BrokerThread.close_connection`)."""
+    serving = _SERVING.get(broker)
+    if serving is None:
+        return 0
+    closed = 0
+    for session, conn in list(serving.connections.items()):
+        if isinstance(session, Session) and session.connection_name == name:
+            session.close(reply_code, reply_text)
+            conn.resume_reading()  # a blocked connection must read its close-ok
+            closed += 1
+    return closed
 
 
 def _url(scheme: str, host: str, port: int, users: Iterable[tuple[str, str]]) -> str:
@@ -564,6 +610,23 @@ class BrokerThread:
             assert isinstance(value, BaseException)
             raise value
         return value  # type: ignore[return-value]  # function's own result
+
+    def close_connection(
+        self, name: str, *, reply_code: int = 320, reply_text: str = CLOSED_BY_REQUEST
+    ) -> int:
+        """Close the connections named *name* with *reply_code* and *reply_text*
+        (:func:`close_connection`); returns how many."""
+        return self.call(
+            lambda b: close_connection(b, name, reply_code=reply_code, reply_text=reply_text)
+        )
+
+    def peek(self, queue: str, vhost: str = "/") -> tuple[MessageSnapshot, ...]:
+        """The messages ready in *queue*, none taken (:func:`peek`)."""
+        return self.call(lambda b: peek(b, queue, vhost))
+
+    def purge(self, queue: str, vhost: str = "/") -> int:
+        """Drop the messages ready in *queue*; returns how many (:func:`purge`)."""
+        return self.call(lambda b: purge(b, queue, vhost))
 
     def snapshot(self) -> BrokerSnapshot:
         """The broker's queues, exchanges, bindings and connections now (:func:`inspect`)."""

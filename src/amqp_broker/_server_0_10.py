@@ -27,6 +27,7 @@ from amqp_sansio.v0_10 import (
 )
 
 from ._session_0_10 import Session010
+from ._store._committer import run_commits
 
 if TYPE_CHECKING:
     from ._broker import Broker
@@ -147,5 +148,15 @@ async def serve_0_10(
             peer = "?"
         await handle_0_10(stream, broker, header_consumed=False, peer=peer)
 
-    await trio.serve_tcp(handler, port, host=host, task_status=task_status)
+    store = broker.store
+    if store is None:
+        await trio.serve_tcp(handler, port, host=host, task_status=task_status)
+    else:
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(run_commits, store)
+                await trio.serve_tcp(handler, port, host=host, task_status=task_status)
+        finally:
+            if store.pending:
+                store.flush()
     raise AssertionError("the server stopped")

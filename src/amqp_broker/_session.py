@@ -12,6 +12,7 @@ Refusals follow RabbitMQ: soft errors (403, 404, 405, 406) close the channel, ha
 from __future__ import annotations
 
 import logging
+from collections import deque
 from typing import TYPE_CHECKING, Final, Protocol, final
 
 import attrs
@@ -90,7 +91,6 @@ from amqp_sansio import (
 )
 
 from ._errors import BrokerError
-from ._memory import BLOCKED_REASON
 from ._permissions import FULL_ACCESS, UserRegistry
 
 if TYPE_CHECKING:
@@ -190,11 +190,20 @@ class Session:
         self.peer = peer
         self.transport = transport
         self.username: str | None = None
+        #: What the client's ``connection.start-ok`` said about it, and the name it gave
+        #: (``connection_name``: RabbitMQ's connection name) or None.
+        self.client_properties: FieldTable = {}
+        self.connection_name: str | None = None
         self.connection: ModelConnection | None = None
         self._cancel_notify = False
         self._blocked_capable = False
         self._coalesce = coalesce_confirms
         self._confirms: dict[int, _Confirms] = {}
+        # Confirms held until the store commits a batch, per channel in publish order:
+        # (batch number, sequence, nack); later ones wait behind them (multiple=True acks).
+        self._durable_confirms: dict[int, deque[tuple[int, int, bool]]] = {}
+        # tx.commit-ok of commits that stored persistent messages: (batch number, channel).
+        self._durable_commits: deque[tuple[int, int]] = deque()
         self._outbound_limit = broker.options.outbound_limit
         self._memory = broker.memory
         # The output buffer reached the limit: consumers are paused until it drains.
@@ -234,6 +243,7 @@ class Session:
         elif kind is ChannelClosed:
             assert isinstance(event, ChannelClosed)
             self._confirms.pop(event.channel, None)
+            self._forget_durable(event.channel)
             if self.connection is not None:
                 self.connection.close_channel(event.channel)
         elif kind is ChannelFlowChanged:
@@ -285,6 +295,8 @@ class Session:
         # Requeue unacked messages and delete exclusive queues as soon as the broker decides
         # the connection is over, not when the client gets round to close-ok.
         self._confirms.clear()
+        self._durable_confirms.clear()
+        self._durable_commits.clear()
         connection, self.connection = self.connection, None
         if connection is not None:
             self.broker.memory.forget(self._alarm_cleared)
@@ -297,10 +309,16 @@ class Session:
     def shutdown(self, reason: str = "shutdown") -> None:
         """The broker stops: send ``connection.close`` 320 CONNECTION_FORCED with RabbitMQ's
         text (the transport then waits a bounded time for ``close-ok``)."""
+        self.close(
+            320, f"CONNECTION_FORCED - broker forced connection closure with reason '{reason}'"
+        )
+
+    def close(self, reply_code: int, reply_text: str) -> None:
+        """Close the connection from the broker's side (``rabbitmqctl close_connection``):
+        ``connection.close`` with *reply_code* and *reply_text*; its unacknowledged messages
+        are requeued at once. Nothing happens when it is already closing."""
         try:
-            self.core.close(
-                320, f"CONNECTION_FORCED - broker forced connection closure with reason '{reason}'"
-            )
+            self.core.close(reply_code, reply_text)
         except LocalProtocolError:
             return  # already closing or closed
         self._release()
@@ -331,6 +349,9 @@ class Session:
                 logger.info("client %s: login refused (%s)", self.peer, event.mechanism)
             return
         self.username = credentials[0]
+        self.client_properties = dict(event.client_properties)
+        name = event.client_properties.get("connection_name")
+        self.connection_name = name if isinstance(name, str) else None
         capabilities = event.client_properties.get("capabilities")
         if isinstance(capabilities, dict):
             self._cancel_notify = bool(capabilities.get("consumer_cancel_notify"))
@@ -358,11 +379,11 @@ class Session:
     # --- flow control -------------------------------------------------------------------------
 
     def _block(self) -> None:
-        """The memory alarm is on and the client published: stop reading it."""
+        """An alarm (memory, free disk) is on and the client published: stop reading it."""
         self.blocked = True
         if self._blocked_capable and not self._blocked_sent:
             self._blocked_sent = True
-            self.core.send_method(0, ConnectionBlocked(reason=BLOCKED_REASON))
+            self.core.send_method(0, ConnectionBlocked(reason=self._memory.reason))
             self.wake()
         if self.transport is not None:
             self.transport.pause_reading()
@@ -409,7 +430,18 @@ class Session:
 
     # --- confirms -----------------------------------------------------------------------------
 
-    def _confirm(self, channel: int, sequence: int, *, nack: bool) -> None:
+    def _confirm(self, channel: int, sequence: int, *, nack: bool, batch: int = 0) -> None:
+        waiting = self._durable_confirms.get(channel)
+        if self._coalesce and (batch or waiting):
+            store = self.broker.store
+            assert store is not None
+            if waiting is None:
+                waiting = self._durable_confirms[channel] = deque()
+            elif waiting[-1][0] > batch:
+                batch = waiting[-1][0]
+            waiting.append((batch, sequence, nack))
+            store.waiters[self.wake] = None
+            return
         if not self._coalesce:
             method = BasicNack(delivery_tag=sequence) if nack else BasicAck(delivery_tag=sequence)
             self.core.send_method(channel, method)
@@ -421,7 +453,10 @@ class Session:
 
     def flush_confirms(self) -> None:
         """Send the confirms kept since the last call: acks below the first nack in one
-        ``basic.ack`` with ``multiple``, as RabbitMQ's channel does when it is idle."""
+        ``basic.ack`` with ``multiple``, as RabbitMQ's channel does when it is idle; those
+        of persistent messages only once the store wrote them."""
+        if self._durable_confirms or self._durable_commits:
+            self._release_durable()
         confirms, self._confirms = self._confirms, {}
         for channel, pending in confirms.items():
             acks, nacks = pending.acks, pending.nacks
@@ -441,6 +476,36 @@ class Session:
             except LocalProtocolError as exc:
                 # The channel or the connection is closing: the client gets no confirms there.
                 logger.debug("confirms to %s dropped: %s", self.peer, exc)
+
+    def _forget_durable(self, channel: int) -> None:
+        """*channel* closed: what waited for the store there is never sent."""
+        self._durable_confirms.pop(channel, None)
+        if self._durable_commits:
+            self._durable_commits = deque(c for c in self._durable_commits if c[1] != channel)
+
+    def _release_durable(self) -> None:
+        store = self.broker.store
+        assert store is not None
+        committed = store.committed
+        commits = self._durable_commits
+        while commits and commits[0][0] <= committed:
+            try:
+                self.core.send_method(commits.popleft()[1], TxCommitOk())
+            except LocalProtocolError as exc:
+                logger.debug("tx.commit-ok to %s dropped: %s", self.peer, exc)
+        if commits:
+            store.waiters[self.wake] = None
+        for channel, waiting in list(self._durable_confirms.items()):
+            while waiting and waiting[0][0] <= committed:
+                _, sequence, nack = waiting.popleft()
+                pending = self._confirms.get(channel)
+                if pending is None:
+                    pending = self._confirms[channel] = _Confirms()
+                (pending.nacks if nack else pending.acks).append(sequence)
+            if waiting:
+                store.waiters[self.wake] = None
+            else:
+                del self._durable_confirms[channel]
 
     # --- the delivery sink (called by the model, maybe for another connection) ---------------
 
@@ -568,6 +633,7 @@ class Session:
             ),
         )
         self._confirms.pop(number, None)
+        self._forget_durable(number)
         if self.connection is not None:
             self.connection.close_channel(number)
 
@@ -691,9 +757,16 @@ class Session:
                 channel.tx_select()
                 send(number, TxSelectOk())
             case TxCommit():
+                store = self.broker.store
+                writes = 0 if store is None else store.writes
                 for exchange, routing_key, properties, body in channel.tx_commit():
                     self._return(number, exchange, routing_key, properties, body)
-                send(number, TxCommitOk())
+                if self._coalesce and store is not None and store.writes != writes:
+                    # the commit stored persistent messages: commit-ok once they are written
+                    self._durable_commits.append((store.open_batch, number))
+                    store.waiters[self.wake] = None
+                else:
+                    send(number, TxCommitOk())
             case TxRollback():
                 channel.tx_rollback()
                 send(number, TxRollbackOk())
@@ -758,6 +831,8 @@ class Session:
             if method.immediate:
                 raise BrokerError(540, "immediate=true")
             sequence = channel.next_publish_number() if channel.confirm else 0
+            store = self.broker.store
+            writes = 0 if store is None else store.writes
             outcome = channel.publish(
                 method.exchange,
                 method.routing_key,
@@ -782,4 +857,6 @@ class Session:
                 body,
             )
         if sequence:
-            self._confirm(number, sequence, nack=outcome.rejected)
+            # a persistent message went to a durable queue: confirmed once it is written
+            batch = store.open_batch if store is not None and store.writes != writes else 0
+            self._confirm(number, sequence, nack=outcome.rejected, batch=batch)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import weakref
+from collections import deque
 from typing import TYPE_CHECKING, Final, Never, TypeAlias, cast, final
 
 from amqp_sansio import parse_credentials
@@ -75,7 +76,7 @@ from ._channel import _Unacked
 from ._convert import field_value, from_0_10, map_value, to_0_10
 from ._errors import BrokerError
 from ._fields import freeze
-from ._message import Message
+from ._permissions import FULL_ACCESS
 from ._queues import Consumer, Entry
 from ._routing import EXCHANGE_TYPES
 
@@ -87,6 +88,7 @@ if TYPE_CHECKING:
 
     from ._broker import Broker
     from ._channel import ModelChannel, ModelConnection
+    from ._message import Message
     from ._queues import Queue
 
 __all__ = ["Session010"]
@@ -235,6 +237,9 @@ class Session010:
         # the publish path looks for them only then
         self._no_local = False
         self._browsing = False
+        # Completions of transfers that wait for the store to commit their batch:
+        # (batch number, channel, command id, report at once).
+        self._durable_completions: deque[tuple[int, _Channel, int, bool]] = deque()
 
     # --- events -------------------------------------------------------------------------------
 
@@ -306,7 +311,14 @@ class Session010:
         if refusal is not None:
             self.core.refuse_virtual_host(refusal)
             return
-        self.connection = self.broker.connect(name, self, cancel_notify=False, user=user)
+        permission = self.broker.users.permission(user, name)
+        self.connection = self.broker.connect(
+            name,
+            self,
+            cancel_notify=False,
+            user=user,
+            permission=None if permission is FULL_ACCESS else permission,
+        )
         _OPEN.setdefault(self.broker, {})[self] = None
         self.core.accept_virtual_host()
 
@@ -315,7 +327,11 @@ class Session010:
         if connection is None:
             return
         owner = self.broker.connect(
-            connection.vhost.name, self, cancel_notify=False, user=connection.user
+            connection.vhost.name,
+            self,
+            cancel_notify=False,
+            user=connection.user,
+            permission=connection.permission,
         )
         owner.vhost.connections -= 1  # a session, not a connection: not counted against limits
         model = owner.open_channel(number)
@@ -424,28 +440,39 @@ class Session010:
         exchange = event.transfer.destination or ""
         body = event.body
         model = channel.model
-        vhost = model.vhost
-        if exchange not in vhost.exchanges:
-            raise BrokerError(404, f"no exchange '{exchange}'")
-        local = None if channel.tx or not self._no_local else self._local_no_local_queues()
-        if not local:
-            model.publish(exchange, routing_key, properties, body)
+        store = self.broker.store
+        writes = 0 if store is None else store.writes
+        # qpidd's no-local queue argument: this connection's own messages skip the no-local
+        # queues it owns (or subscribes to exclusively); every other check is the model's
+        skip = () if channel.tx or not self._no_local else self._local_no_local_queues()
+        model.publish(exchange, routing_key, properties, body, skip=skip)
+        if store is not None and store.writes != writes:
+            # a persistent message in a durable queue: complete once it is written (the
+            # core holds execution.sync and later syncs until then)
+            self._durable_completions.append(
+                (store.open_batch, channel, event.command_id, event.sync)
+            )
+            store.waiters[self._complete_durable] = None
         else:
-            # qpidd's no-local queue argument: this connection's own messages skip the
-            # no-local queues it owns (or subscribes to exclusively)
-            if model.connection.permission is not None:
-                model.connection.check("write", "exchange", exchange)
-            source = vhost.exchanges[exchange]
-            message = Message(source.name, routing_key, properties, body)
-            for queue in vhost.route(source, routing_key, properties.headers):
-                if id(queue) not in local:
-                    vhost.enqueue(queue, message)
-        # reported when the client asks (a sync bit, execution.sync, session.flush): one
-        # control for a burst of transfers; one per read cost qpid-python's client time in
-        # proportion to its outstanding commands, each
-        channel.core.complete(event.command_id, report=event.sync)
+            # reported when the client asks (a sync bit, execution.sync, session.flush): one
+            # control for a burst of transfers; one per read cost qpid-python's client time
+            # in proportion to its outstanding commands, each
+            channel.core.complete(event.command_id, report=event.sync)
         if self._browsing:
             self._pump_browsers()
+
+    def _complete_durable(self) -> None:
+        """The store committed a batch: complete the transfers that waited for it."""
+        store = self.broker.store
+        assert store is not None
+        waiting = self._durable_completions
+        while waiting and waiting[0][0] <= store.committed:
+            _, channel, command_id, report = waiting.popleft()
+            with contextlib.suppress(LocalProtocolError):  # closed meanwhile: nobody waits
+                channel.core.complete(command_id, report=report)
+        if waiting:
+            store.waiters[self._complete_durable] = None
+        self.wake()
 
     def _local_no_local_queues(self) -> set[int]:
         """Ids of the no-local queues this connection owns or subscribes to exclusively."""

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_SEGMENT_SIZE",
     "MAX_SEGMENT_SIZE",
-    "STREAM_ARGS",
     "StreamLog",
     "parse_max_age",
 ]
@@ -36,18 +35,6 @@ __all__ = [
 #: RabbitMQ's default ``x-stream-max-segment-size-bytes`` (500 MB) and its largest value.
 DEFAULT_SEGMENT_SIZE: Final = 500_000_000
 MAX_SEGMENT_SIZE: Final = 3_000_000_000
-
-#: The queue arguments a stream accepts (RabbitMQ 3.10's ``queue_arguments`` for streams).
-STREAM_ARGS: Final = frozenset(
-    (
-        "x-max-length-bytes",
-        "x-queue-type",
-        "x-max-age",
-        "x-stream-max-segment-size-bytes",
-        "x-initial-cluster-size",
-        "x-queue-leader-locator",
-    )
-)
 
 _UNITS_MS: Final = {
     "Y": 365 * 24 * 3600 * 1000,
@@ -132,6 +119,16 @@ class StreamLog:
     def first_offset(self) -> int:
         """The oldest offset still retained (``next_offset`` when the stream is empty)."""
         return self.segments[0].first
+
+    def start_at(self, first: int, now_ms: int) -> None:
+        """An empty log whose oldest retained offset is *first* (rebuilt from the store):
+        past 0 it is a segment's first record, which carries no message."""
+        segment = _Segment(max(first - 1, 0))
+        if first > 0:
+            segment.messages.append(None)
+            segment.times.append(now_ms)
+        self.segments = deque([segment])
+        self.next_offset = first
 
     def append(self, message: Message, now_ms: int) -> list[Message]:
         """Append *message*; returns the messages retention dropped (to release them)."""

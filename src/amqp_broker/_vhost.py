@@ -9,15 +9,21 @@ from typing import TYPE_CHECKING, final
 from ._deadletter import dead_lettered, may_reach
 from ._errors import BrokerError
 from ._message import expiry
-from ._queues import Entry, Queue
+from ._policies import matching, matching_exchange
+from ._queues import Consumer, Entry, Queue
 from ._routing import PREDECLARED, Exchange
+from ._store import is_persistent
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from amqp_sansio import FieldTable
 
     from ._clock import ModelClock
     from ._memory import MemoryMonitor
     from ._message import Message
+    from ._policies import Policy
+    from ._store import DurableStore
     from ._streams import StreamLog
 
 __all__ = ["VirtualHost"]
@@ -33,13 +39,27 @@ def _unused_deadline(queue: Queue) -> float | None:
 class VirtualHost:
     """An isolated namespace of exchanges and queues."""
 
-    def __init__(self, name: str, clock: ModelClock, memory: MemoryMonitor) -> None:
+    def __init__(
+        self,
+        name: str,
+        clock: ModelClock,
+        memory: MemoryMonitor,
+        store: DurableStore | None = None,
+    ) -> None:
         self.name = name
         self.clock = clock
         self.memory = memory
+        #: Where durable definitions and persistent messages are kept (None: in memory only).
+        self.store = store
         #: Open connections on this virtual host, and how many it admits (None: no limit).
         self.connections = 0
         self.max_connections: int | None = None
+        #: The delivery limit of quorum queues declared without ``x-delivery-limit``.
+        self.quorum_delivery_limit: int | None = None
+        #: Policies by name (``rabbitmqctl set_policy``), and operator policies
+        #: (``set_operator_policy``).
+        self.policies: dict[str, Policy] = {}
+        self.operator_policies: dict[str, Policy] = {}
         self.exchanges: dict[str, Exchange[Queue]] = {"": Exchange("", "direct", durable=True)}
         for exchange_name, kind in PREDECLARED:
             self.exchanges[exchange_name] = Exchange(exchange_name, kind, durable=True)
@@ -51,6 +71,60 @@ class VirtualHost:
 
     def __repr__(self) -> str:
         return f"<VirtualHost {self.name!r}>"
+
+    # --- policies -----------------------------------------------------------------------------
+
+    def follow_policy(self, queue: Queue) -> None:
+        """Apply the policy that matches *queue* now (or none) and enforce what it changed:
+        a lower length limit drops (dead-letters) heads at once, ``expires`` starts counting;
+        message TTLs apply to messages enqueued from now on, as in RabbitMQ's classic queues."""
+        policy = matching(self.policies, queue.name, queue.type)
+        operator = matching(self.operator_policies, queue.name, queue.type)
+        queue.apply_policy(
+            None if policy is None else policy.name,
+            {} if policy is None else policy.definition,
+            None if operator is None else operator.definition,
+        )
+        if queue.expires is not None:
+            self.track_expiring(queue)
+        while queue.overflow == "drop-head" and queue.over_limit():
+            dropped = queue.pop()
+            self.dead_letter(queue, dropped.message, "maxlen")
+
+    def follow_exchange_policy(self, exchange: Exchange[Queue]) -> None:
+        """Apply the policy that matches *exchange* now (its ``alternate-exchange``)."""
+        if exchange.name == "":
+            return
+        policy = matching_exchange(self.policies, exchange.name)
+        alternate = None if policy is None else policy.definition.get("alternate-exchange")
+        exchange.policy_alternate = alternate if isinstance(alternate, str) else None
+
+    def set_policy(self, policy: Policy) -> None:
+        """Add or replace a policy; every queue and exchange follows the policies from now
+        on."""
+        self.policies[policy.name] = policy
+        self._follow_policies()
+
+    def clear_policy(self, name: str) -> None:
+        """Remove the policy *name* (a missing one is a KeyError, as rabbitmqctl's error)."""
+        del self.policies[name]
+        self._follow_policies()
+
+    def set_operator_policy(self, policy: Policy) -> None:
+        """Add or replace an operator policy (its values cap the queues it matches)."""
+        self.operator_policies[policy.name] = policy
+        self._follow_policies()
+
+    def clear_operator_policy(self, name: str) -> None:
+        """Remove the operator policy *name* (KeyError when there is none)."""
+        del self.operator_policies[name]
+        self._follow_policies()
+
+    def _follow_policies(self) -> None:
+        for queue in list(self.queues.values()):
+            self.follow_policy(queue)
+        for exchange in self.exchanges.values():
+            self.follow_exchange_policy(exchange)
 
     def exchange(self, name: str) -> Exchange[Queue]:
         """The exchange *name*; 404 when there is none."""
@@ -93,10 +167,35 @@ class VirtualHost:
                 else:
                     found.setdefault(id(destination), destination)
             if not matched:
+                # the exchange's own argument wins over its policy's, as in RabbitMQ
                 alternate = current.arguments.get("alternate-exchange")
+                if not isinstance(alternate, str):
+                    alternate = current.policy_alternate
                 if isinstance(alternate, str) and alternate in self.exchanges:
                     stack.append(self.exchanges[alternate])
         return list(found.values())
+
+    # --- the durable store ---------------------------------------------------------------------
+
+    def stored_gone(self, queue: Queue, entries: Iterable[Entry]) -> None:
+        """*entries* left *queue* for good: the store forgets the stored ones."""
+        store = self.store
+        if store is not None:
+            for entry in entries:
+                if entry.stored:
+                    entry.stored = False
+                    store.message_removed(self.name, queue.name, entry.seq)
+
+    def stored_delivered(self, queue: Queue, entry: Entry, *, no_ack: bool) -> None:
+        """*entry* went to a consumer: gone for good without acks, else redelivered after a
+        crash."""
+        store = self.store
+        if store is not None and entry.stored:
+            if no_ack:
+                entry.stored = False
+                store.message_removed(self.name, queue.name, entry.seq)
+            else:
+                store.message_delivered(self.name, queue.name, entry.seq)
 
     # --- deletion -----------------------------------------------------------------------------
 
@@ -107,6 +206,8 @@ class VirtualHost:
             return 0
         queue.deleted = True
         self.queues.pop(queue.name, None)
+        if queue.durable and self.store is not None:
+            self.store.queue_deleted(self.name, queue.name)
         for key, exchange in list(queue.bindings_in.items()):
             exchange.remove(key)
             self.maybe_auto_delete(exchange)
@@ -128,6 +229,8 @@ class VirtualHost:
         """Remove *exchange* and every binding from or to it."""
         exchange.deleted = True
         self.exchanges.pop(exchange.name, None)
+        if exchange.durable and self.store is not None:
+            self.store.exchange_deleted(self.name, exchange.name)
         for key, binding in list(exchange.bindings.items()):
             exchange.remove(key)
             destination = binding.destination
@@ -207,6 +310,7 @@ class VirtualHost:
         if not queue.ready:
             return
         for entry in queue.drop_expired(now):
+            self.stored_gone(queue, (entry,))
             self.dead_letter(queue, entry.message, "expired")
 
     # --- dead-lettering -----------------------------------------------------------------------
@@ -236,9 +340,9 @@ class VirtualHost:
             self._append(queue, log, message)
             return True
         now = self.clock.now()
-        if queue.full() and queue.overflow != "drop-head":
+        if queue.overflow != "drop-head" and queue.full():
             self.expire_head(queue, now)
-        if queue.full() and queue.overflow != "drop-head":
+        if queue.overflow != "drop-head" and queue.full():
             if queue.overflow == "reject-publish-dlx":
                 self.dead_letter(queue, message, "maxlen")
             return False
@@ -251,10 +355,23 @@ class VirtualHost:
             self.dead_letter(queue, message, "expired")
             return True
         queue.push(entry)
+        store = self.store
+        if store is not None and queue.durable and is_persistent(message.properties):
+            entry.stored = True
+            store.message_added(
+                self.name,
+                queue.name,
+                entry.seq,
+                message.exchange,
+                message.routing_key,
+                message.properties,
+                message.body,
+            )
         if expires_at is not None:
             self.track_timed(queue)
-        while queue.over_limit():
+        while queue.overflow == "drop-head" and queue.over_limit():
             dropped = queue.pop()
+            self.stored_gone(queue, (dropped,))
             self.dead_letter(queue, dropped.message, "maxlen")
         self.dispatch(queue)
         return True
@@ -262,8 +379,25 @@ class VirtualHost:
     def _append(self, queue: Queue, log: StreamLog, message: Message) -> None:
         memory = self.memory
         memory.hold(message.held)
-        for dropped in log.append(message, int(self.clock.wall() * 1000)):
-            memory.release(dropped.held)
+        offset = log.next_offset
+        now_ms = int(self.clock.wall() * 1000)
+        dropped = log.append(message, now_ms)
+        for gone in dropped:
+            memory.release(gone.held)
+        store = self.store
+        if store is not None:
+            store.stream_appended(
+                self.name,
+                queue.name,
+                offset,
+                now_ms,
+                message.exchange,
+                message.routing_key,
+                message.properties,
+                message.body,
+            )
+            if dropped:
+                store.stream_trimmed(self.name, queue.name, log.first_offset)
         self.dispatch(queue)
 
     def _hand_over(self, queue: Queue, entry: Entry) -> bool:
@@ -300,6 +434,9 @@ class VirtualHost:
         if not consumers or not queue.ready:
             return
         now = self.clock.now()
+        if not queue.single_active and len(consumers) > 1 and any(c.priority for c in consumers):
+            self._dispatch_by_priority(queue, now)
+            return
         idle = 0
         while queue.ready and consumers and not queue.deleted:
             if queue.single_active:
@@ -319,7 +456,28 @@ class VirtualHost:
             if not queue.ready:
                 return
             entry = queue.pop(keep_held=not consumer.no_ack)
+            self.stored_delivered(queue, entry, no_ack=consumer.no_ack)
             consumer.channel.send(consumer, queue, entry, now)
+
+    def _dispatch_by_priority(self, queue: Queue, now: float) -> None:
+        """RabbitMQ's consumer priorities: each message goes to a consumer of the highest
+        priority that has room (prefetch, credit, a writable connection), round robin among
+        those of one priority; lower ones get messages only while every higher one is full."""
+        consumers = queue.consumers
+        while queue.ready and consumers and not queue.deleted:
+            chosen: Consumer | None = None
+            for consumer in consumers:
+                if (chosen is None or consumer.priority > chosen.priority) and consumer.can_take():
+                    chosen = consumer
+            if chosen is None:
+                return
+            consumers.remove(chosen)
+            consumers.append(chosen)  # behind the others of its priority
+            self.expire_head(queue, now)
+            if not queue.ready:
+                return
+            entry = queue.pop(keep_held=not chosen.no_ack)
+            chosen.channel.send(chosen, queue, entry, now)
 
     def _dispatch_stream(self, queue: Queue, log: StreamLog) -> None:
         """Every consumer of a stream reads on from its own offset while it has credit."""
@@ -329,5 +487,7 @@ class VirtualHost:
                 offset = max(consumer.offset, log.first_offset)
                 consumer.offset = offset + 1
                 message = log.read(offset)
-                if message is not None:  # None: the record that starts a segment
+                # None: the record that starts a segment; a filtered consumer skips what its
+                # filter refuses (each chunk here is one message: the chunk filter is exact)
+                if message is not None and consumer.wants(message):
                     consumer.channel.send(consumer, queue, Entry(message, offset, None), now)

@@ -23,6 +23,7 @@ from amqp_sansio import Int64, Timestamp
 from amqp_sansio.client import AMQPError, Message, NotFound
 
 from ._errors import AmqpDataLossError
+from ._options import MAX_SUPER_STREAM_PARTITIONS
 from ._range_reader import RangeConsumer
 from ._schema import RecordBatchBuilder
 
@@ -94,6 +95,8 @@ class StreamProbe:
         self._source = source
         self._connection: amqp_blocking.Connection | None = None
         self._declared = False
+        #: Per queue: body bytes and messages seen by the last tail probe (maxBytesPerTrigger).
+        self.sampled_sizes: dict[str, tuple[int, int]] = {}
 
     def close(self) -> None:
         """Close the connection, if one is open."""
@@ -142,6 +145,7 @@ class StreamProbe:
                 consumer.close()
                 return None
             first = last = _require_offset(queue, message)
+            sampled_bytes, sampled = len(message.body), 1
             unacked = 1
             # A busy stream never goes idle: any offset seen is a valid (lower) tail, so the
             # probe also ends after pollTimeoutMs.
@@ -155,8 +159,12 @@ class StreamProbe:
                     break
                 message = following
                 last = max(last, _require_offset(queue, message))
+                sampled_bytes += len(message.body)
+                sampled += 1
                 unacked += 1
             consumer.close()
+            if until == math.inf:
+                self.sampled_sizes[queue] = (sampled_bytes, sampled)
             return first, last
 
     def next_offset(self, queue: str) -> int:
@@ -168,6 +176,26 @@ class StreamProbe:
             ),
         )
         return 0 if seen is None else seen[1] + 1
+
+    def super_stream_partitions(self, name: str) -> tuple[str, ...]:
+        """The partitions of super stream ``name`` in RabbitMQ's layout (``name-0``, ``name-1``,
+        ...), by passive declares: AMQP 0-9-1 cannot list a vhost's queues or bindings."""
+        found: list[str] = []
+        for index in range(MAX_SUPER_STREAM_PARTITIONS):
+            queue = f"{name}-{index}"
+            try:
+                with self._channel() as channel:
+                    channel.queue_declare(queue, passive=True)
+            except NotFound:
+                break
+            found.append(queue)
+        if not found:
+            raise ValueError(
+                f"super stream {name!r}: no partition queue {name}-0 in this vhost (partitions "
+                "named by routing key cannot be discovered over AMQP 0-9-1: list them with the "
+                "queue option)"
+            )
+        return tuple(found)
 
     def cap_at_tail(self, queue: str, end: int) -> int:
         """``end``, or the stream's next offset when the stream does not reach ``end - 1``.

@@ -62,7 +62,12 @@ class AmqpDataSource(DataSource):
         return "amqp"
 
     def schema(self) -> StructType:
-        """The message columns (see :func:`amqp_spark.source_schema`)."""
+        """The message columns (see :func:`amqp_spark.source_schema`).
+
+        Spark asks for it only to read (``load()`` without ``.schema(...)``), never to write,
+        so the options a read needs are checked here: ``load()`` fails, not the query later.
+        """
+        self._require_queue()
         return source_schema(self.amqp_options.source.include_headers_json)
 
     def _columns(self, schema: StructType) -> tuple[OutputColumn, ...]:
@@ -73,12 +78,17 @@ class AmqpDataSource(DataSource):
 
     def _require_queue(self) -> str:
         source = self.amqp_options.source
-        if not source.queues:
-            raise AmqpOptionError("queue", "is required for reading (a comma-separated list)")
+        if not source.reads():
+            raise AmqpOptionError(
+                "queue",
+                'is required for reading: .option("queue", "a,b"), load("a"), or '
+                '.option("superStream", "name")',
+            )
         if source.queue_type is None:
             raise AmqpOptionError(
                 "queueType",
-                "is required for reading: stream, classic or quorum (AMQP 0-9-1 cannot tell)",
+                "is required for reading (AMQP 0-9-1 cannot ask the broker): add "
+                '.option("queueType", "stream"), "classic" or "quorum"',
             )
         return source.queue_type
 

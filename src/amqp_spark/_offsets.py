@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
 __all__ = [
+    "EVERY_QUEUE",
     "OffsetKind",
     "OffsetRange",
     "OffsetSpec",
@@ -29,6 +30,9 @@ __all__ = [
 ]
 
 OffsetKind: TypeAlias = Literal["first", "last", "next", "offset", "timestamp"]
+
+#: The key of an offsets option that applies to every queue read (no queue name is empty).
+EVERY_QUEUE: Final = ""
 
 # Largest offset a stream can hand out (x-stream-offset is a signed 64-bit long).
 _MAX_OFFSET: Final = 2**63 - 1

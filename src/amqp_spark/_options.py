@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
@@ -18,7 +19,7 @@ import attrs
 from amqp_sansio.client import DEFAULT_URL, ConnectionParameters
 
 from ._errors import AmqpOptionError
-from ._offsets import OffsetKind, OffsetSpec, parse_offsets_option
+from ._offsets import EVERY_QUEUE, OffsetKind, OffsetSpec, parse_offsets_option
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -48,12 +49,18 @@ OPTION_NAMES: Final = (
     "tls.verify",
     # source
     "queue",
+    "superStream",
     "queueType",
     "declare",
     "queueArgs",
     "startingOffsets",
     "endingOffsets",
+    "startingTimestamp",
+    "endingTimestamp",
     "maxMessagesPerTrigger",
+    "minMessagesPerTrigger",
+    "maxTriggerDelay",
+    "maxBytesPerTrigger",
     "numPartitions",
     "maxMessagesPerPartition",
     "prefetch",
@@ -73,7 +80,12 @@ OPTION_NAMES: Final = (
     "confirmTimeoutMs",
     "messageIdMode",
 )
-_CANONICAL: Final = {name.lower(): name for name in OPTION_NAMES}
+#: Spark's Kafka source names, accepted where they mean exactly what ours mean.
+KAFKA_ALIASES: Final = {
+    "maxOffsetsPerTrigger": "maxMessagesPerTrigger",
+    "minOffsetsPerTrigger": "minMessagesPerTrigger",
+}
+_CANONICAL: Final = {name.lower(): name for name in (*OPTION_NAMES, *KAFKA_ALIASES)}
 
 # Keys Spark itself adds: load("x") gives "path"; writeStream adds the other two.
 _SPARK_KEYS: Final = frozenset({"path", "queryname", "checkpointlocation"})
@@ -81,9 +93,14 @@ _SPARK_KEYS: Final = frozenset({"path", "queryname", "checkpointlocation"})
 _STARTING_KINDS: Final[frozenset[OffsetKind]] = frozenset(
     {"first", "last", "next", "offset", "timestamp"}
 )
-_ENDING_KINDS: Final[frozenset[OffsetKind]] = frozenset({"next", "offset"})
+_ENDING_KINDS: Final[frozenset[OffsetKind]] = frozenset({"next", "offset", "timestamp"})
 _MAX_PREFETCH: Final = 0xFFFF  # basic.qos prefetch-count is a short
 _MAX_MS: Final = 24 * 3600 * 1000
+# maxTriggerDelay: Kafka's default, and the units of Spark's time strings.
+_DEFAULT_TRIGGER_DELAY_S: Final = 15 * 60.0
+_TIME_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+# A super stream's partitions are found by name: <super stream>-0, -1, ... (RabbitMQ's layout).
+MAX_SUPER_STREAM_PARTITIONS: Final = 1000
 
 
 @dataclass(frozen=True)
@@ -91,12 +108,17 @@ class SourceOptions:
     """What and how to read. Queue-specific offsets are keyed by queue name."""
 
     queues: tuple[str, ...]
+    #: ``superStream``: the queues are its partitions, found when the query first plans.
+    super_stream: str | None
     queue_type: QueueType | None
     declare: bool
     queue_arguments_json: str | None
     starting_offsets: dict[str, OffsetSpec] | None
     ending_offsets: dict[str, OffsetSpec] | None
     max_messages_per_trigger: int | None
+    min_messages_per_trigger: int | None
+    max_trigger_delay: float
+    max_bytes_per_trigger: int | None
     num_partitions: int
     max_messages_per_partition: int | None
     prefetch: int
@@ -105,6 +127,20 @@ class SourceOptions:
     read_timeout: float
     fail_on_data_loss: bool
     include_headers_json: bool
+
+    def reads(self) -> bool:
+        """Whether a queue (or a super stream) to read was named."""
+        return bool(self.queues) or self.super_stream is not None
+
+    def offset_specs(
+        self, specs: dict[str, OffsetSpec] | None, queues: tuple[str, ...], default: OffsetSpec
+    ) -> dict[str, OffsetSpec]:
+        """``specs`` (starting or ending offsets) for each of ``queues``, else ``default``."""
+        if specs is None:
+            return dict.fromkeys(queues, default)
+        if EVERY_QUEUE in specs:
+            return dict.fromkeys(queues, specs[EVERY_QUEUE])
+        return {q: specs[q] for q in queues}
 
     def queue_arguments(self) -> dict[str, object]:
         """``x-queue-type`` plus ``queueArgs``, for ``declare=true``."""
@@ -179,6 +215,21 @@ class _Reader:
         number = self.integer(name, 1, _MAX_MS)
         return (default if number is None else number) / 1000.0
 
+    def duration(self, name: str, default: float) -> float:
+        """Seconds, from a Spark time string: ``"15m"``, ``"30s"``, ``"500ms"``; a bare number
+        is milliseconds (as in Spark's Kafka source)."""
+        value = self.text(name)
+        if value is None:
+            return default
+        match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", value.lower())
+        unit = "ms" if match is None or not match.group(2) else match.group(2)
+        if match is None or unit not in _TIME_UNITS:
+            raise AmqpOptionError(
+                name,
+                f"expected a duration such as 15m, 30s or 500ms (ms, s, m, h, d), got {value!r}",
+            )
+        return int(match.group(1)) * _TIME_UNITS[unit]
+
     def boolean(self, name: str, default: bool) -> bool:
         value = self.text(name)
         if value is None:
@@ -210,6 +261,18 @@ def _check_keys(raw: Mapping[str, str]) -> frozenset[str]:
             raise AmqpOptionError(key, f"unknown option{hint} (known: {', '.join(OPTION_NAMES)})")
         given.add(lowered)
     return frozenset(given)
+
+
+def _resolve_aliases(lowered: dict[str, str]) -> dict[str, str]:
+    """Kafka's names under ours; giving both spellings is a contradiction, not a choice."""
+    out = dict(lowered)
+    for alias, name in KAFKA_ALIASES.items():
+        if alias.lower() not in out:
+            continue
+        if name.lower() in out:
+            raise AmqpOptionError(alias, f"is Kafka's name for {name!r}; give only one of them")
+        out[name.lower()] = out.pop(alias.lower())
+    return out
 
 
 def _connection(options: _Reader) -> ConnectionParameters:
@@ -295,55 +358,125 @@ def _queue_arguments(options: _Reader, declare: bool) -> str | None:
     return json.dumps(loaded, sort_keys=True)
 
 
+def _super_stream(options: _Reader, queues: tuple[str, ...]) -> str | None:
+    name = options.text("superStream")
+    if name is None:
+        return None
+    name = name.strip()
+    if queues:
+        raise AmqpOptionError(
+            "superStream", "reads the super stream's partitions; give either it or queue"
+        )
+    if not name:
+        raise AmqpOptionError("superStream", "is empty")
+    # its partitions are named <name>-<n>, which must still be a short string
+    if len(name.encode()) > 255 - len(f"-{MAX_SUPER_STREAM_PARTITIONS}"):
+        raise AmqpOptionError("superStream", f"name too long: {name[:40]!r}...")
+    return name
+
+
+def _queue_type(options: _Reader, super_stream: str | None) -> QueueType | None:
+    text = options.choice("queueType", ("stream", "classic", "quorum"))
+    if super_stream is not None:
+        if text not in (None, "stream"):
+            raise AmqpOptionError("queueType", "a super stream's partitions are stream queues")
+        return "stream"
+    if text == "stream":
+        return "stream"
+    if text == "classic":
+        return "classic"
+    if text == "quorum":
+        return "quorum"
+    return None
+
+
+def _offsets(
+    options: _Reader,
+    name: str,
+    timestamp_name: str,
+    queues: tuple[str, ...],
+    super_stream: str | None,
+) -> dict[str, OffsetSpec] | None:
+    """``startingOffsets``/``endingOffsets``, or Kafka's ``startingTimestamp``/
+    ``endingTimestamp`` (milliseconds) for every queue. A super stream's queues are not known
+    yet: its single spec is stored under ``EVERY_QUEUE``."""
+    text = options.text(name)
+    millis = options.integer(timestamp_name, 0, 2**63 - 1)
+    if text is not None and millis is not None:
+        raise AmqpOptionError(timestamp_name, f"give either it or {name}, not both")
+    if text is None and millis is None:
+        return None
+    given = name if text is not None else timestamp_name
+    if not queues and super_stream is None:
+        raise AmqpOptionError(given, "needs the queue option")
+    keys = queues or (EVERY_QUEUE,)
+    if millis is not None:
+        # x-stream-offset takes a timestamp in seconds: the cut is at second (and chunk) grain
+        return dict.fromkeys(keys, OffsetSpec("timestamp", millis // 1000))
+    assert text is not None
+    if super_stream is not None and text.strip().startswith("{"):
+        raise AmqpOptionError(
+            name, "takes one value for all of a super stream's partitions, not a JSON object"
+        )
+    kinds = _STARTING_KINDS if name == "startingOffsets" else _ENDING_KINDS
+    return parse_offsets_option(name, text, keys, kinds)
+
+
 def _source(options: _Reader) -> SourceOptions:
     queues = _queues(options)
-    queue_type_text = options.choice("queueType", ("stream", "classic", "quorum"))
-    queue_type: QueueType | None
-    if queue_type_text == "stream":
-        queue_type = "stream"
-    elif queue_type_text == "classic":
-        queue_type = "classic"
-    elif queue_type_text == "quorum":
-        queue_type = "quorum"
-    else:
-        queue_type = None
+    super_stream = _super_stream(options, queues)
+    queue_type = _queue_type(options, super_stream)
     declare = options.boolean("declare", False)
     if declare and queue_type is None:
         raise AmqpOptionError("declare", "needs queueType to know which queue to declare")
     if declare and not queues:
         raise AmqpOptionError("declare", "needs the queue option")
-    stream_only = ("startingOffsets", "endingOffsets", "numPartitions", "maxMessagesPerPartition")
+    stream_only = (
+        "startingOffsets",
+        "endingOffsets",
+        "startingTimestamp",
+        "endingTimestamp",
+        "numPartitions",
+        "maxMessagesPerPartition",
+        "minMessagesPerTrigger",
+        "maxTriggerDelay",
+        "maxBytesPerTrigger",
+    )
     if queue_type in ("classic", "quorum"):
         for name in stream_only:
             if options.text(name) is not None:
                 raise AmqpOptionError(
                     name, f"applies to stream queues only; queueType is {queue_type}"
                 )
-    starting: dict[str, OffsetSpec] | None = None
-    ending: dict[str, OffsetSpec] | None = None
-    for name in ("startingOffsets", "endingOffsets"):
-        text = options.text(name)
-        if text is None:
-            continue
-        if not queues:
-            raise AmqpOptionError(name, "needs the queue option")
-        kinds = _STARTING_KINDS if name == "startingOffsets" else _ENDING_KINDS
-        parsed = parse_offsets_option(name, text, queues, kinds)
-        if name == "startingOffsets":
-            starting = parsed
-        else:
-            ending = parsed
+    starting = _offsets(options, "startingOffsets", "startingTimestamp", queues, super_stream)
+    ending = _offsets(options, "endingOffsets", "endingTimestamp", queues, super_stream)
     max_per_trigger_limit = _MAX_PREFETCH if queue_type in ("classic", "quorum") else 2**31 - 1
     max_per_trigger = options.integer("maxMessagesPerTrigger", 1, max_per_trigger_limit)
+    min_per_trigger = options.integer("minMessagesPerTrigger", 1, 2**31 - 1)
+    if (
+        min_per_trigger is not None
+        and max_per_trigger is not None
+        and min_per_trigger > max_per_trigger
+    ):
+        raise AmqpOptionError(
+            "minMessagesPerTrigger",
+            f"{min_per_trigger} is more than maxMessagesPerTrigger ({max_per_trigger})",
+        )
+    if options.text("maxTriggerDelay") is not None and min_per_trigger is None:
+        raise AmqpOptionError("maxTriggerDelay", "has no effect without minMessagesPerTrigger")
     prefetch = options.integer("prefetch", 1, _MAX_PREFETCH)
     return SourceOptions(
         queues=queues,
+        super_stream=super_stream,
         queue_type=queue_type,
         declare=declare,
         queue_arguments_json=_queue_arguments(options, declare),
         starting_offsets=starting,
         ending_offsets=ending,
         max_messages_per_trigger=max_per_trigger,
+        min_messages_per_trigger=min_per_trigger,
+        max_trigger_delay=options.duration("maxTriggerDelay", _DEFAULT_TRIGGER_DELAY_S),
+        max_bytes_per_trigger=options.integer("maxBytesPerTrigger", 1, 2**63 - 1),
         num_partitions=options.integer("numPartitions", 1, 10_000) or 1,
         max_messages_per_partition=options.integer("maxMessagesPerPartition", 1, 2**31 - 1),
         prefetch=2000 if prefetch is None else prefetch,
@@ -385,6 +518,8 @@ def parse_options(raw: Mapping[str, str]) -> AmqpOptions:
         each other; the message names the option.
     """
     lowered = {key.lower(): value for key, value in raw.items()}
+    _check_keys(lowered)
+    lowered = _resolve_aliases(lowered)
     given = _check_keys(lowered)
     options = _Reader(lowered)
     return AmqpOptions(

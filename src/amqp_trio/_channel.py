@@ -519,6 +519,12 @@ class Channel(ChannelMethods):
             receiving.got(reply)
         return reply
 
+    async def _wait_for_book(self, book: object, /) -> None:
+        """AsyncSettler: a delivery on *book*, the new connection's channel, is settled once
+        the restore resumed this channel on it (until then it is on the lost one)."""
+        if book is not self._book and self._conn._recovered is not None:
+            await self._conn._wait_recovered()
+
     async def _send_no_reply(self, method: Method, traced: bool = False) -> None:
         if self._conn._recovered is not None:
             await self._conn._wait_recovered()

@@ -10,7 +10,8 @@ Fixtures:
 
 * ``amqp_broker``: an embedded broker (``amqp_broker``) serving on a free port of 127.0.0.1
   in a thread of its own, started for the test and stopped after it; an
-  :class:`amqp_broker.BrokerThread` (``.url``, ``.snapshot()``, ``.call()``). Its users, virtual
+  :class:`amqp_broker.BrokerThread` (``.url``, ``.snapshot()``, ``.call()``,
+  ``.close_connection(name)``, ``.peek(queue)``, ``.purge(queue)``). Its users, virtual
   hosts and :class:`~amqp_broker.BrokerOptions` come from the ``amqp_broker`` marker.
 * ``amqp_broker_session``: the same, one for the whole session (default settings).
 * ``amqp_broker_url``: ``AMQP_URL`` when it is set (after checking it answers: a failure under

@@ -146,7 +146,7 @@ def test_help_names_every_option() -> None:
     [
         (None, ["--config", "missing.toml"], "cannot read missing.toml: No such file"),
         ("port = ", [], "broker.toml is not valid TOML: "),
-        ("ports = 1", [], "the top level: unknown key 'ports' (known: header_0_9, host, limits,"),
+        ("ports = 1", [], "the top level: unknown key 'ports' (known: data_dir, header_0_9, host,"),
         ('port = "1"', [], "port must be an integer, not a string"),
         ('[limits]\nchannel_max = "9"', [], "limits.channel_max must be an integer, not a"),
         ("[limits]\nchannel_max = false", [], "limits.channel_max must be an integer, not a"),

@@ -11,6 +11,7 @@ The session never calls ``register``: ``format("amqp")`` is found through the to
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -167,8 +168,17 @@ def test_stream_queue_exactly_once_across_restart(
         numPartitions="2",
     ).select("stream_offset", "body", "queue")
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-    sizes, _ = run_to_parquet(df, out, checkpoint)
+    sizes, query = run_to_parquet(df, out, checkpoint)
     assert sizes == [300, 300, 300, 100]
+    # the lag after each batch, Kafka's offsetsBehindLatest, reaches the query's progress
+    reported = [
+        json.loads(p.sources[0].latestOffset) for p in query.recentProgress if p.numInputRows
+    ]
+    assert [r["offsetsBehindLatest"]["max"] for r in reported] == [700, 400, 100, 0]
+    assert reported[0] == {
+        "latest": {stream_queue: 1000},
+        "offsetsBehindLatest": {"min": 700, "avg": 700.0, "max": 700},
+    }
 
     publish(broker, stream_queue, [f"m{i}" for i in range(1000, 1500)])
     sizes, _ = run_to_parquet(df, out, checkpoint)
@@ -178,6 +188,31 @@ def test_stream_queue_exactly_once_across_restart(
     assert sorted(row.stream_offset for row in rows) == list(range(1500))
     assert {row.body.decode() for row in rows} == {f"m{i}" for i in range(1500)}
     assert {row.queue for row in rows} == {stream_queue}
+
+
+@pytest.mark.rabbitmq
+def test_byte_and_minimum_limits_pass_through_spark(
+    spark: SparkSession,
+    url: str,
+    broker: amqp_blocking.Channel,
+    stream_queue: str,
+    tmp_path: Path,
+) -> None:
+    # the JVM hands ReadMaxBytes and ReadMinRows back to the source as it does ReadMaxRows
+    broker.confirm_select()
+    with broker.publisher(window=500) as publisher:
+        for _ in range(500):
+            publisher.publish(b"y" * 100, routing_key=stream_queue)
+    capped = read_stream(
+        spark, url, stream_queue, "stream", startingOffsets="first", maxBytesPerTrigger="10000"
+    ).select("stream_offset")
+    sizes, _ = run_to_parquet(capped, tmp_path / "bytes", tmp_path / "bytes-checkpoint")
+    assert sizes == [100] * 5  # 10,000 bytes of 100-byte bodies
+    waiting = read_stream(
+        spark, url, stream_queue, "stream", startingOffsets="first", minOffsetsPerTrigger="200"
+    ).select("stream_offset")
+    sizes, _ = run_to_parquet(waiting, tmp_path / "min", tmp_path / "min-checkpoint")
+    assert sizes == [500]
 
 
 @ON_BOTH_BROKERS
@@ -445,6 +480,32 @@ def test_bad_option_fails_at_load(
         reader.option(option, value).load()
     assert fragment in str(caught.value)
     assert "amqp data source option" in str(caught.value)
+
+
+def test_missing_queue_type_fails_at_load(spark: SparkSession) -> None:
+    reader = spark.readStream.format("amqp").option("queue", "q")
+    with pytest.raises(PySparkException) as caught:
+        reader.load()
+    # the error's last line of our own names the option and says what to add
+    lines = [line for line in str(caught.value).splitlines() if "AmqpOptionError" in line]
+    assert lines
+    assert "'queueType'" in lines[-1]
+    assert '.option("queueType", "stream")' in lines[-1]
+
+
+def test_missing_queue_type_with_a_schema_fails_when_the_query_starts(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # With .schema(...) Spark runs no source code at load(): the first is the query's start
+    df = spark.readStream.format("amqp").schema("body binary").option("queue", "q").load()
+    query = (
+        df.writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    with pytest.raises(PySparkException, match=r"option 'queueType': is required"):
+        query.awaitTermination(QUERY_LIMIT_S)
 
 
 def test_register_is_explicit_too(spark: SparkSession) -> None:

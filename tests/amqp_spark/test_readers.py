@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 from pyspark import cloudpickle
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadMaxBytes,
+    ReadMaxRows,
+    ReadMinRows,
+)
 
 import amqp_blocking
 from amqp_sansio import Int64
@@ -113,7 +118,11 @@ def test_stream_reader_offsets_limits_and_available_now(
     # ReadMaxRows is shared fairly: the small queue gets all 30, the big one the rest
     end = reader.latestOffset(start, ReadMaxRows(100))
     assert end == {big: 70, small: 30}
-    assert reader.reportLatestOffset() == {big: 150, small: 30}
+    # the tails, and Kafka's lag metrics once this batch is read: big stays 80 behind
+    assert reader.reportLatestOffset() == {
+        "latest": {big: 150, small: 30},
+        "offsetsBehindLatest": {"min": 0, "avg": 40.0, "max": 80},
+    }
     partitions = reader.partitions(start, end)
     assert all(isinstance(p, OffsetRange) for p in partitions)
     # what runs on executors is a pickled copy, holding no connection
@@ -176,6 +185,190 @@ def test_starting_offsets_resolve_to_numbers(
         inside_reader = inside.reader(inside.schema())
         assert isinstance(inside_reader, StreamQueueBatchReader)
         assert inside_reader.partitions() == [OffsetRange(queue, 3, int(last))], last
+
+
+def wait_for_next_second() -> int:
+    """Sleep into a new wall-clock second, then one more: stream timestamps are per chunk and
+    the x-stream-offset timestamp argument is in seconds. The new second's start, in ms."""
+    time.sleep(1.0 - time.time() % 1.0 + 1.0)
+    return int(time.time()) * 1000
+
+
+@pytest.mark.rabbitmq
+def test_start_and_end_by_timestamp(
+    url: str, channel: amqp_blocking.Channel, queues: list[str]
+) -> None:
+    queue = declare(channel, queues, "stream")
+    publish(channel, queue, [b"old%d" % i for i in range(20)])
+    cut_ms = wait_for_next_second()
+    publish(channel, queue, [b"new%d" % i for i in range(10)])
+    for spelling in (
+        {"startingTimestamp": str(cut_ms + 999)},  # Kafka's name and unit; second grain
+        {"startingOffsets": f"timestamp:{cut_ms // 1000}"},
+    ):
+        source = AmqpDataSource(options(url, queue=queue, queueType="stream", **spelling))
+        assert source.streamReader(source.schema()).initialOffset() == {queue: 20}, spelling
+    # a batch read ends (exclusively) at the first offset stored at or after the time
+    for spelling in (
+        {"endingTimestamp": str(cut_ms)},
+        {"endingOffsets": f"timestamp:{cut_ms // 1000}"},
+    ):
+        source = AmqpDataSource(options(url, queue=queue, queueType="stream", **spelling))
+        batch = source.reader(source.schema())
+        assert isinstance(batch, StreamQueueBatchReader)
+        planned = batch.partitions()
+        assert planned == [OffsetRange(queue, 0, 20)], spelling
+        assert [
+            o
+            for p in planned
+            if isinstance(p, OffsetRange)
+            for o in offsets_of(ship(batch).read(p))
+        ] == list(range(20))
+    # an end after the last message is the tail
+    late = AmqpDataSource(
+        options(
+            url,
+            queue=queue,
+            queueType="stream",
+            endingTimestamp="4000000000000",
+            pollTimeoutMs="300",
+        )
+    )
+    late_reader = late.reader(late.schema())
+    assert isinstance(late_reader, StreamQueueBatchReader)
+    assert late_reader.partitions() == [OffsetRange(queue, 0, 30)]
+
+
+@ON_BOTH_BROKERS
+def test_admission_control_minimum_with_delay_and_byte_cap(
+    url: str, channel: amqp_blocking.Channel, queues: list[str]
+) -> None:
+    queue = declare(channel, queues, "stream")
+    publish(channel, queue, [b"m%d" % i for i in range(30)])
+    source = AmqpDataSource(
+        options(
+            url,
+            queue=queue,
+            queueType="stream",
+            startingOffsets="first",
+            minOffsetsPerTrigger="50",  # Kafka's name for minMessagesPerTrigger
+            maxTriggerDelay="10s",
+        )
+    )
+    reader = source.streamReader(source.schema())
+    assert isinstance(reader, StreamQueueStreamReader)
+    assert reader.getDefaultReadLimit() == ReadMinRows(50)
+    clock = [1000.0]
+    reader._clock = lambda: clock[0]
+    start = reader.initialOffset()
+    # 30 new < 50: no batch until maxTriggerDelay has passed since the last one
+    assert reader.latestOffset(start, ReadMinRows(50)) == start
+    clock[0] += 9
+    assert reader.latestOffset(start, ReadMinRows(50)) == start
+    clock[0] += 2
+    assert reader.latestOffset(start, ReadMinRows(50)) == {queue: 30}
+    publish(channel, queue, [b"n%d" % i for i in range(60)])
+    clock[0] += 1
+    assert reader.latestOffset({queue: 30}, ReadMinRows(50)) == {queue: 90}  # 60 >= 50
+    publish(channel, queue, [b"x"] * 5)
+    assert reader.latestOffset({queue: 90}, ReadMinRows(50)) == {queue: 90}
+    # ReadAllAvailable (Trigger.Once) ignores the minimum, and so does AvailableNow
+    assert reader.latestOffset({queue: 90}, ReadAllAvailable()) == {queue: 95}
+    reader.prepareForTriggerAvailableNow()
+    assert reader.latestOffset({queue: 90}, ReadMinRows(50)) == {queue: 95}
+    reader.stop()
+
+    # the byte cap becomes rows through the mean size of the last chunk's messages
+    sized = declare(channel, queues, "stream")
+    publish(channel, sized, [b"y" * 100] * 50)
+    capped = AmqpDataSource(
+        options(
+            url,
+            queue=sized,
+            queueType="stream",
+            startingOffsets="first",
+            maxBytesPerTrigger="1000",
+        )
+    )
+    capped_reader = capped.streamReader(capped.schema())
+    assert isinstance(capped_reader, StreamQueueStreamReader)
+    assert capped_reader.getDefaultReadLimit() == ReadMaxBytes(1000)
+    begin = capped_reader.initialOffset()
+    assert capped_reader.latestOffset(begin, ReadMaxBytes(1000)) == {sized: 10}
+    assert capped_reader.latestOffset({sized: 10}, ReadMaxBytes(1000)) == {sized: 20}
+    # with a row cap too, the smaller one wins
+    both = AmqpDataSource(
+        options(
+            url,
+            queue=sized,
+            queueType="stream",
+            startingOffsets="first",
+            maxBytesPerTrigger="1000",
+            maxOffsetsPerTrigger="4",
+        )
+    )
+    both_reader = both.streamReader(both.schema())
+    assert isinstance(both_reader, StreamQueueStreamReader)
+    assert both_reader.getDefaultReadLimit() == ReadMaxRows(4)
+    assert both_reader.latestOffset(both_reader.initialOffset(), ReadMaxRows(4)) == {sized: 4}
+    capped_reader.stop()
+    both_reader.stop()
+
+
+@pytest.fixture
+def super_stream(channel: amqp_blocking.Channel) -> Iterator[tuple[str, list[str]]]:
+    """A super stream in RabbitMQ's layout: a direct exchange, partitions ``<name>-<n>`` bound
+    with routing key ``<n>`` and their order as ``x-stream-partition-order``."""
+    name = f"amqp-spark-super-{uuid.uuid4().hex[:10]}"
+    channel.exchange_declare(name, "direct", durable=True, arguments={"x-super-stream": True})
+    partitions = [f"{name}-{index}" for index in range(3)]
+    for index, queue in enumerate(partitions):
+        channel.queue_declare(queue, durable=True, arguments={"x-queue-type": "stream"})
+        channel.queue_bind(queue, name, str(index), arguments={"x-stream-partition-order": index})
+    yield name, partitions
+    for queue in partitions:
+        channel.queue_delete(queue)
+    channel.exchange_delete(name)
+
+
+@ON_BOTH_BROKERS
+def test_super_stream_partitions_read_as_one_source(
+    url: str, channel: amqp_blocking.Channel, super_stream: tuple[str, list[str]]
+) -> None:
+    name, partitions = super_stream
+    channel.confirm_select()
+    with channel.publisher(window=500) as publisher:
+        for index in range(90):
+            # 50, 30 and 10 messages: partitions fill unevenly
+            key = "0" if index < 50 else "1" if index < 80 else "2"
+            publisher.publish(b"%d" % index, exchange=name, routing_key=key)
+    source = AmqpDataSource(
+        options(url, superStream=name, startingOffsets="first", maxMessagesPerTrigger="60")
+    )
+    reader = source.streamReader(source.schema())
+    assert isinstance(reader, StreamQueueStreamReader)
+    start = reader.initialOffset()
+    assert start == dict.fromkeys(partitions, 0)
+    # each partition's offsets are its own; the row cap is shared fairly
+    end = reader.latestOffset(start, ReadMaxRows(60))
+    assert end == {partitions[0]: 25, partitions[1]: 25, partitions[2]: 10}
+    report = reader.reportLatestOffset()
+    assert report is not None
+    assert report["offsetsBehindLatest"] == {"min": 0, "avg": 10.0, "max": 25}
+    remote = ship(reader)
+    bodies = {
+        p.queue: [row for batch in remote.read(p) for row in batch.column("body").to_pylist()]
+        for p in reader.partitions(start, end)
+        if isinstance(p, OffsetRange)
+    }
+    assert bodies[partitions[2]] == [b"%d" % i for i in range(80, 90)]
+    assert bodies[partitions[0]] == [b"%d" % i for i in range(25)]
+    final = reader.latestOffset(end, ReadAllAvailable())
+    assert final == {partitions[0]: 50, partitions[1]: 30, partitions[2]: 10}
+    # a checkpoint of other partitions is refused
+    with pytest.raises(ValueError, match="new checkpoint location"):
+        reader.latestOffset({partitions[0]: 0}, ReadAllAvailable())
+    reader.stop()
 
 
 @ON_BOTH_BROKERS

@@ -199,6 +199,43 @@ def test_every_option_parses() -> None:
             "65535",
         ),
         ({"exchange": "x" * 256}, "exchange", "255"),
+        (
+            {"maxOffsetsPerTrigger": "5", "maxMessagesPerTrigger": "5"},
+            "maxOffsetsPerTrigger",
+            "only one",
+        ),
+        (
+            {"queue": "q", "minMessagesPerTrigger": "9", "maxMessagesPerTrigger": "5"},
+            "minMessagesPerTrigger",
+            "more than",
+        ),
+        ({"queue": "q", "maxTriggerDelay": "5m"}, "maxTriggerDelay", "minMessagesPerTrigger"),
+        (
+            {"queue": "q", "minMessagesPerTrigger": "9", "maxTriggerDelay": "soon"},
+            "maxTriggerDelay",
+            "duration",
+        ),
+        (
+            {"queue": "q", "minMessagesPerTrigger": "9", "maxTriggerDelay": "5w"},
+            "maxTriggerDelay",
+            "duration",
+        ),
+        (
+            {"queue": "q", "queueType": "classic", "maxBytesPerTrigger": "10"},
+            "maxBytesPerTrigger",
+            "stream",
+        ),
+        (
+            {"queue": "q", "startingTimestamp": "1", "startingOffsets": "first"},
+            "startingTimestamp",
+            "not both",
+        ),
+        ({"queue": "q", "endingTimestamp": "yesterday"}, "endingTimestamp", "integer"),
+        ({"startingTimestamp": "1000"}, "startingTimestamp", "queue option"),
+        ({"queue": "q", "superStream": "s"}, "superStream", "either"),
+        ({"superStream": "s", "queueType": "classic"}, "queueType", "stream queues"),
+        ({"superStream": "s", "startingOffsets": '{"s-0": 1}'}, "startingOffsets", "JSON"),
+        ({"superStream": " "}, "superStream", "empty"),
     ],
 )
 def test_bad_options_name_the_option(options: dict[str, str], option: str, fragment: str) -> None:
@@ -207,6 +244,52 @@ def test_bad_options_name_the_option(options: dict[str, str], option: str, fragm
     assert caught.value.option == option
     assert option in str(caught.value)
     assert fragment in str(caught.value)
+
+
+def test_kafka_level_source_options() -> None:
+    parsed = parse_options(
+        {
+            "queue": "a,b",
+            "queueType": "stream",
+            "startingTimestamp": "1700000000999",  # Kafka's unit: ms; the stream's: seconds
+            "endingOffsets": "timestamp:1700000100",
+            "maxOffsetsPerTrigger": "500",
+            "minOffsetsPerTrigger": "100",
+            "maxTriggerDelay": "2m",
+            "maxBytesPerTrigger": "1048576",
+        }
+    ).source
+    assert parsed.starting_offsets == dict.fromkeys(("a", "b"), OffsetSpec("timestamp", 1700000000))
+    assert parsed.ending_offsets == dict.fromkeys(("a", "b"), OffsetSpec("timestamp", 1700000100))
+    assert (parsed.max_messages_per_trigger, parsed.min_messages_per_trigger) == (500, 100)
+    assert parsed.max_trigger_delay == 120.0
+    assert parsed.max_bytes_per_trigger == 1048576
+    assert parse_options({"queue": "q"}).source.max_trigger_delay == 15 * 60.0  # Kafka's default
+    for text, seconds in [("250", 0.25), ("250ms", 0.25), ("30s", 30.0), ("1h", 3600.0)]:
+        options = {"queue": "q", "minMessagesPerTrigger": "1", "maxTriggerDelay": text}
+        assert parse_options(options).source.max_trigger_delay == seconds, text
+    # a super stream: stream queues found later, one offset spec for all partitions
+    sup = parse_options({"superStream": "invoices", "startingOffsets": "first"}).source
+    assert (sup.queues, sup.super_stream, sup.queue_type) == ((), "invoices", "stream")
+    assert sup.offset_specs(
+        sup.starting_offsets, ("invoices-0", "invoices-1"), OffsetSpec("next")
+    ) == {
+        "invoices-0": OffsetSpec("first"),
+        "invoices-1": OffsetSpec("first"),
+    }
+    assert sup.offset_specs(None, ("invoices-0",), OffsetSpec("next")) == {
+        "invoices-0": OffsetSpec("next")
+    }
+
+
+def test_read_options_are_checked_when_spark_asks_for_the_schema() -> None:
+    # Spark calls schema() only for a read: load() fails there, writes never need a queue
+    with pytest.raises(AmqpOptionError, match="'queueType'") as caught:
+        source(queue="q").schema()
+    assert '.option("queueType", "stream")' in str(caught.value)
+    with pytest.raises(AmqpOptionError, match="'queue'"):
+        source(queueType="stream").schema()
+    assert source(superStream="s").schema() == source_schema(False)
 
 
 def test_password_never_in_errors_or_repr() -> None:

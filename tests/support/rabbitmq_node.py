@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 _START_TIMEOUT: Final = 120.0
 #: The server script itself (``/usr/sbin/rabbitmq-server`` is a wrapper that changes user).
 _SERVER: Final = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+#: ``rabbitmqctl`` itself (the one on PATH runs as another user, with another cookie).
+_CTL: Final = "/usr/lib/rabbitmq/bin/rabbitmqctl"
 
 
 def _free_port() -> int:
@@ -79,6 +81,19 @@ class RabbitMQNode:
             time.sleep(0.2)
         self.kill()
         raise AssertionError(f"the node {self.name} did not start within {_START_TIMEOUT} s")
+
+    def ctl(self, *args: str) -> str:
+        """Run ``rabbitmqctl`` against this node (its own cookie, not the shared node's;
+        about a second per call)."""
+        done = subprocess.run(
+            [_CTL, "-n", self.name, *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=_START_TIMEOUT,
+            check=True,
+        )
+        return done.stdout
 
     def kill(self) -> None:
         """SIGKILL the node's process group (its beam.smp and helpers; epmd is shared and

@@ -200,6 +200,11 @@ class AsyncSettler(Protocol):
 
     async def basic_reject(self, delivery_tag: int, *, requeue: bool = True) -> None: ...
 
+    async def _wait_for_book(self, book: CameOn, /) -> None:
+        """Return once the channel settles on *book* (the incarnation a delivery came on), or
+        once that can no longer happen: a delivery that came on the new connection while the
+        channel is being restored is settled after the resume, on its own channel."""
+
 
 class EpochCell(Protocol):
     """The connection's epoch a message checks its settle against (an
@@ -246,6 +251,17 @@ class AsyncMessage(Message):
                 return None  # from a lost connection or channel: never sent with a stale tag
         return owner
 
+    async def _settler(self) -> AsyncSettler | None:
+        """The channel to settle on now; None (or StaleDeliveryError) when the message is
+        stale. One that came on the new connection during a restore waits for the resume,
+        then is checked again (the attempt may have failed meanwhile)."""
+        owner = self._channel_obj()
+        came_on = self._came_on
+        if owner is not None and came_on is not None:
+            await owner._wait_for_book(came_on)
+            owner = self._channel_obj()
+        return owner
+
     async def ack(self, *, multiple: bool = False) -> None:
         """Acknowledge this message (and, with ``multiple``, every earlier one on the
         channel).
@@ -253,21 +269,21 @@ class AsyncMessage(Message):
         :raises StaleDeliveryError: it came on a connection since lost (recovery), and the
             policy raises for those (it is never sent: the broker redelivers it).
         """
-        owner = self._channel_obj()
+        owner = await self._settler()
         if owner is not None:
             await owner.basic_ack(self.delivery_tag, multiple=multiple)
 
     async def nack(self, *, multiple: bool = False, requeue: bool = True) -> None:
         """Negatively acknowledge this message (RabbitMQ extension). Stream queues refuse it
         with a 540 that closes the connection."""
-        owner = self._channel_obj()
+        owner = await self._settler()
         if owner is not None:
             await owner.basic_nack(self.delivery_tag, multiple=multiple, requeue=requeue)
 
     async def reject(self, *, requeue: bool = True) -> None:
         """Reject this message. Stream queues refuse it with a 540 that closes the
         connection."""
-        owner = self._channel_obj()
+        owner = await self._settler()
         if owner is not None:
             await owner.basic_reject(self.delivery_tag, requeue=requeue)
 
