@@ -28,6 +28,7 @@ from amqp_sansio.client import (
     ConsumerCancelledError,
     PublisherCounts,
     PublishTicketState,
+    return_sink,
 )
 
 from ._generated_channel import ChannelMethods
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 
     from amqp_sansio import Connection as CoreConnection
     from amqp_sansio import FieldTable, Method
-    from amqp_sansio.client import ChannelBook, Reply
+    from amqp_sansio.client import ChannelBook, Reply, ReturnHandler
 
     from ._connection import Connection
 
@@ -387,6 +388,8 @@ class Channel(ChannelMethods):
         self._conn = connection
         self._core = connection._core
         self._book = book
+        self._return_handler: ReturnHandler | None = None
+        book.return_sink = return_sink(None)
         #: The channel id (on the current connection: a recovered channel may get another).
         self.number = book.number
         self._flow_resumed: asyncio.Future[None] | None = None
@@ -398,12 +401,28 @@ class Channel(ChannelMethods):
         """The connection was recovered: carry on as channel *book* of its new core."""
         self._core = core
         self._book = book
+        book.return_sink = return_sink(self._return_handler)
         self.number = book.number
         self._flow_resumed = None
 
     def __repr__(self) -> str:
         state = "closed" if self.is_closed else "open"
         return f"<amqp_asyncio.Channel {self.number} {state}>"
+
+    def on_return(self, handler: ReturnHandler | None) -> None:
+        """Hand every mandatory publish the broker returns outside confirm mode to
+        *handler*, as a :class:`~amqp_sansio.client.MessageReturnedError` (``reply_code``,
+        ``reply_text``, ``message``; ``publish_number`` None), like pika's return callback.
+        None (the default) only logs a warning. In confirm mode a return is the publish's
+        outcome instead (its confirm raises it) and never reaches *handler*. The handler
+        stays set when the connection recovers.
+
+        *handler* runs in the connection's reader task: it must not block (to process
+        returns in a task of your own, put them into an :class:`asyncio.Queue` with
+        ``put_nowait``, see :doc:`/asyncio`). An exception from it is logged and dropped.
+        """
+        self._return_handler = handler
+        self._book.return_sink = return_sink(handler)
 
     @property
     def is_closed(self) -> bool:
@@ -599,11 +618,21 @@ class Channel(ChannelMethods):
         conn._flush()
         await future
 
-    @asynccontextmanager
-    async def publisher(self, window: int = 1000) -> AsyncIterator[Publisher]:
+    def publisher(self, window: int = 1000) -> client.PublisherBlock[Publisher]:
         """A pipelined publisher keeping at most *window* publishes unconfirmed (puts the
-        channel in confirm mode). Leaving the block waits for every confirm and raises the
-        failures as an ``ExceptionGroup``; see :class:`Publisher`."""
+        channel in confirm mode), for the length of an ``async with`` block::
+
+            async with channel.publisher(window=100) as pub:
+                await pub.publish(body, routing_key=queue)
+
+        Leaving the block waits for every confirm and raises the failures as an
+        ``ExceptionGroup``; see :class:`Publisher`. What it returns is not the publisher
+        itself: ``pub = channel.publisher(); pub.publish(...)`` is a ``TypeError`` that says
+        so."""
+        return client.PublisherBlock(self._publisher(window))
+
+    @asynccontextmanager
+    async def _publisher(self, window: int) -> AsyncIterator[Publisher]:
         pub = Publisher(self, window)
         await self.confirm_select()
         async with pub:

@@ -17,8 +17,11 @@ import contextlib
 import logging
 import socket
 import ssl as ssl_module
+import time
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final, Literal, final, overload
+
+import attrs
 
 from amqp_sansio import (
     NEED_DATA,
@@ -38,7 +41,9 @@ from amqp_sansio import (
 )
 from amqp_sansio import Connection as CoreConnection
 from amqp_sansio.client import (
+    DEFAULT_REFRESH_MARGIN,
     DEFAULT_URL,
+    ENDPOINT_ERRORS,
     AMQPError,
     ChannelBook,
     Connect,
@@ -54,10 +59,12 @@ from amqp_sansio.client import (
     RecoverySupervisor,
     Resume,
     Router,
+    check_refresh_margin,
     connect_failed,
-    connection_parameters,
     connection_telemetry,
+    endpoint_parameters,
     error_from,
+    refresh_delay,
     report_closed_by_broker,
     report_lost,
     report_protocol_error,
@@ -66,7 +73,6 @@ from amqp_sansio.client import (
 
 from ._channel import Channel
 from ._recovery import RecoveryEvents, RecoveryObservable, carry_out, wait_for_recovery
-from ._v0_10 import connect_0_10
 
 if TYPE_CHECKING:
     import ssl
@@ -77,7 +83,13 @@ if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
     from amqp_sansio import Event, FieldTable, ProtocolVersion
-    from amqp_sansio.client import Reply, Telemetry
+    from amqp_sansio.client import (
+        AsyncCredentialsProvider,
+        Credentials,
+        Endpoints,
+        Reply,
+        Telemetry,
+    )
 
     from ._v0_10 import Connection010
 
@@ -179,6 +191,7 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
             params, recovery, emit=self._emit, logger=logger
         )
         self._epoch = self._supervisor.epoch
+        self._supervisor.telemetry = telemetry
         #: While recovering: resolved when the connection is back (or recovery gave up).
         self._recovered: asyncio.Future[None] | None = None
         self._recovery_task: asyncio.Task[None] | None = None
@@ -198,6 +211,9 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
         self._closing = False
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
+        # connect(credentials=...): the provider and what it last gave (see update_secret).
+        self._credentials_provider: AsyncCredentialsProvider | None = None
+        self._credentials: Credentials | None = None
         self._flush_scheduled = False
         self._timer: asyncio.TimerHandle | None = None
         self._channels: dict[int, Channel] = {}
@@ -231,6 +247,12 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
         the broker's reply, :class:`~amqp_sansio.client.ConnectionLostError`); None while
         open."""
         return self._book.error
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of the node the connection is on: the endpoint the first connect
+        reached, then the one each recovery reached (``params`` stay those it was made with)."""
+        return self._supervisor.in_use.address
 
     @property
     def protocol(self) -> str:
@@ -288,6 +310,53 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
         self._flush()
         await waiter
         return ch
+
+    async def update_secret(self, secret: str, reason: str = "") -> None:
+        """Send ``connection.update-secret`` with *secret* (RabbitMQ's OAuth 2 backend: a fresh
+        token, before the old one expires) and wait for ``update-secret-ok``. From then on a
+        recovery reconnects with *secret*, never with the password the connection opened with.
+        The broker refuses a secret it does not accept by closing the connection (the spec's
+        rule; RabbitMQ: 530 or 403): the call raises that close's error and the connection is
+        over (or recovers, with the secret it had before). 0-8 and 0-9 have no update-secret
+        (``LocalProtocolError``). The secret never appears in a log line or a ``repr``.
+        """
+        await self._wait_recovered()
+        self._check_open()
+        request = self._core.update_secret(secret.encode(), reason)
+        waiter: asyncio.Future[Reply] = self._loop.create_future()
+        self._book.expect(0, request, waiter)
+        self._flush()
+        await waiter
+        self._supervisor.secret = secret
+
+    async def _refresh_credentials(self, margin: float) -> None:
+        """connect(credentials=...)'s task: *margin* seconds before the current secret
+        expires, ask the provider for the next and send it (update-secret). A recovery asks
+        the provider by itself; a provider that fails is asked again a second later."""
+        while True:
+            current = self._credentials
+            delay = None if current is None else refresh_delay(current, time.time(), margin)
+            if delay is None:
+                return  # it never expires
+            await asyncio.sleep(delay)
+            if self._credentials is not current:
+                continue  # a recovery logged in with newer ones meanwhile
+            provider = self._credentials_provider
+            assert provider is not None
+            try:
+                fresh = await provider()
+            except Exception:
+                logger.exception("the credentials provider failed; asking again in 1 s")
+                await asyncio.sleep(1.0)
+                continue
+            try:
+                await self.update_secret(fresh.password, "credentials refreshed")
+            except AMQPError as exc:
+                if self._recovered is None and self.is_closed:
+                    return  # the connection is over: nothing to refresh
+                logger.info("update-secret failed (%s); recovery logs in afresh", exc)
+                continue
+            self._credentials = fresh
 
     # --- closing ------------------------------------------------------------------------------
 
@@ -562,6 +631,15 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
         supervisor = self._supervisor
         loop = self._loop
         params = action.params
+        provider = self._credentials_provider
+        if provider is not None:  # the provider's current secret logs in
+            try:
+                credentials = await provider()
+            except Exception as exc:  # a failed attempt: the policy says what comes next
+                raise ConnectionLostError(f"the credentials provider failed: {exc!r}") from exc
+            self._credentials = credentials
+            supervisor.secret = credentials.password
+            params = attrs.evolve(params, password=credentials.password)
         self._generation += 1
         self._core = CoreConnection(Role.CLIENT, params.to_config())
         self._book = Router(self._core, self._telemetry)
@@ -669,12 +747,14 @@ def connect(  # type: ignore[overload-overlap]
     tracer_provider: TracerProvider | None = ...,
     meter_provider: MeterProvider | None = ...,
     recovery: RecoveryPolicy | None = ...,
+    credentials: None = ...,
+    refresh_margin: float = ...,
 ) -> AbstractAsyncContextManager[Connection010]: ...
 
 
 @overload
 def connect(
-    url_or_params: str | ConnectionParameters = ...,
+    url_or_params: Endpoints = ...,
     *,
     ssl_context: ssl.SSLContext | None = ...,
     connection_name: str | None = ...,
@@ -682,11 +762,13 @@ def connect(
     tracer_provider: TracerProvider | None = ...,
     meter_provider: MeterProvider | None = ...,
     recovery: RecoveryPolicy | None = ...,
+    credentials: AsyncCredentialsProvider | None = ...,
+    refresh_margin: float = ...,
 ) -> AbstractAsyncContextManager[Connection]: ...
 
 
 def connect(
-    url_or_params: str | ConnectionParameters = DEFAULT_URL,
+    url_or_params: Endpoints = DEFAULT_URL,
     *,
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
@@ -694,6 +776,8 @@ def connect(
     tracer_provider: TracerProvider | None = None,
     meter_provider: MeterProvider | None = None,
     recovery: RecoveryPolicy | None = None,
+    credentials: AsyncCredentialsProvider | None = None,
+    refresh_margin: float = DEFAULT_REFRESH_MARGIN,
 ) -> AbstractAsyncContextManager[Connection] | AbstractAsyncContextManager[Connection010]:
     """Connect to a broker for the duration of an ``async with`` block.
 
@@ -703,8 +787,12 @@ def connect(
 
     *url_or_params* is an ``amqp://``/``amqps://`` URL (see
     :meth:`~amqp_sansio.client.ConnectionParameters.from_url`) or
-    :class:`~amqp_sansio.client.ConnectionParameters`. TLS is used for ``amqps`` or when
-    *ssl_context* is given (default context: :meth:`ConnectionParameters.ssl_context`).
+    :class:`~amqp_sansio.client.ConnectionParameters`, or a sequence of them: a cluster's
+    nodes, tried in turn (or shuffled: the policy's ``endpoint_order``) until one answers; a
+    node that is down, unreachable or too slow is skipped, a refused login is not. Recovery
+    walks them too, from the node after the lost one (see :doc:`/recovery`). TLS is used for
+    ``amqps`` or when *ssl_context* is given (default context:
+    :meth:`ConnectionParameters.ssl_context`).
     *connection_name* shows in the broker's management UI. *protocol* (``"0-9-1"``,
     ``"0-9"``, ``"0-8"`` or ``"auto"``) wins over the URL's ``protocol`` parameter; ``"auto"``
     tries 0-9-1 and reconnects with what the server answers (:doc:`/versions`).
@@ -712,6 +800,12 @@ def connect(
     :func:`amqp_sansio.client.instrument`).
 
     Leaving the block closes the connection (200) and waits for the broker's close-ok.
+
+    *credentials* (an async callable returning :class:`~amqp_sansio.client.Credentials`)
+    gives the password to log in with, at connect and before every recovery attempt, instead
+    of the URL's; when they expire, *refresh_margin* seconds before ``expires_at`` the
+    connection asks again and sends the new secret (:meth:`Connection.update_secret`): an
+    OAuth 2 token is refreshed without reconnecting (see :doc:`/credentials`).
 
     With *recovery*, a connection lost after it opened (the socket, a heartbeat timeout, a
     320 from the broker, as the policy says) is recovered: see :doc:`/recovery`. Without it
@@ -726,9 +820,16 @@ def connect(
         ``"auto"``: none of those it offered).
     :raises OSError: the TCP connection failed.
     """
+    refresh_margin = check_refresh_margin(refresh_margin)
     if wants_0_10(
         protocol, recovery=recovery, tracer_provider=tracer_provider, meter_provider=meter_provider
     ):
+        if credentials is not None:
+            raise ValueError("a credentials provider needs 0-9-1 (0-10 has no update-secret)")
+        if not isinstance(url_or_params, (str, ConnectionParameters)):
+            raise ValueError("several endpoints need 0-9-1: give 0-10 one URL")
+        from ._v0_10 import connect_0_10  # 0-10's tables load only when asked for
+
         return connect_0_10(
             url_or_params,
             ssl_context=ssl_context,
@@ -743,34 +844,68 @@ def connect(
         tracer_provider,
         meter_provider,
         recovery,
+        credentials,
+        refresh_margin,
     )
 
 
 @asynccontextmanager
 async def _connect(
-    url_or_params: str | ConnectionParameters,
+    url_or_params: Endpoints,
     ssl_context: ssl.SSLContext | None,
     connection_name: str | None,
     protocol: str | ProtocolVersion | None,
     tracer_provider: TracerProvider | None,
     meter_provider: MeterProvider | None,
     recovery: RecoveryPolicy | None = None,
+    credentials: AsyncCredentialsProvider | None = None,
+    refresh_margin: float = DEFAULT_REFRESH_MARGIN,
 ) -> AsyncIterator[Connection]:
-    fallback = ProtocolFallback(connection_parameters(url_or_params, connection_name, protocol))
-    while True:
-        try:
+    order = "in_order" if recovery is None else recovery.endpoint_order
+    endpoints = endpoint_parameters(url_or_params, connection_name, protocol, order=order)
+    fresh: Credentials | None = None
+    conn: Connection | None = None
+    for number, endpoint in enumerate(endpoints, 1):
+        fallback = ProtocolFallback(endpoint)
+        while conn is None:
             params = fallback.params
-            telemetry = connection_telemetry(
-                params.host, params.port, tracer_provider, meter_provider
-            )
-            conn = await _open(params, ssl_context, telemetry, recovery)
+            try:
+                if credentials is not None:
+                    fresh = await credentials()
+                    params = attrs.evolve(params, password=fresh.password)
+                telemetry = connection_telemetry(
+                    params.host, params.port, tracer_provider, meter_provider
+                )
+                conn = await _open(params, ssl_context, telemetry, recovery)
+            except ProtocolVersionRefused as exc:
+                if not fallback.retry(exc):
+                    raise
+            except ENDPOINT_ERRORS as exc:
+                if number == len(endpoints):
+                    raise
+                logger.warning(
+                    "could not connect to %s (%s): trying %s",
+                    params.address,
+                    exc,
+                    endpoints[number].address,
+                )
+                break
+        if conn is not None:
             break
-        except ProtocolVersionRefused as exc:
-            if not fallback.retry(exc):
-                raise
+    assert conn is not None
+    conn._supervisor.endpoints = endpoints
+    refresher = None
+    if credentials is not None:
+        conn._credentials_provider = credentials
+        conn._credentials = fresh
+        refresher = asyncio.create_task(conn._refresh_credentials(refresh_margin))
     try:
         yield conn
     finally:
+        if refresher is not None:
+            refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await refresher
         await conn.aclose()
 
 

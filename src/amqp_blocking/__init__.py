@@ -19,13 +19,39 @@ adapters in :mod:`amqp_sansio.client` and re-exported here.
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Final
+
 from amqp_sansio.client import exports as _exports
 from amqp_sansio.client.exports import *  # noqa: F403  (the exceptions, ConnectionParameters)
 
 from ._channel import Channel, Consumer, Message, Publisher, PublishTicket
 from ._connection import Connection, OpenedCore, RecoveryEvents, connect, connect_core
 from ._inbox import Inbox
-from ._v0_10 import Connection010, Session010, Subscription010, connect_0_10
+
+if TYPE_CHECKING:
+    from ._v0_10 import Connection010, Session010, Subscription010, connect_0_10
+
+# AMQP 0-10's half of the adapter (its generated tables cost as much to import as the rest of
+# the package): loaded when one of its names is first used, so a 0-9-1 client never pays.
+_LAZY: Final = {
+    "Connection010": "._v0_10",
+    "Session010": "._v0_10",
+    "Subscription010": "._v0_10",
+    "connect_0_10": "._v0_10",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value: object = getattr(importlib.import_module(module, __name__), name)
+    if getattr(value, "__module__", "").startswith(f"{__name__}._"):
+        value.__module__ = __name__
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Channel",
@@ -48,6 +74,8 @@ __all__ += _exports.__all__
 
 # Public objects say where users import them from (repr, pickling, autodoc).
 for _name in __all__:
+    if _name in _LAZY:
+        continue  # set by __getattr__ when loaded
     _obj = globals()[_name]
     if getattr(_obj, "__module__", "").startswith(f"{__name__}._"):
         _obj.__module__ = __name__

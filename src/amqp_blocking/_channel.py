@@ -28,6 +28,7 @@ from amqp_sansio.client import (
     ConsumerCancelledError,
     PublisherCounts,
     PublishTicketState,
+    return_sink,
 )
 from amqp_sansio.client import Message as _BaseMessage
 
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from amqp_sansio import FieldTable, Method
-    from amqp_sansio.client import ChannelBook, Epoch, Reply
+    from amqp_sansio.client import ChannelBook, Epoch, Reply, ReturnHandler
 
     from ._connection import Connection
     from ._inbox import Inbox
@@ -103,6 +104,8 @@ class Channel(ChannelMethods):
     def __init__(self, connection: Connection, book: ChannelBook) -> None:
         self._connection = connection
         self._book = book
+        self._return_handler: ReturnHandler | None = None
+        book.return_sink = return_sink(None)
         self._number = book.number
         # The last publish's method, used again while the next has the same fields.
         self._last_publish = BasicPublish()
@@ -110,10 +113,26 @@ class Channel(ChannelMethods):
     def _rebind_locked(self, book: ChannelBook) -> None:
         """The connection was recovered: carry on as channel *book* of its new core."""
         self._book = book
+        book.return_sink = return_sink(self._return_handler)
         self._number = book.number
 
     def __repr__(self) -> str:
         return f"<amqp_blocking.Channel {self._number}>"
+
+    def on_return(self, handler: ReturnHandler | None) -> None:
+        """Hand every mandatory publish the broker returns outside confirm mode to
+        *handler*, as a :class:`~amqp_sansio.client.MessageReturnedError` (``reply_code``,
+        ``reply_text``, ``message``; ``publish_number`` None), like pika's return callback.
+        None (the default) only logs a warning. In confirm mode a return is the publish's
+        outcome instead (its confirm raises it) and never reaches *handler*. The handler
+        stays set when the connection recovers.
+
+        *handler* runs on the connection's I/O thread: it must not block or call the
+        connection (put the returns into a :class:`queue.Queue` and take them from your
+        thread, see :doc:`/blocking`). An exception from it is logged and dropped.
+        """
+        self._return_handler = handler
+        self._book.return_sink = return_sink(handler)
 
     @property
     def number(self) -> int:

@@ -25,6 +25,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Final, Literal, NamedTuple, final, overload
 
+import attrs
+
 from amqp_sansio import (
     NEED_DATA,
     ChannelClosed,
@@ -44,7 +46,9 @@ from amqp_sansio import (
     Connection as CoreConnection,
 )
 from amqp_sansio.client import (
+    DEFAULT_REFRESH_MARGIN,
     DEFAULT_URL,
+    ENDPOINT_ERRORS,
     AMQPError,
     ChannelBook,
     Connect,
@@ -61,10 +65,13 @@ from amqp_sansio.client import (
     RecoverySupervisor,
     Resume,
     Router,
+    check_refresh_margin,
     connect_failed,
     connection_parameters,
     connection_telemetry,
+    endpoint_parameters,
     error_from,
+    refresh_delay,
     report_closed_by_broker,
     report_lost,
     report_protocol_error,
@@ -73,7 +80,6 @@ from amqp_sansio.client import (
 
 from ._channel import Channel
 from ._recovery import RecoveryEvents, RecoveryObservable, carry_out, wait_for_recovery_locked
-from ._v0_10 import Connection010, connect_0_10
 from ._waiter import Waiter
 
 if TYPE_CHECKING:
@@ -85,7 +91,9 @@ if TYPE_CHECKING:
 
     from amqp_sansio import Event, FieldTable, ProtocolVersion
     from amqp_sansio.client import ConnectionParameters as Params
-    from amqp_sansio.client import Telemetry
+    from amqp_sansio.client import Credentials, CredentialsProvider, Endpoints, Telemetry
+
+    from ._v0_10 import Connection010
 
 __all__ = ["Connection", "OpenedCore", "RecoveryEvents", "connect", "connect_core"]
 
@@ -115,12 +123,14 @@ def connect(  # type: ignore[overload-overlap]
     tracer_provider: TracerProvider | None = ...,
     meter_provider: MeterProvider | None = ...,
     recovery: RecoveryPolicy | None = ...,
+    credentials: None = ...,
+    refresh_margin: float = ...,
 ) -> Connection010: ...
 
 
 @overload
 def connect(
-    url_or_params: str | ConnectionParameters = ...,
+    url_or_params: Endpoints = ...,
     *,
     ssl_context: ssl.SSLContext | None = ...,
     connection_name: str | None = ...,
@@ -128,11 +138,13 @@ def connect(
     tracer_provider: TracerProvider | None = ...,
     meter_provider: MeterProvider | None = ...,
     recovery: RecoveryPolicy | None = ...,
+    credentials: CredentialsProvider | None = ...,
+    refresh_margin: float = ...,
 ) -> Connection: ...
 
 
 def connect(
-    url_or_params: str | ConnectionParameters = DEFAULT_URL,
+    url_or_params: Endpoints = DEFAULT_URL,
     *,
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
@@ -140,6 +152,8 @@ def connect(
     tracer_provider: TracerProvider | None = None,
     meter_provider: MeterProvider | None = None,
     recovery: RecoveryPolicy | None = None,
+    credentials: CredentialsProvider | None = None,
+    refresh_margin: float = DEFAULT_REFRESH_MARGIN,
 ) -> Connection | Connection010:
     """Open a connection and start its I/O thread; use it as a context manager.
 
@@ -147,7 +161,11 @@ def connect(
     (sessions, not channels) from :func:`connect_0_10`. A URL asking for 0-10 needs it
     (``connect(url, protocol="0-10")``), so that the connection's type is known.
 
-    ``url_or_params`` is an ``amqp://``/``amqps://`` URL or :class:`ConnectionParameters`;
+    ``url_or_params`` is an ``amqp://``/``amqps://`` URL or :class:`ConnectionParameters`, or
+    a sequence of them: a cluster's nodes, tried in turn (or shuffled: the policy's
+    ``endpoint_order``) until one answers; a node that is down, unreachable or too slow is
+    skipped, a refused login is not; recovery walks them too, from the node after the lost
+    one (see :doc:`/recovery`);
     ``ssl_context`` replaces the context the parameters would build (``amqps`` only);
     ``connection_name`` is shown in RabbitMQ's management UI. ``protocol`` (``"0-9-1"``,
     ``"0-9"``, ``"0-8"`` or ``"auto"``) wins over the URL's ``protocol`` parameter; ``"auto"``
@@ -156,6 +174,11 @@ def connect(
     :func:`amqp_sansio.client.instrument`).
     With ``recovery``, a connection lost after it opened is recovered (see
     :doc:`/recovery`); without it, it stays closed.
+    ``credentials`` (a callable returning :class:`~amqp_sansio.client.Credentials`) gives
+    the password to log in with, at connect and before every recovery attempt, instead of the
+    URL's; when they expire, ``refresh_margin`` seconds before ``expires_at`` a thread of the
+    connection asks again and sends the new secret (:meth:`Connection.update_secret`): an
+    OAuth 2 token is refreshed without reconnecting (see :doc:`/credentials`).
 
     :raises ConnectionTimeoutError: the TCP connect, TLS handshake and AMQP handshake did not
         finish within ``connection_timeout`` (per attempt).
@@ -165,30 +188,55 @@ def connect(
         ``"auto"``: none of those it offered).
     :raises OSError: the broker could not be reached.
     """
+    refresh_margin = check_refresh_margin(refresh_margin)
     if wants_0_10(
         protocol, recovery=recovery, tracer_provider=tracer_provider, meter_provider=meter_provider
     ):
+        if credentials is not None:
+            raise ValueError("a credentials provider needs 0-9-1 (0-10 has no update-secret)")
+        if not isinstance(url_or_params, (str, ConnectionParameters)):
+            raise ValueError("several endpoints need 0-9-1: give 0-10 one URL")
+        from ._v0_10 import connect_0_10  # 0-10's tables load only when asked for
+
         return connect_0_10(
             url_or_params,
             ssl_context=ssl_context,
             connection_name=connection_name,
             recovery=recovery,
         )
-    opened = connect_core(
-        url_or_params,
-        ssl_context=ssl_context,
-        connection_name=connection_name,
-        protocol=protocol,
-    )
+    order = "in_order" if recovery is None else recovery.endpoint_order
+    endpoints = endpoint_parameters(url_or_params, connection_name, protocol, order=order)
+    opened: OpenedCore | None = None
+    fresh: Credentials | None = None
+    for number, endpoint in enumerate(endpoints, 1):
+        fresh = None if credentials is None else credentials()
+        given = endpoint if fresh is None else attrs.evolve(endpoint, password=fresh.password)
+        try:
+            opened = connect_core(given, ssl_context=ssl_context)
+            break
+        except ENDPOINT_ERRORS as exc:
+            if number == len(endpoints):
+                raise
+            logger.warning(
+                "could not connect to %s (%s): trying %s",
+                given.address,
+                exc,
+                endpoints[number].address,
+            )
+    assert opened is not None
     params = opened.params
     telemetry = connection_telemetry(params.host, params.port, tracer_provider, meter_provider)
     conn = Connection(
         opened.sock, opened.core, opened.opened, params, telemetry, recovery, ssl_context
     )
+    with conn._lock:
+        conn._supervisor.endpoints = endpoints
     error = conn.close_error
     if error is not None:  # closed in the read that brought open-ok, as the other adapters say
         conn.close()
         raise error
+    if credentials is not None:
+        conn._refresh_with(credentials, fresh, refresh_margin)
     return conn
 
 
@@ -352,10 +400,15 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
             params, recovery, emit=self._emit_locked, logger=logger
         )
         self._epoch = self._supervisor.epoch
+        self._supervisor.telemetry = telemetry
         #: True from a loss the policy recovers until the connection is back or gave up.
         self._recovering = False
         self._suspend_pending = False
         self._stop_recovery = threading.Event()
+        # connect(credentials=...): the provider, what it last gave, the refresher's stop.
+        self._credentials_provider: CredentialsProvider | None = None
+        self._credentials: Credentials | None = None
+        self._stop_refresh = threading.Event()
         # The lost connection's channel objects, by their number there, until resumed.
         self._lost_channels: dict[int, Channel] = {}
         self._channel_objs: dict[int, Channel] = {}
@@ -402,6 +455,12 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
     def server_properties(self) -> FieldTable:
         """The broker's ``server-properties`` (product, version, capabilities, ...)."""
         return self._opened.server_properties
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of the node the connection is on: the endpoint the first connect
+        reached, then the one each recovery reached (``params`` stay those it was made with)."""
+        return self._supervisor.in_use.address
 
     @property
     def protocol(self) -> str:
@@ -462,6 +521,63 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
         waiter.wait(timeout, self._lock)
         return channel
 
+    def update_secret(self, secret: str, reason: str = "", *, timeout: float | None = None) -> None:
+        """Send ``connection.update-secret`` with *secret* (RabbitMQ's OAuth 2 backend: a fresh
+        token, before the old one expires) and wait (at most *timeout*
+        seconds) for ``update-secret-ok``. From then on a
+        recovery reconnects with *secret*, never with the password the connection opened with.
+        The broker refuses a secret it does not accept by closing the connection (the spec's
+        rule; RabbitMQ: 530 or 403): the call raises that close's error and the connection is
+        over (or recovers, with the secret it had before). 0-8 and 0-9 have no update-secret
+        (``LocalProtocolError``). The secret never appears in a log line or a ``repr``.
+        """
+        waiter = Waiter()
+        with self._lock:
+            self._check_open()
+            request = self._core.update_secret(secret.encode(), reason)
+            self._book.expect(0, request, waiter)
+            self._flush_locked()
+        waiter.wait(timeout, self._lock)
+        with self._lock:
+            self._supervisor.secret = secret
+
+    def _refresh_with(
+        self, provider: CredentialsProvider, current: Credentials | None, margin: float
+    ) -> None:
+        self._credentials_provider = provider
+        self._credentials = current
+        thread = threading.Thread(
+            target=self._refresh_credentials,
+            args=(margin,),
+            name=f"amqp_blocking credentials {self._params.address}",
+            daemon=True,
+        )
+        thread.start()
+
+    def _refresh_credentials(self, margin: float) -> None:
+        """The refresher thread: *margin* seconds before the current secret expires, ask the
+        provider for the next and send it (update-secret). A recovery asks the provider by
+        itself; a provider or an update that fails is tried again a second later."""
+        provider = self._credentials_provider
+        assert provider is not None
+        while not self._stop_refresh.is_set():
+            current = self._credentials
+            delay = None if current is None else refresh_delay(current, time.time(), margin)
+            if delay is None or self._stop_refresh.wait(delay):
+                return  # they never expire, or the connection closed
+            if self._credentials is not current:
+                continue  # a recovery logged in with newer ones meanwhile
+            try:
+                fresh = provider()
+                self.update_secret(fresh.password, "credentials refreshed")
+            except Exception as exc:
+                if self.is_closed and not self._recovering:
+                    return  # the connection is over: nothing to refresh
+                logger.warning("credentials refresh failed (%s); trying again in 1 s", exc)
+                self._stop_refresh.wait(1.0)
+                continue
+            self._credentials = fresh
+
     def close(self, *, timeout: float | None = None) -> None:
         """Close the connection (reply code 200) and stop the I/O thread.
 
@@ -473,6 +589,7 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
             timeout = self._params.connection_timeout
         waiter: Waiter | None = None
         self._stop_recovery.set()
+        self._stop_refresh.set()
         with self._lock:
             if self._supervisor.close():
                 self._give_up_locked(ConnectionClosedError("closed by the client", reply_code=200))
@@ -845,7 +962,18 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
         """Connect to the action's endpoint, restore the topology reading the new socket in
         this thread, then resume the channels."""
         supervisor = self._supervisor
-        opened = connect_core(action.params, ssl_context=self._ssl_context)
+        params = action.params
+        provider = self._credentials_provider
+        if provider is not None:  # the provider's current secret logs in
+            try:
+                credentials = provider()
+            except Exception as exc:  # a failed attempt: the policy says what comes next
+                raise ConnectionLostError(f"the credentials provider failed: {exc!r}") from exc
+            self._credentials = credentials
+            with self._lock:
+                supervisor.secret = credentials.password
+            params = attrs.evolve(params, password=credentials.password)
+        opened = connect_core(params, ssl_context=self._ssl_context)
         sock, core = opened.sock, opened.core
         router = Router(core, self._telemetry)
         supervisor.attach(router, self._channel_reopened_locked)

@@ -57,6 +57,10 @@ class Broker:
         default guest/guest.
     :param store: keep durable definitions and persistent messages there, and rebuild them
         from it now (None: in memory only, everything is lost when the broker stops).
+    :param secret_check: decides a ``connection.update-secret``: called with the connection's
+        user and the new secret, True accepts it (``update-secret-ok``), False refuses it (the
+        connection is closed with 530, as RabbitMQ does). None, the default, accepts every new
+        secret, as RabbitMQ's internal user database does; an OAuth 2 test passes a token check.
     """
 
     def __init__(
@@ -68,10 +72,13 @@ class Broker:
         options: BrokerOptions | None = None,
         users: Mapping[str, str | User] | None = None,
         store: DurableStore | None = None,
+        secret_check: Callable[[str, bytes], bool] | None = None,
     ) -> None:
         self.clock = clock
         #: The durable store (None: in memory only).
         self.store = store
+        #: The check of ``connection.update-secret`` (None: every secret is accepted).
+        self.secret_check = secret_check
         self.wall_clock = wall_clock
         self.options = BrokerOptions() if options is None else options
         self._clock = ModelClock(clock, wall_clock)

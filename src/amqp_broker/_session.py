@@ -589,7 +589,21 @@ class Session:
 
     def _on_connection_method(self, method: Method) -> None:
         if isinstance(method, ConnectionUpdateSecret):
-            self.core.send_method(0, ConnectionUpdateSecretOk())
+            check = self.broker.secret_check
+            if check is None or check(self.username or "", method.new_secret):
+                self.core.send_method(0, ConnectionUpdateSecretOk())
+                return
+            logger.info("client %s: new secret refused for %r", self.peer, self.username)
+            self.core.send_method(
+                0,
+                ConnectionClose(
+                    reply_code=530,
+                    reply_text="NOT_ALLOWED - New secret was refused by one of the backends",
+                    class_id=method.CLASS_ID,
+                    method_id=method.METHOD_ID,
+                ),
+            )
+            self._release()
 
     def _refuse(self, number: int, error: BrokerError, method: Method) -> None:
         if error.is_hard:

@@ -684,10 +684,11 @@ class Connection:
         self._check_usable()
         self._send0(self._spec.make("connection.secure-ok", response=response))
 
-    def update_secret(self, secret: bytes, reason: str) -> None:
+    def update_secret(self, secret: bytes, reason: str) -> Method:
         """Client role, once open: send ``connection.update-secret`` (RabbitMQ: a fresh OAuth 2
-        token). The answer arrives as :class:`MethodReceived` on channel 0 with ``request`` set;
-        a refusal is the server's ``connection.close``. The secret never appears in a repr.
+        token), and return the method sent. The answer arrives as :class:`MethodReceived` on
+        channel 0 with ``request`` set to it; a refusal is the server's ``connection.close``.
+        The secret never appears in a repr.
 
         :raises LocalProtocolError: the server role, the connection is not open, or the version
             has no update-secret (0-8, 0-9).
@@ -698,7 +699,9 @@ class Connection:
                 f"AMQP {self._spec.version.value} has no connection.update-secret",
                 reply_code=ReplyCode.COMMAND_INVALID,
             )
-        self.send_method(0, self._spec.make(update.NAME, new_secret=secret, reason=reason))
+        method = self._spec.make(update.NAME, new_secret=secret, reason=reason)
+        self.send_method(0, method)
+        return method
 
     def _redirected(self, method: Method) -> ConnectionRedirected:
         # 0-8/0-9: the server answered open with redirect; the connection is over (CLOSED).

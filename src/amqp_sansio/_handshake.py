@@ -4,9 +4,9 @@ its machine; they raise :class:`RemoteProtocolError` with the reply code of a re
 
 from __future__ import annotations
 
+import functools
 import hmac
 import platform
-from importlib import metadata
 from typing import TYPE_CHECKING, Final
 
 from ._config import (
@@ -58,14 +58,16 @@ __all__ = [
 ]
 
 
+@functools.cache
 def _version() -> str:
+    # At the first handshake, not at import: importlib.metadata costs a tenth of the import.
+    from importlib import metadata
+
     try:
         return metadata.version("amqp-sansio")
     except metadata.PackageNotFoundError:  # running from a source tree
         return "0.0.0"
 
-
-_VERSION: Final = _version()
 
 _CAPABILITIES: Final[FieldTable] = {
     "publisher_confirms": True,
@@ -109,7 +111,7 @@ def _lower_nonzero(ours: int, theirs: int) -> int:
 def _our_properties(spec: ProtocolSpec) -> FieldTable:
     return {
         "product": "amqp-sansio",
-        "version": _VERSION,
+        "version": _version(),
         "platform": f"Python {platform.python_version()}",
         "capabilities": dict(_CAPABILITIES) if spec.table_types is None else {},
     }

@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import struct
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final, Protocol, TypeVar, cast, final
+from typing import TYPE_CHECKING, Final, Protocol, TypeAlias, TypeVar, cast, final
 
 import attrs
 
@@ -27,12 +27,12 @@ from ._frames import (
     PROTOCOL_HEADER_0_9_1,
     ProtocolVersion,
 )
-from ._generated import spec_0_8, spec_0_9, spec_0_9_1
+from ._generated import spec_0_9_1
 from ._negotiation import version_of
 from ._table import TYPES_0_8, TYPES_0_9, decode_table, narrow_table
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from ._method import Buffer, ContentProperties, Method
     from ._table import FieldTable
@@ -80,9 +80,25 @@ class ProtocolSpec:
     :param table_types: the field-value type codes this version defines, when it defines fewer
         than RabbitMQ's 0-9-1 dialect: the tables of what we send are narrowed to them
         (:meth:`narrow`). None (0-9-1): tables are sent as they are.
+    :param load: instead of *methods* and *properties*: a function returning both, called the
+        first time the tables are used (0-8's and 0-9's generated modules are only imported by
+        a connection that speaks them).
     """
 
+    # Filled from the tables (at once, or on first use when they load lazily).
+    _TABLES: Final = frozenset(
+        ("by_meaning", "classes", "methods", "properties", "table_fields", "wire_ids")
+    )
+
+    by_meaning: Mapping[str, type[Method]]
+    classes: frozenset[type[Method]]
+    methods: Mapping[int, type[Method]]
+    properties: Mapping[int, type[ContentProperties]]
+    table_fields: Mapping[type[Method | ContentProperties], tuple[str, ...]]
+    wire_ids: Mapping[type[Method], bytes]
+
     __slots__ = (
+        "_load",
         "by_meaning",
         "classes",
         "header",
@@ -101,9 +117,10 @@ class ProtocolSpec:
         *,
         header: bytes,
         start_version: tuple[int, int],
-        methods: Mapping[int, type[Method]],
-        properties: Mapping[int, type[ContentProperties]],
+        methods: Mapping[int, type[Method]] | None = None,
+        properties: Mapping[int, type[ContentProperties]] | None = None,
         table_types: frozenset[str] | None = None,
+        load: Callable[[], _Tables] | None = None,
     ) -> None:
         #: Which version this is.
         self.version: Final = version
@@ -111,11 +128,33 @@ class ProtocolSpec:
         self.header: Final = header
         #: ``(version_major, version_minor)`` as ``connection.start`` carries them.
         self.start_version: Final = start_version
+        self.table_types: Final = table_types
+        self._load = load
+        if load is None:
+            assert methods is not None
+            assert properties is not None
+            self._build(methods, properties)
+
+    def __getattr__(self, name: str) -> object:
+        # Only reached for a table slot not filled yet: load the tables, then read it.
+        load = self._load
+        if load is None or name not in ProtocolSpec._TABLES:
+            raise AttributeError(name)
+        self._load = None
+        self._build(*load())
+        return object.__getattribute__(self, name)
+
+    def _build(
+        self,
+        methods: Mapping[int, type[Method]],
+        properties: Mapping[int, type[ContentProperties]],
+    ) -> None:
+        version = self.version
+        table_types = self.table_types
         #: Decoding: wire index -> class.
-        self.methods: Final[Mapping[int, type[Method]]] = MappingProxyType(dict(methods))
-        self.properties: Final[Mapping[int, type[ContentProperties]]] = MappingProxyType(
-            dict(properties)
-        )
+        self.methods = MappingProxyType(dict(methods))
+        #: Content property classes by class id.
+        self.properties = MappingProxyType(dict(properties))
         by_meaning: dict[str, type[Method]] = {}
         wire_ids: dict[type[Method], bytes] = {}
         for index, cls in methods.items():
@@ -134,13 +173,12 @@ class ProtocolSpec:
                         "method table"
                     )
         #: Every method class of this version.
-        self.classes: Final = frozenset(classes)
+        self.classes = frozenset(classes)
         #: Meaning (``"basic.consume"``) -> this version's class.
-        self.by_meaning: Final[Mapping[str, type[Method]]] = MappingProxyType(by_meaning)
+        self.by_meaning = MappingProxyType(by_meaning)
         #: Classes this version numbers differently from their own ``CLASS_ID``/``METHOD_ID``:
         #: the 4 octets it sends instead.
-        self.wire_ids: Final[Mapping[type[Method], bytes]] = MappingProxyType(wire_ids)
-        self.table_types: Final = table_types
+        self.wire_ids = MappingProxyType(wire_ids)
         fields: dict[type[Method | ContentProperties], tuple[str, ...]] = {}
         if table_types is not None:
             owners: list[type[Method | ContentProperties]] = [*methods.values()]
@@ -150,7 +188,7 @@ class ProtocolSpec:
                 if names:
                     fields[owner] = names
         #: Where :meth:`narrow` looks: the table fields of each class that has any.
-        self.table_fields: Final = MappingProxyType(fields)
+        self.table_fields = MappingProxyType(fields)
 
     def __repr__(self) -> str:
         return f"<ProtocolSpec {self.version.value}>"
@@ -265,11 +303,30 @@ def _convert(spec: ProtocolSpec, method: Method) -> Method:
     return cast("_Make", target)(**fields)
 
 
+#: A version's method and content property tables, as its generated module has them.
+_Tables: TypeAlias = "tuple[Mapping[int, type[Method]], Mapping[int, type[ContentProperties]]]"
+
+
+def _tables_0_9() -> _Tables:
+    from ._generated import spec_0_9
+
+    return spec_0_9.METHODS, spec_0_9.PROPERTIES
+
+
+def _tables_0_8() -> _Tables:
+    from ._generated import spec_0_8
+
+    LENIENT_DECODERS[spec_0_8.BasicConsume] = _decode_consume_0_8
+    return spec_0_8.METHODS, spec_0_8.PROPERTIES
+
+
 def _decode_consume_0_8(buf: Buffer, offset: int) -> tuple[Method, int]:
     """0-8's basic.consume, and qpid-python's 0-8 dialect of it (amqp-0-8-qpid), which adds
     0-9-1's ``arguments`` table after ``nowait``: an empty one is read and dropped (RabbitMQ
     refuses the frame). Where the 0-8 fields end, a frame-end octet means there is no table
     (a table's length never starts with 0xCE within any frame_max)."""
+    from ._generated import spec_0_8  # loaded already: only 0-8's table decodes with this
+
     method, end = spec_0_8.BasicConsume.decode(buf, offset)
     if end < len(buf) and buf[end] != spec_0_8.FRAME_END:
         arguments, end = decode_table(buf, end)
@@ -280,8 +337,6 @@ def _decode_consume_0_8(buf: Buffer, offset: int) -> tuple[Method, int]:
             )
     return method, end
 
-
-LENIENT_DECODERS[spec_0_8.BasicConsume] = _decode_consume_0_8
 
 #: AMQP 0-9-1 with RabbitMQ's extensions.
 AMQP_0_9_1: Final = ProtocolSpec(
@@ -297,9 +352,8 @@ AMQP_0_9: Final = ProtocolSpec(
     ProtocolVersion.AMQP_0_9,
     header=PROTOCOL_HEADER_0_9,
     start_version=(0, 9),
-    methods=spec_0_9.METHODS,
-    properties=spec_0_9.PROPERTIES,
     table_types=TYPES_0_9,
+    load=_tables_0_9,
 )
 
 #: AMQP 0-8 as RabbitMQ 3.10 reads it (basic.recover 110, queue.unbind); ``connection.start``
@@ -308,21 +362,21 @@ AMQP_0_8: Final = ProtocolSpec(
     ProtocolVersion.AMQP_0_8,
     header=PROTOCOL_HEADER_0_8,
     start_version=(8, 0),
-    methods=spec_0_8.METHODS,
-    properties=spec_0_8.PROPERTIES,
     table_types=TYPES_0_8,
+    load=_tables_0_8,
 )
 
 
-def _qpid_0_8_methods() -> dict[int, type[Method]]:
+def _tables_0_8_qpid() -> _Tables:
     # RabbitMQ's 0-8 table with qpid's basic.recover: (60, 100) answered by recover-ok
     # (60, 101), where RabbitMQ reads recover-async (100), and recover (110) / recover-ok (111)
-    methods = dict(spec_0_8.METHODS)
+    rabbit, properties = _tables_0_8()
+    methods = dict(rabbit)
     for method_id in (100, 110, 111):
         del methods[60 << 16 | method_id]
     methods[60 << 16 | 100] = spec_0_9_1.BasicRecover
     methods[60 << 16 | 101] = spec_0_9_1.BasicRecoverOk
-    return methods
+    return methods, properties
 
 
 #: AMQP 0-8 as qpid-python's 0-8 client speaks it (its ``amqp-0-8-qpid-stripped`` spec): as
@@ -333,9 +387,8 @@ AMQP_0_8_QPID: Final = ProtocolSpec(
     ProtocolVersion.AMQP_0_8,
     header=PROTOCOL_HEADER_0_8,
     start_version=(8, 0),
-    methods=_qpid_0_8_methods(),
-    properties=spec_0_8.PROPERTIES,
     table_types=TYPES_0_8,
+    load=_tables_0_8_qpid,
 )
 
 #: The built-in versions by :class:`ProtocolVersion`.

@@ -13,18 +13,55 @@ turns those octets into frames. See ``docs/tools.md``.
 
 from __future__ import annotations
 
-from ._consume_cli import consume_main
-from ._decode_cli import decode_main
-from ._publish_cli import publish_main
-from ._reassembly import (
-    Endpoint,
-    Side,
-    StreamChunk,
-    StreamGap,
-    TcpConnection,
-    TcpReassembler,
-    TcpSegment,
-)
+import importlib
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from ._consume_cli import consume_main
+    from ._decode_cli import decode_main
+    from ._publish_cli import publish_main
+    from ._reassembly import (
+        Endpoint,
+        Side,
+        StreamChunk,
+        StreamGap,
+        TcpConnection,
+        TcpReassembler,
+        TcpSegment,
+    )
+
+# Each name loads its own module when first used: ``amqp-publish --help`` reads its options
+# without importing the decoders (every AMQP version's tables) or the client.
+_LAZY: Final = {
+    "consume_main": "._consume_cli",
+    "decode_main": "._decode_cli",
+    "publish_main": "._publish_cli",
+    **dict.fromkeys(
+        (
+            "Endpoint",
+            "Side",
+            "StreamChunk",
+            "StreamGap",
+            "TcpConnection",
+            "TcpReassembler",
+            "TcpSegment",
+        ),
+        "._reassembly",
+    ),
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value: object = getattr(importlib.import_module(module, __name__), name)
+    # repr, pickling and the docs then name amqp_tools.X rather than the private module.
+    if getattr(value, "__module__", "").startswith("amqp_tools._"):
+        value.__module__ = __name__
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Endpoint",
@@ -38,14 +75,3 @@ __all__ = [
     "decode_main",
     "publish_main",
 ]
-
-
-def _point_home() -> None:
-    # repr, pickling and the docs then name amqp_tools.X rather than the private module.
-    for name in __all__:
-        obj = globals()[name]
-        if getattr(obj, "__module__", "").startswith("amqp_tools._"):
-            obj.__module__ = __name__
-
-
-_point_home()

@@ -6,8 +6,6 @@ import ssl
 import sys
 from typing import TYPE_CHECKING
 
-import amqp_blocking
-
 from ._cli import EXIT_AMQP_ERROR, EXIT_UNREACHABLE
 
 if TYPE_CHECKING:
@@ -17,6 +15,8 @@ __all__ = ["failure"]
 
 
 def failure(prog: str, exc: BaseException, params: ConnectionParameters, doing: str) -> int:
+    import amqp_blocking  # loaded already: the tool connected with it
+
     """Print why *doing* failed, in one line, and return the exit status for it.
 
     Not an AMQP or socket error: re-raised (a bug deserves its traceback).

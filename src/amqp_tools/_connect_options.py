@@ -8,11 +8,11 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Final
 
-from amqp_sansio.client import ConnectionParameters
-
 from ._cli import UsageError
 
 if TYPE_CHECKING:
+    from amqp_sansio.client import ConnectionParameters
+
     from ._cli import ArgumentParser
 
 __all__ = ["DEFAULT_URL", "add_connection_options", "connection_parameters"]
@@ -117,6 +117,8 @@ def connection_parameters(args: argparse.Namespace, connection_name: str) -> Con
 
     :raises UsageError: conflicting options, a bad URL or an unreadable authfile.
     """
+    from amqp_sansio.client import ConnectionParameters  # after the options were parsed
+
     if args.url is not None:
         given = [f"--{name}" for name in _URL_EXCLUDES if getattr(args, name) is not None]
         if given:

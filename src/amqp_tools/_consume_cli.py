@@ -7,14 +7,14 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING, Final
 
-import amqp_blocking
-
 from ._cli import EXIT_COMMAND_FAILED, EXIT_OK, ArgumentParser, UsageError, run
 from ._client_cli import failure
 from ._connect_options import add_connection_options, connection_parameters
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    import amqp_blocking
 
 __all__ = ["consume_main"]
 
@@ -131,6 +131,8 @@ def _run_command(command: Sequence[str], body: bytes) -> str | None:
 
 def _main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(argv)
+    import amqp_blocking  # after the options: --help never pays for it
+
     if args.routing_key is not None and args.exchange is None:
         raise UsageError(
             "--routing-key option requires an exchange name to be provided with --exchange"
@@ -176,6 +178,8 @@ def _prefetch(count: int | None, prefetch_count: int | None) -> int:
 
 
 def _consume(channel: amqp_blocking.Channel, queue: str, args: argparse.Namespace) -> int:
+    import amqp_blocking  # loaded already by _main
+
     out = sys.stdout.buffer
     received = 0
     with channel.basic_consume(queue, no_ack=args.no_ack) as consumer:

@@ -6,9 +6,6 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Final
 
-import amqp_blocking
-from amqp_sansio import BasicProperties
-
 from ._cli import EXIT_OK, ArgumentParser, UsageError, run
 from ._client_cli import failure
 from ._connect_options import add_connection_options, connection_parameters
@@ -101,6 +98,10 @@ def _bodies(args: argparse.Namespace) -> Iterator[bytes]:
 
 def _main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(argv)
+    # After the options: --help and a usage error never pay for the client's import.
+    import amqp_blocking
+    from amqp_sansio import BasicProperties
+
     if args.exchange is None and args.routing_key is None:
         raise UsageError("neither exchange nor routing key specified")
     if args.body is not None and args.line_buffered:

@@ -26,10 +26,10 @@ from amqp_sansio.client import (
     AMQPError,
     ChannelClosedError,
     ConsumerCancelledError,
-    MessageReturnedError,
     PublisherCounts,
     PublishOutcome,
     PublishTicketState,
+    return_sink,
 )
 
 from ._generated_channel import ChannelMethods
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from amqp_sansio import Buffer, FieldTable, Method
-    from amqp_sansio.client import ChannelBook, Reply
+    from amqp_sansio.client import ChannelBook, Reply, ReturnHandler
 
     from ._connection import Connection
     from ._wire import Wire
@@ -429,7 +429,8 @@ class Channel(ChannelMethods):
         self._wire = connection._wire
         # What the router keeps for this channel: waiters, consumers, confirms, flow, errors.
         self._book = book
-        book.return_sink = _LOG_RETURNS
+        self._return_handler: ReturnHandler | None = None
+        book.return_sink = return_sink(None)
         #: The channel id (on the current connection: a recovered channel may get another).
         self.number = book.number
         self._closing = False
@@ -454,6 +455,21 @@ class Channel(ChannelMethods):
         """Whether :meth:`confirm_select` was called."""
         return self._book.confirm_mode
 
+    def on_return(self, handler: ReturnHandler | None) -> None:
+        """Hand every mandatory publish the broker returns outside confirm mode to
+        *handler*, as a :class:`~amqp_sansio.client.MessageReturnedError` (``reply_code``,
+        ``reply_text``, ``message``; ``publish_number`` None), like pika's return callback.
+        None (the default) only logs a warning. In confirm mode a return is the publish's
+        outcome instead (its confirm raises it) and never reaches *handler*. The handler
+        stays set when the connection recovers.
+
+        *handler* runs in the connection's reader task: it must not block or await (to
+        process returns in a task of your own, send them into a memory channel with
+        ``send_nowait``, see :doc:`/trio`). An exception from it is logged and dropped.
+        """
+        self._return_handler = handler
+        self._book.return_sink = return_sink(handler)
+
     # --- Plumbing -----------------------------------------------------------------------------
 
     def _rebind(self, book: ChannelBook) -> None:
@@ -463,7 +479,7 @@ class Channel(ChannelMethods):
         self._router = conn._router
         self._wire = conn._wire
         self._book = book
-        book.return_sink = _LOG_RETURNS
+        book.return_sink = return_sink(self._return_handler)
         self.number = book.number
         self._flow_resumed.set()
 
@@ -707,11 +723,21 @@ class Channel(ChannelMethods):
         book.confirms[number] = ticket
         return ticket
 
-    @asynccontextmanager
-    async def publisher(self, window: int = 1000) -> AsyncIterator[Publisher]:
+    def publisher(self, window: int = 1000) -> client.PublisherBlock[Publisher]:
         """A pipelined publisher keeping at most *window* publishes unconfirmed (puts the
-        channel in confirm mode). Leaving the block waits for every confirm and raises the
-        failures as an ``ExceptionGroup``; see :class:`Publisher`."""
+        channel in confirm mode), for the length of an ``async with`` block::
+
+            async with channel.publisher(window=100) as pub:
+                await pub.publish(body, routing_key=queue)
+
+        Leaving the block waits for every confirm and raises the failures as an
+        ``ExceptionGroup``; see :class:`Publisher`. What it returns is not the publisher
+        itself: ``pub = channel.publisher(); pub.publish(...)`` is a ``TypeError`` that says
+        so."""
+        return client.PublisherBlock(self._publisher(window))
+
+    @asynccontextmanager
+    async def _publisher(self, window: int) -> AsyncIterator[Publisher]:
         pub = Publisher(self, self._wire, window)
         await self.confirm_select()
         async with pub:
@@ -812,17 +838,5 @@ class Channel(ChannelMethods):
         consumer._report_dropped()
 
 
-@final
-class _LogReturns:
-    """The router's ReturnSink for every Trio channel: a mandatory publish returned outside
-    confirm mode has nobody to raise to, so it is logged."""
-
-    __slots__ = ()
-
-    def returned(self, error: MessageReturnedError, /) -> None:
-        logger.warning("%s (use confirm mode to get it as an exception)", error)
-
-
-_LOG_RETURNS: Final = _LogReturns()
 _NO_PROPERTIES: Final = BasicProperties()
 _bound_message: Final = client.bound_message

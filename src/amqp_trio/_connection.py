@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import logging
 import ssl
+import time
 from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Final, Literal, final, overload
 
+import attrs
 import trio
 
 import amqp_sansio
@@ -36,7 +38,9 @@ from amqp_sansio import (
     UnblockedByPeer,
 )
 from amqp_sansio.client import (
+    DEFAULT_REFRESH_MARGIN,
     DEFAULT_URL,
+    ENDPOINT_ERRORS,
     AMQPError,
     ConnectionClosedError,
     ConnectionLostError,
@@ -47,10 +51,13 @@ from amqp_sansio.client import (
     ProtocolVersionRefused,
     Router,
     Telemetry,
+    check_refresh_margin,
     connect_failed,
     connection_parameters,
     connection_telemetry,
+    endpoint_parameters,
     error_from,
+    refresh_delay,
     report_closed_by_broker,
     report_lost,
     report_protocol_error,
@@ -59,7 +66,6 @@ from amqp_sansio.client import (
 
 from ._channel import Channel
 from ._recovery import Recovering
-from ._v0_10 import connect_0_10
 from ._waiter import Waiter
 from ._wire import Wire
 
@@ -71,7 +77,12 @@ if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
     from amqp_sansio import Event, FieldTable
-    from amqp_sansio.client import RecoveryPolicy
+    from amqp_sansio.client import (
+        AsyncCredentialsProvider,
+        Credentials,
+        Endpoints,
+        RecoveryPolicy,
+    )
 
     from ._v0_10 import Connection010
 
@@ -122,6 +133,10 @@ class Connection(Recovering):
         self._heartbeat_timed_out = False
         #: The broker's ``server-properties`` (product, version, capabilities, ...).
         self.server_properties: FieldTable = {}
+        # connect(credentials=...): the provider and what it last gave (see update_secret).
+        self._credentials_provider: AsyncCredentialsProvider | None = None
+        self._credentials: Credentials | None = None
+        self._nursery: trio.Nursery | None = None
         self._init_recovery(recovery, reopen)
 
     def __repr__(self) -> str:
@@ -151,6 +166,12 @@ class Connection(Recovering):
         the broker's reply, :class:`~amqp_sansio.client.ConnectionLostError`); None while
         open."""
         return self._router.error
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of the node the connection is on: the endpoint the first connect
+        reached, then the one each recovery reached (``params`` stay those it was made with)."""
+        return self._supervisor.in_use.address
 
     @property
     def protocol(self) -> str:
@@ -199,6 +220,57 @@ class Connection(Recovering):
         self._channels[number] = ch
         await waiter.wait(self._wire.flush)
         return ch
+
+    async def update_secret(self, secret: str, reason: str = "") -> None:
+        """Send ``connection.update-secret`` with *secret* (RabbitMQ's OAuth 2 backend: a fresh
+        token, before the old one expires) and wait for ``update-secret-ok``. From then on a
+        recovery reconnects with *secret*, never with the password the connection opened with.
+        The broker refuses a secret it does not accept by closing the connection (the spec's
+        rule; RabbitMQ: 530 or 403): the call raises that close's error and the connection is
+        over (or recovers, with the secret it had before). 0-8 and 0-9 have no update-secret
+        (``LocalProtocolError``). The secret never appears in a log line or a ``repr``.
+        """
+        if self._recovered is not None:
+            await self._wait_recovered()
+        self._check_open()
+        try:
+            request = self._core.update_secret(secret.encode(), reason)
+        except LocalProtocolError as exc:
+            self._raise_refused(exc)
+            raise
+        waiter = Waiter()
+        self._router.expect(0, request, waiter)
+        await waiter.wait(self._wire.flush)
+        self._supervisor.secret = secret
+
+    async def _refresh_credentials(self, margin: float) -> None:
+        """connect(credentials=...)'s task: *margin* seconds before the current secret
+        expires, ask the provider for the next and send it (update-secret). A recovery asks
+        the provider by itself; a provider that fails is asked again a second later."""
+        while True:
+            current = self._credentials
+            delay = None if current is None else refresh_delay(current, time.time(), margin)
+            if delay is None:
+                return  # it never expires
+            await trio.sleep(delay)
+            if self._credentials is not current:
+                continue  # a recovery logged in with newer ones meanwhile
+            provider = self._credentials_provider
+            assert provider is not None
+            try:
+                fresh = await provider()
+            except Exception:
+                logger.exception("the credentials provider failed; asking again in 1 s")
+                await trio.sleep(1.0)
+                continue
+            try:
+                await self.update_secret(fresh.password, "credentials refreshed")
+            except AMQPError as exc:
+                if self._recovered is None and self.is_closed:
+                    return  # the connection is over: nothing to refresh
+                logger.info("update-secret failed (%s); recovery logs in afresh", exc)
+                continue
+            self._credentials = fresh
 
     # --- Closing ------------------------------------------------------------------------------
 
@@ -491,12 +563,14 @@ def connect(  # type: ignore[overload-overlap]
     tracer_provider: TracerProvider | None = ...,
     meter_provider: MeterProvider | None = ...,
     recovery: RecoveryPolicy | None = ...,
+    credentials: None = ...,
+    refresh_margin: float = ...,
 ) -> AbstractAsyncContextManager[Connection010]: ...
 
 
 @overload
 def connect(
-    url_or_params: str | ConnectionParameters = ...,
+    url_or_params: Endpoints = ...,
     *,
     ssl_context: ssl.SSLContext | None = ...,
     connection_name: str | None = ...,
@@ -504,11 +578,13 @@ def connect(
     tracer_provider: TracerProvider | None = ...,
     meter_provider: MeterProvider | None = ...,
     recovery: RecoveryPolicy | None = ...,
+    credentials: AsyncCredentialsProvider | None = ...,
+    refresh_margin: float = ...,
 ) -> AbstractAsyncContextManager[Connection]: ...
 
 
 def connect(
-    url_or_params: str | ConnectionParameters = DEFAULT_URL,
+    url_or_params: Endpoints = DEFAULT_URL,
     *,
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
@@ -516,6 +592,8 @@ def connect(
     tracer_provider: TracerProvider | None = None,
     meter_provider: MeterProvider | None = None,
     recovery: RecoveryPolicy | None = None,
+    credentials: AsyncCredentialsProvider | None = None,
+    refresh_margin: float = DEFAULT_REFRESH_MARGIN,
 ) -> AbstractAsyncContextManager[Connection] | AbstractAsyncContextManager[Connection010]:
     """Connect to a broker for the duration of an ``async with`` block.
 
@@ -525,8 +603,12 @@ def connect(
 
     *url_or_params* is an ``amqp://``/``amqps://`` URL (see
     :meth:`~amqp_sansio.client.ConnectionParameters.from_url`) or
-    :class:`~amqp_sansio.client.ConnectionParameters`. TLS is used for ``amqps`` or when
-    *ssl_context* is given (default context: :meth:`ConnectionParameters.ssl_context`).
+    :class:`~amqp_sansio.client.ConnectionParameters`, or a sequence of them: a cluster's
+    nodes, tried in turn (or shuffled: the policy's ``endpoint_order``) until one answers; a
+    node that is down, unreachable or too slow is skipped, a refused login is not. Recovery
+    walks them too, from the node after the lost one (see :doc:`/recovery`). TLS is used for
+    ``amqps`` or when *ssl_context* is given (default context:
+    :meth:`ConnectionParameters.ssl_context`).
     *connection_name* shows in the broker's management UI. *protocol* (``"0-9-1"``,
     ``"0-9"``, ``"0-8"`` or ``"auto"``) wins over the URL's ``protocol`` parameter; ``"auto"``
     tries 0-9-1 and reconnects with what the server answers (:doc:`/versions`).
@@ -534,6 +616,12 @@ def connect(
     :func:`amqp_sansio.client.instrument`).
 
     Leaving the block closes the connection (200) and waits for the broker's close-ok.
+
+    *credentials* (an async callable returning :class:`~amqp_sansio.client.Credentials`)
+    gives the password to log in with, at connect and before every recovery attempt, instead
+    of the URL's; when they expire, *refresh_margin* seconds before ``expires_at`` the
+    connection asks again and sends the new secret (:meth:`Connection.update_secret`): an
+    OAuth 2 token is refreshed without reconnecting (see :doc:`/credentials`).
 
     With *recovery*, a connection lost after it opened (the socket, a heartbeat timeout, a
     320 from the broker, as the policy says) is recovered: see :doc:`/recovery`. Without it
@@ -549,9 +637,16 @@ def connect(
         handshake did, with the reason (``ssl.SSLCertVerificationError``: certificate verify
         failed).
     """
+    refresh_margin = check_refresh_margin(refresh_margin)
     if wants_0_10(
         protocol, recovery=recovery, tracer_provider=tracer_provider, meter_provider=meter_provider
     ):
+        if credentials is not None:
+            raise ValueError("a credentials provider needs 0-9-1 (0-10 has no update-secret)")
+        if not isinstance(url_or_params, (str, ConnectionParameters)):
+            raise ValueError("several endpoints need 0-9-1: give 0-10 one URL")
+        from ._v0_10 import connect_0_10  # 0-10's tables load only when asked for
+
         return connect_0_10(
             url_or_params,
             ssl_context=ssl_context,
@@ -566,20 +661,25 @@ def connect(
         tracer_provider,
         meter_provider,
         recovery,
+        credentials,
+        refresh_margin,
     )
 
 
 @asynccontextmanager
 async def _connect(
-    url_or_params: str | ConnectionParameters,
+    url_or_params: Endpoints,
     ssl_context: ssl.SSLContext | None,
     connection_name: str | None,
     protocol: str | ProtocolVersion | None,
     tracer_provider: TracerProvider | None,
     meter_provider: MeterProvider | None,
     recovery: RecoveryPolicy | None = None,
+    credentials: AsyncCredentialsProvider | None = None,
+    refresh_margin: float = DEFAULT_REFRESH_MARGIN,
 ) -> AsyncIterator[Connection]:
-    fallback = ProtocolFallback(connection_parameters(url_or_params, connection_name, protocol))
+    order = "in_order" if recovery is None else recovery.endpoint_order
+    endpoints = endpoint_parameters(url_or_params, connection_name, protocol, order=order)
 
     async def reopen(again: ConnectionParameters) -> trio.abc.Stream:
         # A recovery attempt: the same way in, with its own deadline.
@@ -587,21 +687,42 @@ async def _connect(
             again, ssl_context, trio.current_time() + again.connection_timeout
         )
 
-    while True:
-        params = fallback.params
-        deadline = trio.current_time() + params.connection_timeout
-        stream = await _open_stream(params, ssl_context, deadline)
-        entered = False
-        try:
-            async with _session(
-                stream, params, deadline, tracer_provider, meter_provider, recovery, reopen
-            ) as conn:
-                entered = True
-                yield conn
-            return
-        except ProtocolVersionRefused as exc:
-            if entered or not fallback.retry(exc):
-                raise
+    for number, endpoint in enumerate(endpoints, 1):
+        fallback = ProtocolFallback(endpoint)
+        while True:
+            params = fallback.params
+            fresh = None if credentials is None else await credentials()
+            if fresh is not None:
+                params = attrs.evolve(params, password=fresh.password)
+            deadline = trio.current_time() + params.connection_timeout
+            entered = False
+            try:
+                stream = await _open_stream(params, ssl_context, deadline)
+                async with _session(
+                    stream, params, deadline, tracer_provider, meter_provider, recovery, reopen
+                ) as conn:
+                    entered = True
+                    conn._supervisor.endpoints = endpoints
+                    if credentials is not None:
+                        conn._credentials_provider = credentials
+                        conn._credentials = fresh
+                        assert conn._nursery is not None
+                        conn._nursery.start_soon(conn._refresh_credentials, refresh_margin)
+                    yield conn
+                return
+            except ProtocolVersionRefused as exc:
+                if entered or not fallback.retry(exc):
+                    raise
+            except ENDPOINT_ERRORS as exc:
+                if entered or number == len(endpoints):
+                    raise
+                logger.warning(
+                    "could not connect to %s (%s): trying %s",
+                    params.address,
+                    exc,
+                    endpoints[number].address,
+                )
+                break
 
 
 async def _open_stream(
@@ -675,6 +796,7 @@ async def _session(
     conn = Connection(stream, params, telemetry, recovery, reopen)
     failure: BaseException | None = None
     async with trio.open_nursery() as nursery:
+        conn._nursery = nursery
         if recovery is not None:
             nursery.start_soon(conn._supervise, conn._finished)
         else:

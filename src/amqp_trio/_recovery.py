@@ -9,6 +9,7 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Final, Generic, TypeVar, final
 
+import attrs
 import trio
 
 import amqp_sansio
@@ -35,7 +36,12 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from amqp_sansio import Event
-    from amqp_sansio.client import ChannelBook, Telemetry
+    from amqp_sansio.client import (
+        AsyncCredentialsProvider,
+        ChannelBook,
+        Credentials,
+        Telemetry,
+    )
 
     from ._channel import Channel
 
@@ -132,6 +138,7 @@ async def carry_out(
     reopen: Callable[[ConnectionParameters], Awaitable[trio.abc.Stream]],
     attempt: Callable[[Connect, trio.abc.Stream], Awaitable[BaseException | None]],
     give_up: Callable[[AMQPError], None],
+    prepare: Callable[[Connect], Awaitable[Connect]] | None = None,
 ) -> bool:
     """Carry out *supervisor*'s actions, for either protocol family: wait, open a transport,
     run *attempt* on it (None once it resumed and its connection was served until its end,
@@ -147,6 +154,8 @@ async def carry_out(
         assert isinstance(action, Connect)
         try:
             with trio.fail_at(action.deadline):
+                if prepare is not None:  # e.g. the credentials provider's current secret
+                    action = await prepare(action)
                 stream = await reopen(action.params)
         except _OPEN_ERRORS as exc:
             failed = supervisor.timeout_error() if isinstance(exc, trio.TooSlowError) else exc
@@ -201,6 +210,8 @@ class Recovering(RecoveryObservable["Router", "ChannelBook"]):
     _handshaking: bool
     _heartbeat_timed_out: bool
     _needs_flush: bool
+    _credentials_provider: AsyncCredentialsProvider | None
+    _credentials: Credentials | None
 
     def _init_recovery(
         self,
@@ -214,6 +225,7 @@ class Recovering(RecoveryObservable["Router", "ChannelBook"]):
             self.params, policy, emit=self._emit, logger=logger
         )
         self._epoch = self._supervisor.epoch
+        self._supervisor.telemetry = self._telemetry
         #: While recovering: set when the connection is back (or recovery ended).
         self._recovered: trio.Event | None = None
         self._recovery_scope: trio.CancelScope | None = None
@@ -307,7 +319,24 @@ class Recovering(RecoveryObservable["Router", "ChannelBook"]):
         """Carry out the supervisor's actions until the connection is back and served until
         its next end (True), or recovery gave up (False)."""
         assert self._reopen is not None
-        return await carry_out(self._supervisor, self._reopen, self._attempt, self._give_up)
+        return await carry_out(
+            self._supervisor, self._reopen, self._attempt, self._give_up, self._prepare_attempt
+        )
+
+    async def _prepare_attempt(self, action: Connect) -> Connect:
+        """Before each attempt: ask the credentials provider, if any, for the secret to log
+        in with."""
+        provider = self._credentials_provider
+        if provider is None:
+            return action
+        try:
+            credentials = await provider()
+        except Exception as exc:  # an attempt that failed: the policy says what comes next
+            raise ConnectionLostError(f"the credentials provider failed: {exc!r}") from exc
+        self._credentials = credentials
+        self._supervisor.secret = credentials.password
+        params = attrs.evolve(action.params, password=credentials.password)
+        return attrs.evolve(action, params=params)
 
     async def _attempt(self, action: Connect, stream: trio.abc.Stream) -> BaseException | None:
         """One attempt on its new stream: serve it (the attempt's task restores and resumes);

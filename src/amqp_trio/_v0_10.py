@@ -465,8 +465,18 @@ class Subscription010:
     def queue(self) -> str:
         return self._core.queue
 
-    async def get(self) -> Message | None:
-        """The next message; None once the subscription was cancelled."""
+    async def get(self, timeout: float | None = None) -> Message | None:
+        """The next message, or None after *timeout* seconds without one (None: no limit), or
+        once the subscription was cancelled and its buffer is empty. A timeout takes nothing
+        from the buffer, so no message is lost to it (as 0-9-1's ``Consumer.get``).
+
+        :raises ~amqp_sansio.v0_10.client.ExecutionError: why the session ended (after the
+            buffer was handed out)."""
+        with trio.move_on_after(math.inf if timeout is None else timeout):
+            return await self._next()
+        return None
+
+    async def _next(self) -> Message | None:
         core = self._core
         while True:
             message = core.take()
@@ -485,7 +495,7 @@ class Subscription010:
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[Message]:
-        while (message := await self.get()) is not None:
+        while (message := await self._next()) is not None:
             yield message
 
     async def cancel(self) -> None:

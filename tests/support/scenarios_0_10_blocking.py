@@ -68,7 +68,9 @@ def topology_and_messages(session: Session) -> None:
     assert first.headers == {"n": 0, "who": "0-10"}
     assert first.content_type == "text/plain"
     assert first.message_id == MESSAGE_ID
-    assert first.correlation_id == b"corr-0"
+    assert first.correlation_id == "corr-0"  # given as str: comes back a str
+    assert (first.content_encoding, first.priority, first.app_id) == ("utf-8", 3, "tests")
+    assert first.properties == full_properties(0)  # the header segment round-trips as given
     assert first.reply_to == ("amq.direct", "replies")
     assert first.persistent
     assert first.delivery_properties.priority == 3
@@ -170,7 +172,7 @@ def published_here_consumed_there(session: Session, channel: Channel) -> None:
     assert message.content_type == "application/json"
     assert message.headers == {"k": "v", "i": 5, "x-amqp-0-9-1-message-id": "not-a-uuid"}
     assert message.persistent
-    assert message.correlation_id == b"c-1"
+    assert message.correlation_id == "c-1"
     assert message.reply_to == ("", "replies")
     assert message.delivery_properties.ttl == 60000
     message.accept()

@@ -24,8 +24,15 @@ from ._confirms import (
     PublishOutcome,
     PublishTicketState,
 )
+from ._credentials import (
+    DEFAULT_REFRESH_MARGIN,
+    AsyncCredentialsProvider,
+    CredentialsProvider,
+    check_refresh_margin,
+    refresh_delay,
+)
 from ._errors import CloseReason, error_for_close, error_from
-from ._guards import ConsumeBlock, connect_failed
+from ._guards import ConsumeBlock, PublisherBlock, connect_failed
 from ._instrument import (
     SEMCONV_VERSION,
     Processing,
@@ -38,7 +45,7 @@ from ._instrument import (
     uninstrument,
 )
 from ._message import AsyncMessage, AsyncSettler, Message, bound_message
-from ._params import DEFAULT_URL, AuthMechanism, redact_url
+from ._params import DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_URL, AuthMechanism, redact_url
 from ._recovery import (
     Epoch,
     RecoveryEvent,
@@ -50,7 +57,9 @@ from ._recovery import (
 from ._reports import report_closed_by_broker, report_lost, report_protocol_error
 from ._requests import (
     DEFAULT_CONSUMER_BUFFER,
+    ENDPOINT_ERRORS,
     REQUESTS,
+    Endpoints,
     Param,
     Request,
     check_window,
@@ -58,6 +67,7 @@ from ._requests import (
     consumer_buffer_size,
     consumer_tag,
     declared_queue,
+    endpoint_parameters,
     flow_state,
     got_message,
     message_count,
@@ -68,10 +78,13 @@ from ._router import (
     ConfirmSink,
     ConsumerSink,
     Reply,
+    ReturnCallback,
+    ReturnHandler,
     ReturnSink,
     Router,
     Waiter,
     end_suspended,
+    return_sink,
 )
 from ._supervisor import (
     ChannelRestoration,
@@ -98,10 +111,14 @@ from .exports import *  # noqa: F403  (the exceptions and ConnectionParameters)
 __all__ = [
     "ADAPTER_VERSIONS",
     "DEFAULT_CONSUMER_BUFFER",
+    "DEFAULT_MAX_MESSAGE_SIZE",
+    "DEFAULT_REFRESH_MARGIN",
     "DEFAULT_URL",
+    "ENDPOINT_ERRORS",
     "REQUESTS",
     "SEMCONV_VERSION",
     "USE_0_10",
+    "AsyncCredentialsProvider",
     "AsyncMessage",
     "AsyncSettler",
     "AuthMechanism",
@@ -114,6 +131,8 @@ __all__ = [
     "Connect",
     "ConsumeBlock",
     "ConsumerSink",
+    "CredentialsProvider",
+    "Endpoints",
     "Epoch",
     "GiveUp",
     "LostChannels",
@@ -124,6 +143,7 @@ __all__ = [
     "ProtocolFallback",
     "PublishOutcome",
     "PublishTicketState",
+    "PublisherBlock",
     "PublisherCounts",
     "Receiving",
     "RecoveryAction",
@@ -135,6 +155,8 @@ __all__ = [
     "Request",
     "Restoration",
     "Resume",
+    "ReturnCallback",
+    "ReturnHandler",
     "ReturnSink",
     "Router",
     "Settling",
@@ -143,6 +165,7 @@ __all__ = [
     "Wait",
     "Waiter",
     "bound_message",
+    "check_refresh_margin",
     "check_settle",
     "check_window",
     "client_protocol",
@@ -153,6 +176,7 @@ __all__ = [
     "consumer_tag",
     "declared_queue",
     "end_suspended",
+    "endpoint_parameters",
     "error_for_close",
     "error_from",
     "flow_state",
@@ -161,10 +185,12 @@ __all__ = [
     "is_instrumented",
     "message_count",
     "redact_url",
+    "refresh_delay",
     "report_closed_by_broker",
     "report_dropped",
     "report_lost",
     "report_protocol_error",
+    "return_sink",
     "uninstrument",
     "wants_0_10",
 ]

@@ -1,5 +1,6 @@
 """Errors that say what to do, shared by the adapters: a failed TCP connect with its reason in
-the message, and a ``basic_consume(...)`` iterated without entering it first."""
+the message, and a ``basic_consume(...)`` iterated or a ``publisher(...)`` used without
+entering it first."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
     from types import TracebackType
 
-__all__ = ["ConsumeBlock", "connect_failed"]
+__all__ = ["ConsumeBlock", "PublisherBlock", "connect_failed"]
 
 _T = TypeVar("_T")
 
@@ -91,4 +92,40 @@ class ConsumeBlock(Generic[_T]):
                 "basic_consume() starts a consumer for the length of a block: write "
                 "`async with channel.basic_consume(queue) as consumer:` and then "
                 "`async for message in consumer:` (or `await consumer.get(timeout=...)`)"
+            )
+
+
+@final
+class PublisherBlock(Generic[_T]):
+    """What ``publisher(window)`` returns in the async adapters: an async context manager that
+    puts the channel in confirm mode on entry and waits for every confirm on exit. Using it as
+    the publisher itself (amqp_blocking's ``pub = ch.publisher(); with pub: pub.publish()``) is
+    a ``TypeError`` that shows the right spelling, instead of an ``AttributeError``."""
+
+    __slots__ = ("_manager",)
+
+    def __init__(self, manager: AbstractAsyncContextManager[_T]) -> None:
+        self._manager = manager
+
+    async def __aenter__(self) -> _T:
+        return await self._manager.__aenter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool | None:
+        return await self._manager.__aexit__(exc_type, exc, traceback)
+
+    # Hidden from type checkers, so that they flag the mistake before it runs.
+    if not TYPE_CHECKING:
+
+        def __getattr__(self, name: str) -> NoReturn:
+            if name.startswith("__"):
+                raise AttributeError(name)
+            raise TypeError(
+                f"publisher() has no {name!r} of its own: it is an async context manager that "
+                "gives the publisher, so write `async with channel.publisher(window=...) as "
+                f"pub:` and then `pub.{name}...` inside the block"
             )

@@ -84,6 +84,10 @@ class Telemetry(Protocol):
     """The hooks an adapter calls when tracing is on (see ``_telemetry.ConnectionTelemetry``):
     the spans, the metrics and the propagation are all behind them."""
 
+    def moved_to(self, host: str, port: int, /) -> None:
+        """Recovery reconnected to another node: later spans and metrics name it
+        (``server.address``, ``server.port``)."""
+
     def publish(
         self,
         channel: int,

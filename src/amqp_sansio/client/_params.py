@@ -21,7 +21,17 @@ from ._versions import ADAPTER_VERSIONS, ClientProtocol, client_protocol
 if TYPE_CHECKING:
     from .. import FieldTable
 
-__all__ = ["DEFAULT_URL", "AuthMechanism", "ConnectionParameters", "redact_url"]
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_SIZE",
+    "DEFAULT_URL",
+    "AuthMechanism",
+    "ConnectionParameters",
+    "redact_url",
+]
+
+#: The largest message body accepted from the broker unless told otherwise (128 MiB, the
+#: core's default): a larger one closes the connection with 506 before anything is buffered.
+DEFAULT_MAX_MESSAGE_SIZE: Final = 128 * 1024 * 1024
 
 #: The URL used when none is given: a local RabbitMQ with its default user.
 DEFAULT_URL: Final = "amqp://guest:guest@127.0.0.1:5672/"
@@ -44,6 +54,7 @@ _QUERY_KEYS: Final = frozenset(
         "server_name_indication",
         "name",
         "protocol",
+        "max_message_size",
     }
 )
 _TLS_KEYS: Final = ("cacertfile", "certfile", "keyfile", "verify", "server_name_indication")
@@ -89,7 +100,10 @@ class ConnectionParameters:
     port follows it (5671, else 5672). ``server_hostname`` is the name checked against the
     broker's certificate and sent as SNI (default: ``host``). ``protocol`` is the AMQP version
     spoken: ``"0-9-1"`` (default), ``"0-9"``, ``"0-8"``, or ``"auto"`` (0-9-1 first, then what
-    the server answers, see :doc:`/versions`). The password never appears in a ``repr``.
+    the server answers, see :doc:`/versions`). ``max_message_size`` is the inbound cap: a
+    delivered (or returned, or fetched) message whose content header announces a larger body
+    ends the connection with 506 (resource-error) before any of it is buffered; default
+    :data:`DEFAULT_MAX_MESSAGE_SIZE` (128 MiB). The password never appears in a ``repr``.
     """
 
     host: str = "127.0.0.1"
@@ -114,6 +128,7 @@ class ConnectionParameters:
     verify: bool = True
     server_hostname: str | None = None
     protocol: ClientProtocol = attrs.field(default="0-9-1", converter=_protocol)
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
 
     def __attrs_post_init__(self) -> None:
         self.to_config()  # the core validates heartbeat, frame_max and channel_max
@@ -128,8 +143,9 @@ class ConnectionParameters:
         ``frame_max``, ``channel_max`` (integers), ``connection_timeout`` (milliseconds, as in
         RabbitMQ's URI query spec), ``auth_mechanism`` (plain, amqplain, external), ``name``
         (the connection name), ``protocol`` (``0-9-1``, ``0-9``, ``0-8``, ``0-10`` or
-        ``auto``) and, for ``amqps`` only, ``cacertfile``, ``certfile``,
-        ``keyfile``, ``verify`` (verify_peer or verify_none), ``server_name_indication``.
+        ``auto``), ``max_message_size`` (octets, the inbound cap) and, for ``amqps`` only,
+        ``cacertfile``, ``certfile``, ``keyfile``, ``verify`` (verify_peer or verify_none),
+        ``server_name_indication``.
 
         :raises ValueError: a malformed URL, an unknown or repeated query parameter, or a
             bad value; the message names the part.
@@ -210,6 +226,7 @@ class ConnectionParameters:
             verify=kwargs.get("verify", True) is True,
             server_hostname=optional_text("server_name_indication"),
             protocol=text("protocol", "0-9-1"),
+            max_message_size=_or_default(number("max_message_size"), DEFAULT_MAX_MESSAGE_SIZE),
         )
 
     def to_config(self) -> ConnectionConfig:
@@ -231,6 +248,7 @@ class ConnectionParameters:
             channel_max=self.channel_max,
             frame_max=self.frame_max,
             heartbeat=self.heartbeat,
+            max_message_size=self.max_message_size,
         )
 
     def ssl_context(self) -> ssl.SSLContext | None:
@@ -257,6 +275,10 @@ class ConnectionParameters:
         """``host:port`` for messages (IPv6 hosts in brackets)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
+
+
+def _or_default(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 def redact_url(url: str) -> str:
@@ -319,6 +341,8 @@ def _query(query: str, *, tls: bool) -> dict[str, str | int | float | bool | Non
             out[key] = _integer(key, value, 0, 0xFFFF_FFFF)
         elif key == "channel_max":
             out[key] = _integer(key, value, 0, 0xFFFF)
+        elif key == "max_message_size":
+            out[key] = _integer(key, value, 0, 2**64 - 1)
         elif key == "connection_timeout":
             millis = _integer(key, value, 1, 2**31)
             out[key] = millis / 1000.0

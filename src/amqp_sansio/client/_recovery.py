@@ -278,6 +278,9 @@ class RecoveryPolicy:
         loss arrives twice. Each publish's body is kept until its confirm.
     :ivar stale_settle: a settle of a delivery from before the loss ``"raise"``\\ s
         :class:`StaleDeliveryError` or is ``"ignore"``\\ d; it is never sent.
+    :ivar endpoint_order: how several endpoints given to ``connect()`` are walked:
+        ``"in_order"`` (as given; the first that answers is used) or ``"shuffled"`` (once per
+        connection, so that clients spread over a cluster's nodes).
     """
 
     initial_delay: float = attrs.field(default=0.5, validator=_non_negative("initial_delay"))
@@ -298,6 +301,7 @@ class RecoveryPolicy:
     reopen_channels: bool = False
     republish_unknown: bool = False
     stale_settle: Literal["raise", "ignore"] = "raise"
+    endpoint_order: Literal["in_order", "shuffled"] = "in_order"
 
     def __attrs_post_init__(self) -> None:
         if self.multiplier < 1:
@@ -389,6 +393,8 @@ class Recovered:
     :ivar dropped_deliveries: deliveries the consumers had received on the lost connection (or
         on a failed attempt's) and not handed out yet: dropped, since their tags died with the
         connection; the broker requeued them and delivers them again.
+    :ivar address: ``host:port`` of the node the connection is on now (with several endpoints,
+        usually another one than before).
     """
 
     attempt: int
@@ -398,6 +404,7 @@ class Recovered:
     skipped: tuple[RecoveryStep, ...] = ()
     republished: int = 0
     dropped_deliveries: int = 0
+    address: str = ""
 
 
 @final

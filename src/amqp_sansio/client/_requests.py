@@ -17,8 +17,10 @@ know: the adapters' own arguments (consumer tags, buffer sizes, publisher window
 from __future__ import annotations
 
 import inspect
+import random
 import uuid
-from typing import TYPE_CHECKING, Final, Protocol, TypeVar, cast, final
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final, Literal, Protocol, TypeAlias, TypeVar, cast, final
 
 import attrs
 
@@ -54,6 +56,7 @@ from .. import (
     TxRollback,
     TxSelect,
 )
+from ._errors import ConnectionLostError, ConnectionTimeoutError
 from ._params import ConnectionParameters
 from ._versions import client_protocol
 
@@ -65,7 +68,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_CONSUMER_BUFFER",
+    "ENDPOINT_ERRORS",
     "REQUESTS",
+    "Endpoints",
     "Param",
     "Request",
     "check_window",
@@ -73,6 +78,7 @@ __all__ = [
     "consumer_buffer_size",
     "consumer_tag",
     "declared_queue",
+    "endpoint_parameters",
     "flow_state",
     "got_message",
     "message_count",
@@ -111,6 +117,44 @@ def connection_parameters(
     if protocol is not None:
         params = attrs.evolve(params, protocol=client_protocol(protocol))
     return params
+
+
+#: What ``connect()`` takes: one endpoint (a URL or parameters) or several, walked in turn.
+Endpoints: TypeAlias = "str | ConnectionParameters | Sequence[str | ConnectionParameters]"
+
+
+def endpoint_parameters(
+    endpoints: Endpoints,
+    connection_name: str | None,
+    protocol: str | ProtocolVersion | None = None,
+    *,
+    order: Literal["in_order", "shuffled"] = "in_order",
+    rng: random.Random | None = None,
+) -> tuple[ConnectionParameters, ...]:
+    """The endpoints ``connect(endpoints, ...)`` walks, each as :func:`connection_parameters`
+    gives it, in *order* (``"shuffled"``: a random order drawn from *rng*).
+
+    :raises TypeError: an endpoint is neither a URL nor :class:`ConnectionParameters`.
+    :raises ValueError: no endpoint, or a malformed URL (its message names it).
+    """
+    if isinstance(endpoints, (str, ConnectionParameters)):
+        return (connection_parameters(endpoints, connection_name, protocol),)
+    if not isinstance(endpoints, Sequence):
+        raise TypeError(
+            "url_or_params must be an AMQP URL, ConnectionParameters or a sequence of them, "
+            f"not {type(endpoints).__name__}"
+        )
+    found = [connection_parameters(each, connection_name, protocol) for each in endpoints]
+    if not found:
+        raise ValueError("url_or_params: an empty sequence names no endpoint")
+    if order == "shuffled":
+        (rng or random.Random()).shuffle(found)
+    return tuple(found)
+
+
+#: What a failed connect to one endpoint raises before the next is tried (the node is down,
+#: unreachable or slow); a refused login or a protocol mismatch ends the walk at once.
+ENDPOINT_ERRORS: Final = (OSError, ConnectionTimeoutError, ConnectionLostError)
 
 
 def consumer_tag(requested: str, prefix: str, in_use: Container[str]) -> str:

@@ -67,10 +67,13 @@ __all__ = [
     "ConfirmSink",
     "ConsumerSink",
     "Reply",
+    "ReturnCallback",
+    "ReturnHandler",
     "ReturnSink",
     "Router",
     "Waiter",
     "end_suspended",
+    "return_sink",
 ]
 
 logger = logging.getLogger("amqp_sansio.client")
@@ -133,6 +136,48 @@ class ReturnSink(Protocol):
     router logs them)."""
 
     def returned(self, error: MessageReturnedError, /) -> None: ...
+
+
+#: An application's handler of returns outside confirm mode (a channel's ``on_return``).
+ReturnHandler: TypeAlias = "Callable[[MessageReturnedError], object]"
+
+
+@final
+class ReturnCallback:
+    """The ReturnSink of a channel whose application gave ``on_return(handler)``: each
+    return outside confirm mode is handed to *handler*. It runs where the router runs (the
+    reader task, or the blocking adapter's I/O thread), so an exception from it is logged, not
+    raised: it must not take the connection down with it."""
+
+    __slots__ = ("handler",)
+
+    def __init__(self, handler: ReturnHandler) -> None:
+        self.handler: Final = handler
+
+    def returned(self, error: MessageReturnedError, /) -> None:
+        try:
+            self.handler(error)
+        except Exception:
+            logger.exception("on_return handler %r failed for %s", self.handler, error)
+
+
+@final
+class _LogReturns:
+    __slots__ = ()
+
+    def returned(self, error: MessageReturnedError, /) -> None:
+        logger.warning(
+            "%s (give the channel an on_return handler, or use confirm mode, to see it)", error
+        )
+
+
+_LOG_RETURNS: Final = _LogReturns()
+
+
+def return_sink(handler: ReturnHandler | None) -> ReturnSink:
+    """The ReturnSink for a channel's ``on_return(handler)``: *handler*'s, or a warning in
+    the log for None (nobody asked for returns)."""
+    return _LOG_RETURNS if handler is None else ReturnCallback(handler)
 
 
 _Entry: TypeAlias = "tuple[Waiter, ConsumerSink | None, Method | None]"
@@ -935,10 +980,7 @@ class Router:
         )
         if event.publish_number is not None:
             return  # reported with the confirm that follows
-        if book.return_sink is not None:
-            book.return_sink.returned(error)
-        else:
-            logger.warning("%s", error)
+        (_LOG_RETURNS if book.return_sink is None else book.return_sink).returned(error)
 
     def _on_channel_closed(self, event: Event) -> None:
         assert isinstance(event, ChannelClosed)

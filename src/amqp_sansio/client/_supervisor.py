@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from .. import BasicConsume
+    from ._instrument import Telemetry
     from ._params import ConnectionParameters
     from ._router import ChannelBook, Router
 
@@ -256,9 +257,13 @@ class RecoverySupervisor(Generic[N, B]):
         "_started",
         "_unknown",
         "_waiting_octets",
+        "endpoints",
         "epoch",
+        "in_use",
         "params",
         "policy",
+        "secret",
+        "telemetry",
     )
 
     def __init__(
@@ -288,6 +293,16 @@ class RecoverySupervisor(Generic[N, B]):
         self._due = 0.0
         self._deadline = 0.0
         self._current_params = params
+        #: The secret every new attempt logs in with, once the application updated it
+        #: (``update_secret``): a reconnect never goes back to the password it started with.
+        self.secret: str | None = None
+        #: The endpoints ``connect()`` was given, in the order the first connect walked them
+        #: (one: ``params``); recovery walks them too, from the one after :attr:`in_use`.
+        self.endpoints: tuple[ConnectionParameters, ...] = (params,)
+        #: The endpoint the connection is on (the first connect's, then each recovery's).
+        self.in_use: ConnectionParameters = params
+        #: The connection's telemetry, told when recovery moved it to another node.
+        self.telemetry: Telemetry | None = None
         self._unknown = 0
         self._dropped = 0
         self._waiting_octets = 0
@@ -435,7 +450,7 @@ class RecoverySupervisor(Generic[N, B]):
         self._due = now
         self._phase = _Phase.WAITING
         self._logger.warning(
-            "lost the connection to %s (%s): recovering", self.params.address, cause
+            "lost the connection to %s (%s): recovering", self.in_use.address, cause
         )
         self._emit(RecoveryLost(cause=cause))
 
@@ -469,12 +484,27 @@ class RecoverySupervisor(Generic[N, B]):
         policy = self.policy
         assert policy is not None
         self._attempt += 1
-        url = policy.endpoint(self._attempt, "")
-        params = connection_parameters(url, self.params.connection_name) if url else self.params
+        params = self._endpoint(policy)
+        if self.secret is not None:
+            params = attrs.evolve(params, password=self.secret)
         self._phase = _Phase.CONNECTING
         self._deadline = now + params.connection_timeout
         self._current_params = params
         return Connect(attempt=self._attempt, params=params, deadline=self._deadline)
+
+    def _endpoint(self, policy: RecoveryPolicy) -> ConnectionParameters:
+        # The policy's endpoints win; else connect()'s, starting after the one that was lost
+        # (a dead node is tried last), every one once per round.
+        url = policy.endpoint(self._attempt, "")
+        if url:
+            return connection_parameters(url, self.params.connection_name)
+        endpoints = self.endpoints
+        if len(endpoints) == 1:
+            return endpoints[0]
+        addresses = [endpoint.address for endpoint in endpoints]
+        used = self.in_use.address
+        start = addresses.index(used) if used in addresses else -1
+        return endpoints[(start + self._attempt) % len(endpoints)]
 
     def timeout_error(self) -> ConnectionTimeoutError:
         """The error of an attempt past its :attr:`Connect.deadline`."""
@@ -572,7 +602,11 @@ class RecoverySupervisor(Generic[N, B]):
             skipped=restoration.skipped,
             republished=republished,
             dropped_deliveries=self._dropped,
+            address=self._current_params.address,
         )
+        if self.telemetry is not None and self._current_params.address != self.in_use.address:
+            self.telemetry.moved_to(self._current_params.host, self._current_params.port)
+        self.in_use = self._current_params
         self._phase = _Phase.CONNECTED
         self._lost = None
         self._restoration = None

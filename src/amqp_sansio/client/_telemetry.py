@@ -205,6 +205,10 @@ class ConnectionTelemetry:
     """The hooks of one connection: the server it talks to, and the deliveries handed to the
     application that wait for their settle span."""
 
+    def moved_to(self, host: str, port: int, /) -> None:
+        self._server[SERVER_ADDRESS] = host
+        self._server[SERVER_PORT] = port
+
     def __init__(self, instrumentation: Instrumentation, host: str, port: int) -> None:
         self.instrumentation = instrumentation
         self._server: Final[dict[str, AttributeValue]] = {

@@ -16,6 +16,7 @@ them through the star import)::
 from __future__ import annotations
 
 from .. import BasicProperties
+from ._credentials import Credentials
 from ._errors import (
     AccessRefused,
     AMQPError,
@@ -77,6 +78,7 @@ __all__ = [
     "ConnectionTimeoutError",
     "ConsumerCancelledError",
     "ContentTooLarge",
+    "Credentials",
     "FrameError",
     "HeartbeatTimeoutError",
     "InternalError",

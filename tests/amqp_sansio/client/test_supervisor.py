@@ -184,6 +184,7 @@ def test_the_loss_then_attempts_on_the_backoff_schedule_then_recovered() -> None
         unknown_publishes=4 + 3,
         republished=2,
         dropped_deliveries=5,
+        address="a:5672",  # the node it is on now
     )
     assert events[-1] == recovered
     assert state(sup) is RecoveryState.OPEN

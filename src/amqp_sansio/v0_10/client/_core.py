@@ -119,6 +119,7 @@ def config_from(params: ConnectionParameters) -> ConnectionConfig:
         heartbeat=params.heartbeat,
         channel_max=min(params.channel_max or 0xFFFF, 0xFFFF) or 0xFFFF,
         max_frame_size=min(params.frame_max or 0xFFFF, 0xFFFF),
+        max_message_size=params.max_message_size,
     )
 
 

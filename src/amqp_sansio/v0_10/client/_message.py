@@ -40,6 +40,16 @@ def _text(value: bytes | str | None) -> bytes | None:
     return value.encode() if isinstance(value, str) else value
 
 
+def _given(value: bytes | None) -> str | bytes | None:
+    # The inverse of _text: a str sent comes back a str; octets that are not UTF-8 stay bytes.
+    if value is None:
+        return None
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        return value
+
+
 @final
 @attrs.frozen(kw_only=True)
 class Properties:
@@ -190,8 +200,37 @@ class Message:
         return self.message_properties.message_id
 
     @property
-    def correlation_id(self) -> bytes | None:
-        return self.message_properties.correlation_id
+    def content_encoding(self) -> str | None:
+        return self.message_properties.content_encoding
+
+    @property
+    def priority(self) -> int | None:
+        """``delivery-properties.priority`` (0-9), None when the sender set none."""
+        priority = self.delivery_properties.priority
+        return None if priority is None else int(priority)
+
+    @property
+    def ttl(self) -> int | None:
+        """``delivery-properties.ttl``: the time to live in milliseconds the sender gave."""
+        return self.delivery_properties.ttl
+
+    @property
+    def correlation_id(self) -> str | bytes | None:
+        """As it was given to :class:`Properties`: 0-10 carries it as binary, so UTF-8 comes
+        back as ``str`` (0-9-1's type, and what a str was sent as) and other octets as
+        ``bytes``."""
+        return _given(self.message_properties.correlation_id)
+
+    @property
+    def user_id(self) -> str | bytes | None:
+        """The authenticated user the broker checked (``str`` for UTF-8, as
+        :attr:`correlation_id`)."""
+        return _given(self.message_properties.user_id)
+
+    @property
+    def app_id(self) -> str | bytes | None:
+        """The sending application (``str`` for UTF-8, as :attr:`correlation_id`)."""
+        return _given(self.message_properties.app_id)
 
     @property
     def reply_to(self) -> tuple[str, str] | None:
@@ -199,6 +238,27 @@ class Message:
         if reply is None:
             return None
         return (reply.exchange or "", reply.routing_key or "")
+
+    @property
+    def properties(self) -> Properties:
+        """The header segment as :class:`Properties` (what a sender gives
+        :meth:`transfer <amqp_trio.Session010.transfer>`): the same fields as the attributes
+        above, so a message can be sent on with them."""
+        mode = self.delivery_properties.delivery_mode
+        headers = self.message_properties.application_headers
+        return Properties(
+            content_type=self.content_type,
+            content_encoding=self.content_encoding,
+            headers=None if headers is None else self.headers,
+            persistent=None if mode is None else mode == DeliveryMode.PERSISTENT,
+            priority=self.priority,
+            ttl=self.ttl,
+            message_id=self.message_id,
+            correlation_id=self.correlation_id,
+            reply_to=self.reply_to,
+            user_id=self.user_id,
+            app_id=self.app_id,
+        )
 
     @property
     def settled(self) -> bool:

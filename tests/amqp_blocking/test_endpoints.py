@@ -1,0 +1,48 @@
+"""amqp_blocking's connect() with several endpoints: a dead node is skipped, and when the node
+in use shuts down, recovery fails over to the next one with the topology restored there."""
+
+from __future__ import annotations
+
+import socket
+
+import amqp_blocking
+from amqp_blocking import Recovered, RecoveryLost, RecoveryPolicy
+from amqp_broker import BrokerThread
+
+POLICY = RecoveryPolicy(initial_delay=0.1, multiplier=1, jitter=0, max_duration=60)
+
+
+def dead_url() -> str:
+    with socket.socket() as sock:  # a port nobody listens on once closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"amqp://guest:guest@127.0.0.1:{port}/?connection_timeout=5000"
+
+
+def address(url: str) -> str:
+    return url.split("@", 1)[1].split("/", 1)[0]
+
+
+def test_a_dead_node_is_skipped_and_recovery_fails_over() -> None:
+    first, second = BrokerThread(), BrokerThread()
+    first.start()
+    second.start()
+    endpoints = [dead_url(), first.url, second.url]
+    try:
+        with amqp_blocking.connect(endpoints, recovery=POLICY) as conn, conn.channel() as ch:
+            assert conn.address == address(first.url)  # the dead one was skipped
+            events = conn.recovery_events()
+            ch.queue_declare("failover-jobs")
+            first.stop()  # 320 CONNECTION_FORCED to its clients
+            assert isinstance(events.get(60), RecoveryLost)
+            event = events.get(60)
+            while not isinstance(event, Recovered):  # attempts that failed, if any
+                assert event is not None
+                event = events.get(60)
+            assert event.address == conn.address == address(second.url)
+            ok = ch.queue_declare("failover-jobs", passive=True)  # restored there
+            assert ok.message_count == 0
+            ch.queue_delete("failover-jobs")
+    finally:
+        first.stop()
+        second.stop()
