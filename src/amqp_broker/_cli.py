@@ -67,6 +67,7 @@ channel_max = 2047
 memory_high_watermark = 0.4
 memory_high_watermark_bytes = false
 outbound_limit = 1048576
+unfinished_limit = 134217728
 consumer_timeout = 1800.0
 close_timeout = 5.0
 memory_check_interval = 0.25
@@ -140,6 +141,7 @@ _LIMIT_HELP: Final = {
     "memory_high_watermark_bytes": "the watermark in octets (wins over the fraction)",
     "outbound_limit": "octets of output a connection may have waiting before its consumers "
     "get nothing more",
+    "unfinished_limit": "octets of unfinished 0-10 bodies a connection may hold (then 320)",
     "consumer_timeout": "close a channel whose delivery waited this long for its ack (406)",
     "close_timeout": "how long to wait for close-ok after connection.close (and on shutdown), "
     "and for the client to close its socket after close-ok",

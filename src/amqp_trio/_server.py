@@ -177,6 +177,12 @@ class ServerConnection:
         """Octets of output not written yet: queued in the core, plus those being written."""
         return self.core.outbound_size + self._in_flight
 
+    @property
+    def unfinished_size(self) -> int:
+        """Octets of unfinished input the watermark counts: none for 0-9-1, whose core refuses
+        a body over ``max_message_size`` at its content header (0-10 has no such header)."""
+        return 0
+
     # --- Reading ------------------------------------------------------------------------------
 
     async def next_event(self) -> Event:
