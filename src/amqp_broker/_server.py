@@ -275,7 +275,7 @@ async def _expire(broker: Broker) -> NoReturn:
 
 async def _sample_outbound(broker: Broker, serving: _Serving) -> NoReturn:
     """Tell the memory monitor how much the connections' buffers hold: output waiting to be
-    written, and 0-10 input whose segment has not ended (a body that never ends)."""
+    written, and bodies still arriving (a 0-10 body may never end)."""
     interval = broker.options.memory_check_interval
     while True:
         await trio.sleep(interval)

@@ -179,9 +179,9 @@ class ServerConnection:
 
     @property
     def unfinished_size(self) -> int:
-        """Octets of unfinished input the watermark counts: none for 0-9-1, whose core refuses
-        a body over ``max_message_size`` at its content header (0-10 has no such header)."""
-        return 0
+        """Octets buffered in the core for bodies still arriving: the broker counts them
+        against its memory watermark (the content header bounds each one)."""
+        return self.core.unfinished_size
 
     # --- Reading ------------------------------------------------------------------------------
 
