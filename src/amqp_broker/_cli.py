@@ -81,6 +81,7 @@ channel_max = 2047
 memory_high_watermark = 0.4
 memory_high_watermark_bytes = false
 outbound_limit = 1048576
+unfinished_limit = 134217728
 consumer_timeout = 1800.0
 quorum_delivery_limit = false  # RabbitMQ 4.0's default is 20
 close_timeout = 5.0
@@ -159,6 +160,7 @@ _LIMIT_HELP: Final = {
     "memory_high_watermark_bytes": "the watermark in octets (wins over the fraction)",
     "outbound_limit": "octets of output a connection may have waiting before its consumers "
     "get nothing more",
+    "unfinished_limit": "octets of unfinished 0-10 bodies a connection may hold (then 320)",
     "consumer_timeout": "close a channel whose delivery waited this long for its ack (406)",
     "quorum_delivery_limit": "dead-letter or drop a quorum queue's message returned more often "
     "than this, unless x-delivery-limit says otherwise",

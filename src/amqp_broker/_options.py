@@ -111,6 +111,11 @@ class BrokerOptions:
     #: Octets of output one connection may have waiting to be written: a consumer whose socket
     #: is not read is sent nothing more; its messages stay in their queues.
     outbound_limit: int = _MIB
+    #: Octets of unfinished 0-10 segments (bodies whose last frame has not come) one
+    #: connection may hold on all its sessions together; past it the connection is closed
+    #: with 320. A 0-10 body announces no size, so this, not a header, bounds it; the octets
+    #: also count against the memory watermark while they arrive.
+    unfinished_limit: int = 128 * _MIB
     #: Seconds a delivery may stay unacknowledged before its channel is closed with 406
     #: (RabbitMQ's ``consumer_timeout``, 30 minutes). None: no limit.
     consumer_timeout: float | None = 1800.0

@@ -98,6 +98,9 @@ class _Transport(Protocol):
     @property
     def outbound_size(self) -> int: ...
 
+    @property
+    def unfinished_size(self) -> int: ...
+
     def resume_reading(self) -> None: ...
 
 
@@ -281,11 +284,14 @@ async def _expire(broker: Broker) -> NoReturn:
 
 
 async def _sample_outbound(broker: Broker, serving: _Serving) -> NoReturn:
-    """Tell the memory monitor how much output waits in the connections' buffers."""
+    """Tell the memory monitor how much the connections' buffers hold: output waiting to be
+    written, and bodies still arriving (a 0-10 body may never end)."""
     interval = broker.options.memory_check_interval
     while True:
         await trio.sleep(interval)
-        broker.memory.sample_outbound(sum(c.outbound_size for c in serving.connections.values()))
+        broker.memory.sample_outbound(
+            sum(c.outbound_size + c.unfinished_size for c in serving.connections.values())
+        )
 
 
 async def serve(

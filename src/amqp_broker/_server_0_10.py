@@ -50,6 +50,7 @@ def config_0_10(broker: Broker) -> ConnectionConfig:
     return ConnectionConfig(
         channel_max=min(broker.options.channel_max, 0xFFFF),
         server_properties={"product": "amqp_broker", "platform": "Python"},
+        max_unfinished_size=broker.options.unfinished_limit,
         heartbeat_min=0,
         heartbeat_max=600,
     )

@@ -1128,6 +1128,17 @@ class Connection:
     # --- Output -------------------------------------------------------------------------------
 
     @property
+    def unfinished_size(self) -> int:
+        """Octets buffered for message bodies still arriving, on all channels (a server counts
+        them against its memory; the content header bounds each by ``max_message_size``)."""
+        total = 0
+        for channel in self._channels.values():
+            content = channel.content
+            if content is not None and content.body is not None:
+                total += len(content.body)
+        return total
+
+    @property
     def outbound_size(self) -> int:
         """How many octets :meth:`data_to_send` would hand out now: adapters bound what they
         let pile up with it (backpressure), without guessing what a call queued."""

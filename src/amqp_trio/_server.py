@@ -177,6 +177,12 @@ class ServerConnection:
         """Octets of output not written yet: queued in the core, plus those being written."""
         return self.core.outbound_size + self._in_flight
 
+    @property
+    def unfinished_size(self) -> int:
+        """Octets buffered in the core for bodies still arriving: the broker counts them
+        against its memory watermark (the content header bounds each one)."""
+        return self.core.unfinished_size
+
     # --- Reading ------------------------------------------------------------------------------
 
     async def next_event(self) -> Event:

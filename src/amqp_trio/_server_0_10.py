@@ -63,6 +63,12 @@ class ServerConnection010:
         """Octets queued in the core, not yet taken by the writer."""
         return 0
 
+    @property
+    def unfinished_size(self) -> int:
+        """Octets of the client's segments under way (a body whose last frame has not come),
+        held in the core: the broker counts them against its memory watermark."""
+        return self.core.unfinished_size
+
     def resume_reading(self) -> None:
         """Nothing to resume: a 0-10 connection is read whenever its handler waits for an
         event (the broker's shutdown calls this on every transport)."""

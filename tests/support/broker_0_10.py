@@ -35,7 +35,14 @@ class Ports(NamedTuple):
 
 
 @contextmanager
-def brokers_in_thread(count: int = 1) -> Iterator[list[Ports]]:
+def brokers_in_thread(
+    count: int = 1,
+    *,
+    options: amqp_broker.BrokerOptions | None = None,
+    made: list[amqp_broker.Broker] | None = None,
+) -> Iterator[list[Ports]]:
+    """*options* for every broker; *made* receives the brokers (to look at their accounting
+    from the test's thread)."""
     ports: list[Ports] = []
     failure: list[BaseException] = []
     started = threading.Event()
@@ -46,7 +53,9 @@ def brokers_in_thread(count: int = 1) -> Iterator[list[Ports]]:
         async with trio.open_nursery() as nursery:
             for _ in range(count):
                 # one port: the broker chooses the protocol by the client's header
-                broker = amqp_broker.make_broker()
+                broker = amqp_broker.make_broker(options=options)
+                if made is not None:
+                    made.append(broker)
                 listeners = await nursery.start(amqp_broker.serve, broker, "127.0.0.1", 0)
                 port = int(listeners[0].socket.getsockname()[1])
                 ports.append(Ports(port, port))

@@ -52,6 +52,7 @@ from ._generated.spec_0_10 import __all__ as _spec_all
 from ._session import UNLIMITED, Credit, Session
 from ._state import ConnectionState, SessionState
 from ._types import (
+    MAX_SEQUENCE_SET_RANGES,
     Array,
     ByteRanges,
     Command,
@@ -72,6 +73,7 @@ from ._types import (
 from ._util import fix_module_names
 
 __all__ = [
+    "MAX_SEQUENCE_SET_RANGES",
     "NEED_DATA",
     "PROTOCOL_HEADER_0_10",
     "UNLIMITED",

@@ -130,7 +130,10 @@ class ConnectionConfig:
 
     Both roles: ``channel_max`` and ``max_frame_size`` (the most we accept; the lower of both
     ends' values is used), ``max_message_size`` (a larger assembly is refused before it is
-    buffered), ``auto_complete`` (None: the role's default, True for the client, False for
+    buffered), ``max_unfinished_size`` (the most octets of unfinished segments, such as bodies
+    whose last frame has not come, kept on all channels together; None: ``max_message_size``;
+    past it the connection is closed with 320), ``auto_complete`` (None: the role's default,
+    True for the client, False for
     the server: see :class:`Session`), ``eager_completion`` (None: the role's default, True for
     the client, False for the server: whether sessions report the commands they completed, and
     answer the peer's ``completed`` with ``known-completed``, each time the received octets run
@@ -154,6 +157,7 @@ class ConnectionConfig:
     channel_max: int = _MAX_CHANNEL
     max_frame_size: int = MAX_FRAME_SIZE
     max_message_size: int = 128 * 1024 * 1024
+    max_unfinished_size: int | None = None
     auto_complete: bool | None = None
     eager_completion: bool | None = None
     sync_every: int = 1000
@@ -172,6 +176,7 @@ class ConnectionConfig:
         _check("heartbeat_min", self.heartbeat_min, 0, 0xFFFF)
         _check("heartbeat_max", self.heartbeat_max, 0, 0xFFFF)
         _check("max_message_size", self.max_message_size, 0, 2**64 - 1)
+        _check("max_unfinished_size", self.max_unfinished_size, 0, 2**64 - 1)
         _check("first_command_id", self.first_command_id, 0, 0xFFFF_FFFF)
         _check("sync_every", self.sync_every, 0, 0xFFFF_FFFF)
 
@@ -246,7 +251,9 @@ class Connection:
         self._eager_completion: Final = role is Role.CLIENT if eager is None else eager
         self._state = _S.AWAIT_HEADER
         self._reader = FrameReader(self.config.max_frame_size)
-        self._assembler = AssemblyReader(self.config.max_message_size)
+        self._assembler = AssemblyReader(
+            self.config.max_message_size, self.config.max_unfinished_size
+        )
         self._inbox: bytearray | None = bytearray()  # octets before framing starts
         self._eof = False
         self._out = bytearray()
@@ -287,6 +294,12 @@ class Connection:
     def state(self) -> ConnectionState:
         """The connection's state."""
         return self._state
+
+    @property
+    def unfinished_size(self) -> int:
+        """Octets of received segments still waiting for their last frame (a body under way),
+        on all channels: what a server counts against its memory while they arrive."""
+        return self._assembler.unfinished
 
     @property
     def channel_max(self) -> int:

@@ -18,7 +18,8 @@ flags and the order of segments and turns frames into :class:`Assembly` objects 
 control or command. :func:`encode_control` and :func:`encode_command` write assemblies, split
 into frames of at most ``max_frame_size`` octets. Every violation is a
 :class:`~amqp_sansio.RemoteProtocolError` with reply code 501 (``framing-error``), except an
-assembly larger than ``max_message_size`` (320, ``connection-forced``).
+assembly larger than ``max_message_size``, or unfinished segments on a connection holding more than
+``max_unfinished`` octets together (320, ``connection-forced``).
 """
 
 from __future__ import annotations
@@ -396,12 +397,20 @@ class AssemblyReader:
     """Turns frames into assemblies, checking flags and segment order per channel and track.
 
     ``max_message_size`` bounds an assembly's segments, checked before a payload is kept.
+    ``max_unfinished`` bounds the octets of segments under way on all channels together (what
+    :attr:`unfinished` counts): a peer that starts bodies on many sessions and never ends
+    them holds at most that much, whatever ``max_message_size`` allows each one.
     """
 
-    __slots__ = ("_tracks", "max_message_size")
+    __slots__ = ("_tracks", "max_message_size", "max_unfinished", "unfinished")
 
-    def __init__(self, max_message_size: int = 128 * 1024 * 1024) -> None:
+    def __init__(
+        self, max_message_size: int = 128 * 1024 * 1024, max_unfinished: int | None = None
+    ) -> None:
         self.max_message_size = max_message_size
+        self.max_unfinished = max_message_size if max_unfinished is None else max_unfinished
+        #: Octets held in segments whose last frame has not come yet, on every track.
+        self.unfinished = 0
         self._tracks: dict[int, _Track] = {}
 
     def in_progress(self, channel: int) -> bool:
@@ -414,7 +423,9 @@ class AssemblyReader:
 
     def abort(self, channel: int) -> None:
         """Forget a partly received command on *channel* (``session.gap`` covered it)."""
-        self._tracks.pop(channel << 1 | 1, None)
+        state = self._tracks.pop(channel << 1 | 1, None)
+        if state is not None and state.seg_type >= 0:
+            self.unfinished -= state.seg_size
 
     def receive(self, frame: Frame) -> Assembly | None:
         """Take one frame; return the assembly it completes, or None.
@@ -450,6 +461,7 @@ class AssemblyReader:
                     "segment that never began"
                 )
             self._begin_segment(state, frame)
+            self._hold(len(payload), frame.channel)
             state.seg_type = seg_type
             state.seg_flags = flags & (FIRST_SEGMENT | LAST_SEGMENT)
             state.parts = [payload]
@@ -466,14 +478,29 @@ class AssemblyReader:
             )
         size = state.seg_size + len(payload)
         self._check_size(state, size, frame.channel)
+        if not flags & LAST_FRAME:
+            self._hold(len(payload), frame.channel)
+            state.seg_size = size
+            state.parts.append(payload)
+            return None
+        self.unfinished -= state.seg_size
         state.seg_size = size
         state.parts.append(payload)
-        if not flags & LAST_FRAME:
-            return None
         whole = b"".join(state.parts)
         state.parts = []
         state.seg_type = -1
         return self._segment_done(state, frame, whole)
+
+    def _hold(self, octets: int, channel: int) -> None:
+        """Count *octets* of an unfinished segment, refusing them past ``max_unfinished``."""
+        unfinished = self.unfinished + octets
+        if unfinished > self.max_unfinished:
+            raise RemoteProtocolError(
+                f"unfinished segments would hold {unfinished} octets with this frame on "
+                f"channel {channel}, over the connection's bound of {self.max_unfinished}",
+                reply_code=320,
+            )
+        self.unfinished = unfinished
 
     def _check_size(self, state: _Track, size: int, channel: int) -> None:
         if max(state.asm, 0) + size > self.max_message_size:

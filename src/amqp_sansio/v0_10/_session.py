@@ -104,6 +104,10 @@ def _unwrap(wire: int, ref: int) -> int:
     return ref + ((wire - ref + _HALF) & _MASK) - _HALF
 
 
+#: Completed ranges up to this many ids are checked id by id; wider ones by bisection.
+_SCAN_RANGE: Final = 64
+
+
 @final
 class _Ranges:
     """A set of unwrapped ids as sorted, merged, inclusive ``[low, high]`` ranges."""
@@ -985,13 +989,19 @@ class Session:
             return None
         ref = self._out_next - 1
         done: list[int] = []
+        ordered: list[int] | None = None
         for low, high in commands.ranges:
             ulow = _unwrap(low, ref)
             uhigh = ulow + ((high - low) & _MASK)
-            if uhigh - ulow < len(outstanding):
+            if uhigh - ulow < _SCAN_RANGE:
                 done += (n for n in range(ulow, uhigh + 1) if n in outstanding)
             else:
-                done += (n for n in outstanding if ulow <= n <= uhigh)
+                # A wide range is looked up in the sorted outstanding ids: scanning them all
+                # for each of a set's thousands of ranges would be quadratic.
+                if ordered is None:
+                    ordered = sorted(outstanding)
+                lo = bisect.bisect_left(ordered, ulow)
+                done += ordered[lo : bisect.bisect_right(ordered, uhigh, lo)]
         if not done:
             return None
         done.sort()

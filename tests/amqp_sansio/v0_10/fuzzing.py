@@ -13,9 +13,11 @@ of unparsed octets (plus a protocol header).
 
 from __future__ import annotations
 
+import random
 from typing import TYPE_CHECKING, Final, final
 
 from amqp_sansio.v0_10 import (
+    MAX_SEQUENCE_SET_RANGES,
     NEED_DATA,
     PROTOCOL_HEADER_0_10,
     AcceptMode,
@@ -32,28 +34,37 @@ from amqp_sansio.v0_10 import (
     ExchangeQuery,
     ExchangeQueryResult,
     FlowMode,
+    MessageAccept,
     MessageProperties,
     MessageReceived,
+    MessageTransfer,
     ProtocolError,
     QueueDeclare,
     RemoteProtocolError,
     Role,
     SecureRequested,
     SequenceSet,
+    SessionCompleted,
     SessionGap,
     SessionRequestTimeout,
     SessionState,
     VirtualHostRequested,
 )
-from amqp_sansio.v0_10.framing import MAX_FRAME_SIZE, encode_control
+from amqp_sansio.v0_10.framing import MAX_FRAME_SIZE, encode_command, encode_control
 from amqp_sansio.v0_10.testing import ConnectionPair, parse_assemblies
 
 if TYPE_CHECKING:
-    import random
-
     from amqp_sansio.v0_10 import Event
 
 __all__ = ["Outcome", "corpus", "mutate", "replay"]
+
+#: The bound on unfinished segments in replays: above the largest segment of the corpus (the
+#: largest sequence set's control, 65,5xx octets over several frames), below what
+#: :func:`unfinished_bodies` sends.
+UNFINISHED_BOUND: Final = 96 * 1024
+REPLAY_CONFIG: Final = ConnectionConfig(
+    heartbeat=5, heartbeat_min=1, heartbeat_max=10, max_unfinished_size=UNFINISHED_BOUND
+)
 
 #: Octets that mean something in 0-10 frames: flags, segment types, size extremes.
 INTERESTING: Final = (0x00, 0x01, 0x02, 0x03, 0x04, 0x0F, 0x0B, 0x07, 0x0E, 0x10, 0x7F, 0x80, 0xFF)
@@ -122,18 +133,70 @@ def conversation(closer: Role) -> tuple[bytes, bytes]:
     return bytes(pair.client_sent), bytes(pair.server_sent)
 
 
+def largest_sets() -> tuple[bytes, bytes]:
+    """What each role sends a peer when it is hostile with sequence sets (issue 27): the
+    largest ``session.completed`` the wire holds (8,191 ranges, shuffled), and a client's
+    ``message.accept`` of as many ranges; the octets the client and the server sent."""
+    pair = ConnectionPair()
+    pair.handshake()
+    client, _ = pair.attach("fuzz")
+    order = list(range(MAX_SEQUENCE_SET_RANGES))
+    random.Random(27).shuffle(order)
+    largest = SequenceSet((3 * n, 3 * n + 1) for n in order)
+    pair.client._send_control(1, SessionCompleted(commands=largest, timely_reply=True))
+    client.send(MessageAccept(transfers=largest))
+    pair.transfer(pair.client)
+    pair.server._send_control(1, SessionCompleted(commands=largest, timely_reply=True))
+    pair.transfer(pair.server)
+    return bytes(pair.client_sent), bytes(pair.server_sent)
+
+
+def unfinished_bodies() -> bytes:
+    """What a server receives from a client that starts bodies on two sessions and ends
+    neither: more unfinished octets than :data:`REPLAY_CONFIG` allows (issue 27)."""
+    pair = ConnectionPair()
+    pair.handshake()
+    pair.attach("fuzz")
+    pair.attach("second")
+    sent = bytearray(pair.client_sent)
+    for channel in (1, 2):
+        out = bytearray()
+        encode_command(
+            out,
+            channel,
+            MessageTransfer(destination=""),
+            4096,
+            headers=[DeliveryProperties(routing_key="q")],
+            body=bytes(UNFINISHED_BOUND),
+        )
+        sent += out[: -_last_frame_size(out)]
+    return bytes(sent)
+
+
+def _last_frame_size(frames: bytearray) -> int:
+    at = size = 0
+    while at < len(frames):
+        size = int.from_bytes(frames[at + 2 : at + 4], "big")
+        at += size
+    return size
+
+
 def corpus() -> list[tuple[Role, bytes]]:
     """Inputs for each role: what it received in :func:`conversation` (the peer closing),
-    and a handshake cut short."""
+    a handshake cut short, the largest sequence sets and bodies that never end."""
     client_sent, _ = conversation(Role.CLIENT)
     _, server_sent = conversation(Role.SERVER)
     close = bytearray()
     encode_control(close, 0, ConnectionClose(reply_code=200), 4096)
+    client_sets, server_sets = largest_sets()
     return [
         (Role.SERVER, client_sent),
         (Role.CLIENT, server_sent),
         (Role.SERVER, client_sent[:60]),
         (Role.CLIENT, server_sent[:200] + bytes(close)),
+        (Role.SERVER, client_sets),
+        (Role.CLIENT, server_sets),
+        (Role.SERVER, unfinished_bodies()),
     ]
 
 
@@ -201,7 +264,7 @@ def replay(role: Role, data: bytes, rng: random.Random | int | None, *, eof: boo
     """Feed *data* to a new connection of *role* (whole; in random pieces of 1 to 64 octets
     when *rng* is a Random; in pieces of *rng* octets when it is an int) and check the
     property; raises AssertionError if it breaks."""
-    conn = Connection(role, ConnectionConfig(heartbeat=5, heartbeat_min=1, heartbeat_max=10))
+    conn = Connection(role, REPLAY_CONFIG)
     conn.data_to_send()
     events: list[Event] = []
     offset = 0
@@ -226,6 +289,7 @@ def replay(role: Role, data: bytes, rng: random.Random | int | None, *, eof: boo
             break
         held = conn._reader.buffered + (len(conn._inbox) if conn._inbox is not None else 0)
         assert held <= limit, f"{held} octets held unparsed"
+        assert 0 <= conn.unfinished_size <= UNFINISHED_BOUND, conn.unfinished_size
         conn.data_to_send()
     return Outcome(events, error)
 

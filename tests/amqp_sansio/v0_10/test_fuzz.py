@@ -63,3 +63,19 @@ def test_random_octets_give_events_or_remote_errors(
 ) -> None:
     role, data = random_input(random.Random(seed))
     replay(role, data, None if pieces is None else random.Random(pieces), eof=eof)
+
+
+@pytest.mark.parametrize("index", [4, 5], ids=["server", "client"])
+def test_the_largest_sequence_sets_replay_cleanly(index: int) -> None:
+    role, data = CORPUS[index]
+    outcome = replay(role, data, random.Random(index), eof=False)
+    assert outcome.error is None
+    assert ConnectionOpened in {type(e) for e in outcome.events}
+
+
+def test_bodies_that_never_end_are_refused_past_the_bound() -> None:
+    role, data = CORPUS[6]
+    outcome = replay(role, data, random.Random(6), eof=True)
+    assert outcome.error is not None
+    assert outcome.error.reply_code == 320
+    assert "bound of 98304" in outcome.error.reply_text

@@ -18,6 +18,7 @@ import attrs
 
 from ..._method import Role
 from .._types import (
+    MAX_SEQUENCE_SET_RANGES,
     Array,
     ByteRanges,
     ByteString,
@@ -609,6 +610,11 @@ def decode_sequence_set(buf: ByteString, offset: int) -> tuple[SequenceSet, int]
 
 def encode_sequence_set(out: bytearray, value: SequenceSet) -> None:
     ranges = value.ranges
+    if len(ranges) > MAX_SEQUENCE_SET_RANGES:
+        raise ValueError(
+            f"a sequence-set of {len(ranges)} ranges can't be encoded: its uint16 octet count "
+            f"holds at most {MAX_SEQUENCE_SET_RANGES} ranges"
+        )
     out += _S_H.pack(8 * len(ranges))
     for low, high in ranges:
         out += _S_II.pack(low, high)
