@@ -177,10 +177,13 @@ def _homes() -> dict[tuple[int, str], str]:
 def _generated(value: object) -> bool:
     """Whether *value* comes from a module the spec generator wrote (its ``__module__`` was
     renamed to the public one, so ask the generated modules themselves)."""
+    name = getattr(value, "__name__", "")
+    # By the names each generated module defines (its __all__), not the ones it imports: the
+    # 0-8/0-9 tables load lazily, and the result must not depend on which were loaded.
     return any(
-        value is vars(module).get(getattr(value, "__name__", ""))
-        for name, module in list(sys.modules.items())
-        if "._generated" in name and module is not None
+        name in getattr(module, "__all__", ()) and value is vars(module).get(name)
+        for modname, module in list(sys.modules.items())
+        if "._generated" in modname and module is not None
     )
 
 
