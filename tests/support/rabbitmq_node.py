@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 _START_TIMEOUT: Final = 120.0
 #: The server script itself (``/usr/sbin/rabbitmq-server`` is a wrapper that changes user).
 _SERVER: Final = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+#: Its rabbitmqctl, for the same reason (it must see this node's HOME and cookie).
+_CTL: Final = "/usr/lib/rabbitmq/bin/rabbitmqctl"
 
 
 def _free_port() -> int:
@@ -79,6 +81,38 @@ class RabbitMQNode:
             time.sleep(0.2)
         self.kill()
         raise AssertionError(f"the node {self.name} did not start within {_START_TIMEOUT} s")
+
+    def restart(self) -> float:
+        """SIGKILL the node and start it again; the monotonic time its port accepted again."""
+        self.kill()
+        self.start()
+        return time.monotonic()
+
+    def close_connection(self, connection_name: str) -> None:
+        """``rabbitmqctl close_connection`` on this node, for the connection with this name
+        (rabbitmqctl reads the node's cookie from its HOME)."""
+        ctl = [_CTL, "-n", self.name]
+        listing = subprocess.run(
+            [*ctl, "list_connections", "pid", "client_properties"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        for line in listing.stdout.splitlines():
+            if f'"{connection_name}"' in line:
+                pid = line.split("\t", 1)[0]
+                break
+        else:
+            raise AssertionError(f"no connection named {connection_name!r} on {self.name}")
+        subprocess.run(
+            [*ctl, "close_connection", pid, "test"],
+            env=self.env,
+            capture_output=True,
+            timeout=60,
+            check=True,
+        )
 
     def kill(self) -> None:
         """SIGKILL the node's process group (its beam.smp and helpers; epmd is shared and
