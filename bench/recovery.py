@@ -20,8 +20,16 @@ never arrived (must be 0), unknown outcomes, stale settles (acks refused because
 came before a close; the broker redelivers those), recoveries, wall time. Every close costs two
 rabbitmqctl calls, about a second of CPU each.
 
+Node kills (``--node-kills N``, issue 28): the same workload on a durable queue with persistent
+messages against a private RabbitMQ node (``tests/support/rabbitmq_node.py``, never the shared
+one), SIGKILLed and started again on its port N times per adapter. Printed per adapter: confirmed
+messages lost, messages left in the queue once the consumer went idle (unprocessed), duplicate
+deliveries, unknown outcomes, stale settles, and from the port opening again the time to
+``Recovered`` and to the consumer's next delivery (median and max).
+
 Usage: ``.venv/bin/python bench/recovery.py [--rounds 10] [--interval 0.5]``, or
 ``.venv/bin/python bench/recovery.py --forced-closes [N] [--gap 50] [--rate 1000] [--clients trio]``
+or ``.venv/bin/python bench/recovery.py --node-kills N [--gap 50] [--clients trio]``
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ import amqp_blocking
 import amqp_trio
 from amqp_sansio.client import (
     AMQPError,
+    BasicProperties,
     PublishOutcomeUnknownError,
     Recovered,
     RecoveryEvent,
@@ -204,6 +213,10 @@ def run_aio_pika(broker: Broker, rounds: int, interval: float) -> list[float]:
 WINDOW: Final = 50
 #: Messages published before the closes start; then batches of WINDOW until they end.
 FIRST_BATCH: Final = 2000
+#: The consumer is done once it had nothing for this long after the last confirmed message.
+IDLE: Final = 1.0
+#: How long a consumer waits for a delivery: longer than a node restart under load.
+RESTART_WAIT: Final = 300.0
 
 
 def close_connection(connection_name: str) -> None:
@@ -226,35 +239,78 @@ class _Ticket(Protocol):
 
 @final
 class Workload:
-    """What one adapter's run counts, and the closer: a thread that closes the connection
-    named :attr:`name` each time :attr:`published` grew by *gap*, once the previous recovery
-    ended."""
+    """What one adapter's run counts, and the closer: a thread that makes a fault (by default
+    closes the connection named :attr:`name`) each time :attr:`published` grew by *gap*, once
+    the previous recovery ended. A fault that restarts the broker returns when its port
+    opened again, from which the consumer's resume is timed."""
 
-    def __init__(self, closes: int, gap: int, rate: float) -> None:
+    def __init__(
+        self,
+        closes: int,
+        gap: int,
+        rate: float,
+        fault: Callable[[str], float | None] = lambda name: close_connection(name),
+        *,
+        durable: bool = False,
+    ) -> None:
         self.name = f"bench-recovery-{uuid.uuid4().hex[:12]}"
         self.queue = f"{self.name}-q"
         self.closes = closes
         self.gap = gap
         self.rate = rate
+        self.fault = fault
+        self.durable = durable
+        # persistent messages on a durable queue survive a kill -9 of the node once confirmed
+        self.properties = BasicProperties(delivery_mode=2) if durable else None
         self.started = time.monotonic()
         self.published = 0
         self.confirmed: set[int] = set()
         self.received: set[int] = set()
+        self.deliveries = 0
+        self.last_delivery = time.monotonic()
         self.unknown = 0
         self.stale = 0
+        self.left = 0
         self.recoveries: list[Recovered] = []
+        self.port_opened: float | None = None
+        self.recovery_times: list[float] = []
+        self.resume_times: list[float] = []
         self.next_ident = FIRST_BATCH
         self._recovered = threading.Semaphore(0)
         self.closing = threading.Thread(target=self._close_repeatedly, daemon=True)
         self.closer_error: BaseException | None = None
 
     def policy(self) -> RecoveryPolicy:
-        return RecoveryPolicy(initial_delay=0.05, multiplier=1, jitter=0, max_duration=60)
+        # a node restart under load takes tens of seconds; a forced close far less
+        limit = 300 if self.durable else 60
+        return RecoveryPolicy(
+            initial_delay=0.05, multiplier=1, jitter=0, max_duration=limit, publish_wait=limit
+        )
 
     def on_event(self, event: RecoveryEvent) -> None:
         if isinstance(event, Recovered):
+            if self.port_opened is not None:
+                self.recovery_times.append(time.monotonic() - self.port_opened)
             self.recoveries.append(event)
             self._recovered.release()
+
+    def record(self, ident: int) -> None:
+        """The consumer got message *ident*; the first delivery after a restart times the
+        resume."""
+        now = time.monotonic()
+        if self.port_opened is not None and len(self.resume_times) < len(self.recovery_times):
+            self.resume_times.append(now - self.port_opened)
+        self.deliveries += 1
+        self.last_delivery = now
+        self.received.add(ident)
+
+    def finished(self, deadline: float) -> bool:
+        """Every confirmed message arrived and the consumer has had nothing for a while (so
+        redeliveries are in), or the deadline passed."""
+        now = time.monotonic()
+        if now > deadline:
+            return True
+        return self.all_received() and now - self.last_delivery > IDLE
 
     def _close_repeatedly(self) -> None:
         try:
@@ -262,8 +318,10 @@ class Workload:
                 mark = self.published
                 while self.published < mark + self.gap:
                     time.sleep(0.01)
-                close_connection(self.name)
-                if not self._recovered.acquire(timeout=120):
+                opened = self.fault(self.name)
+                if opened is not None:
+                    self.port_opened = opened
+                if not self._recovered.acquire(timeout=300):
                     raise RuntimeError(f"no recovery after close {done + 1}")
         except BaseException as exc:
             self.closer_error = exc
@@ -315,14 +373,14 @@ def forced_asyncio(url: str, work: Workload) -> None:
         ) as conn:
             pub_ch = await conn.open_channel()
             sub_ch = await conn.open_channel()
-            await pub_ch.queue_declare(work.queue)
+            await pub_ch.queue_declare(work.queue, durable=work.durable)
             try:
                 await sub_ch.basic_qos(100)
 
                 async def consume() -> None:
                     async with sub_ch.basic_consume(work.queue) as consumer:
                         async for message in consumer:
-                            work.received.add(int(message.body))
+                            work.record(int(message.body))
                             try:
                                 await message.ack()
                             except StaleDeliveryError:
@@ -339,7 +397,11 @@ def forced_asyncio(url: str, work: Workload) -> None:
                     while batch:
                         tickets: list[tuple[int, amqp_asyncio.PublishTicket]] = []
                         for ident in batch:
-                            ticket = await publisher.publish(b"%d" % ident, routing_key=work.queue)
+                            # tickets carry the outcomes; untaken failures would raise
+                            publisher.take_failures()
+                            ticket = await publisher.publish(
+                                b"%d" % ident, routing_key=work.queue, properties=work.properties
+                            )
                             tickets.append((ident, ticket))
                             work.published += 1
                             await asyncio.sleep(work.pause())
@@ -348,15 +410,15 @@ def forced_asyncio(url: str, work: Workload) -> None:
                         publisher.take_failures()
                 await asyncio.to_thread(work.closing.join)
                 work.check_closer()
-                async with asyncio.timeout(WAIT):
-                    while not work.all_received():
-                        await asyncio.sleep(0.05)
+                deadline = time.monotonic() + WAIT
+                while not work.finished(deadline):
+                    await asyncio.sleep(0.05)
                 for task in tasks:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
             finally:
                 async with conn.channel() as cleanup:
-                    await cleanup.queue_delete(work.queue)
+                    work.left = await cleanup.queue_delete(work.queue)
 
     asyncio.run(main())
 
@@ -368,14 +430,14 @@ def forced_trio(url: str, work: Workload) -> None:
         ) as conn:
             pub_ch = await conn.open_channel()
             sub_ch = await conn.open_channel()
-            await pub_ch.queue_declare(work.queue)
+            await pub_ch.queue_declare(work.queue, durable=work.durable)
             try:
                 await sub_ch.basic_qos(100)
 
                 async def consume() -> None:
                     async with sub_ch.basic_consume(work.queue) as consumer:
                         async for message in consumer:
-                            work.received.add(int(message.body))
+                            work.record(int(message.body))
                             try:
                                 await message.ack()
                             except StaleDeliveryError:
@@ -394,8 +456,12 @@ def forced_trio(url: str, work: Workload) -> None:
                         while batch:
                             tickets: list[tuple[int, amqp_trio.PublishTicket]] = []
                             for ident in batch:
+                                # tickets carry the outcomes; untaken failures would raise
+                                publisher.take_failures()
                                 ticket = await publisher.publish(
-                                    b"%d" % ident, routing_key=work.queue
+                                    b"%d" % ident,
+                                    routing_key=work.queue,
+                                    properties=work.properties,
                                 )
                                 tickets.append((ident, ticket))
                                 work.published += 1
@@ -405,14 +471,14 @@ def forced_trio(url: str, work: Workload) -> None:
                             publisher.take_failures()
                     await trio.to_thread.run_sync(work.closing.join)
                     work.check_closer()
-                    with trio.fail_after(WAIT):
-                        while not work.all_received():
-                            await trio.sleep(0.05)
+                    deadline = time.monotonic() + WAIT
+                    while not work.finished(deadline):
+                        await trio.sleep(0.05)
                     nursery.cancel_scope.cancel()
             finally:
                 with trio.CancelScope(shield=True):
                     async with conn.channel() as cleanup:
-                        await cleanup.queue_delete(work.queue)
+                        work.left = await cleanup.queue_delete(work.queue)
 
     trio.run(main)
 
@@ -422,14 +488,14 @@ def forced_blocking(url: str, work: Workload) -> None:
         conn.on_recovery(work.on_event)
         pub_ch = conn.channel()
         sub_ch = conn.channel()
-        pub_ch.queue_declare(work.queue)
+        pub_ch.queue_declare(work.queue, durable=work.durable)
         try:
             sub_ch.basic_qos(100)
             consumer = sub_ch.basic_consume(work.queue)
 
             def consume() -> None:
-                while (message := consumer.get(WAIT)) is not None:
-                    work.received.add(int(message.body))
+                while (message := consumer.get(RESTART_WAIT)) is not None:
+                    work.record(int(message.body))
                     try:
                         message.ack()
                     except StaleDeliveryError:
@@ -443,8 +509,17 @@ def forced_blocking(url: str, work: Workload) -> None:
                 while batch:
                     tickets: list[tuple[int, amqp_blocking.PublishTicket]] = []
                     for ident in batch:
+                        # tickets carry the outcomes; untaken failures would raise
+                        publisher.take_failures()
                         tickets.append(
-                            (ident, publisher.publish(b"%d" % ident, routing_key=work.queue))
+                            (
+                                ident,
+                                publisher.publish(
+                                    b"%d" % ident,
+                                    routing_key=work.queue,
+                                    properties=work.properties,
+                                ),
+                            )
                         )
                         work.published += 1
                         time.sleep(work.pause())
@@ -454,21 +529,24 @@ def forced_blocking(url: str, work: Workload) -> None:
             work.closing.join()
             work.check_closer()
             deadline = time.monotonic() + WAIT
-            while not work.all_received() and time.monotonic() < deadline:
+            while not work.finished(deadline):
                 time.sleep(0.05)
             consumer.close()
             consuming.join(WAIT)
         finally:
             with conn.channel() as cleanup:
-                cleanup.queue_delete(work.queue)
+                work.left = cleanup.queue_delete(work.queue)
+
+
+RUNNERS: Final[dict[str, Callable[[str, Workload], None]]] = {
+    "asyncio": forced_asyncio,
+    "trio": forced_trio,
+    "blocking": forced_blocking,
+}
 
 
 def forced_closes(args: argparse.Namespace) -> None:
-    runners: dict[str, Callable[[str, Workload], None]] = {
-        "asyncio": forced_asyncio,
-        "trio": forced_trio,
-        "blocking": forced_blocking,
-    }
+    runners = RUNNERS
     clients = args.clients.split(",") if args.clients else list(runners)
     print(
         f"{args.forced_closes} forced closes (rabbitmqctl close_connection) per adapter during "
@@ -498,6 +576,60 @@ def forced_closes(args: argparse.Namespace) -> None:
         )
 
 
+def _milliseconds(times: Sequence[float]) -> str:
+    if not times:
+        return f"{'-':>7} {'-':>7}"
+    return f"{statistics.median(times) * 1000:>5.0f}ms {max(times) * 1000:>5.0f}ms"
+
+
+def node_kills(args: argparse.Namespace) -> None:
+    """The forced-close workload with a durable queue and persistent messages, but each fault is
+    a ``kill -9`` of a private RabbitMQ node and its restart on the same port with its data."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from tests.support.rabbitmq_node import rabbitmq_node
+    finally:
+        sys.path.remove(str(ROOT))
+    clients = args.clients.split(",") if args.clients else list(RUNNERS)
+    print(
+        f"{args.node_kills} kill -9 + restarts of a private RabbitMQ node per adapter during "
+        f"pipelined confirmed publishing (window {WINDOW}, persistent, durable queue) and "
+        f"consuming (prefetch 100), one kill per {args.gap} publishes, at most "
+        f"{args.rate:.0f} publishes/s; recovered = port open to Recovered, resumed = port open "
+        "to the consumer's next delivery (median, max)"
+    )
+    print(
+        f"{'client':<9} {'lost':>4} {'unproc':>6} {'dups':>5} {'unknown':>7} {'stale':>5} "
+        f"{'kills':>5} {'recovered':>15} {'resumed':>15} {'wall':>7}"
+    )
+    with rabbitmq_node() as node:
+
+        def kill_and_restart(_name: str) -> float:
+            node.kill()
+            node.start()
+            return time.monotonic()
+
+        for name in clients:
+            work = Workload(args.node_kills, args.gap, args.rate, kill_and_restart, durable=True)
+            started = time.monotonic()
+            try:
+                RUNNERS[name](node.url, work)
+            except Exception as exc:  # a client that loses its way is a result, not a crash
+                traceback.print_exc()
+                print(f"{name:<9} failed after {len(work.recoveries)} recoveries: {exc!r}")
+                continue
+            wall = time.monotonic() - started
+            lost = len(work.confirmed - work.received)
+            duplicates = work.deliveries - len(work.received)
+            print(
+                f"{name:<9} {lost:>4} {work.left:>6} {duplicates:>5} {work.unknown:>7} "
+                f"{work.stale:>5} {len(work.recoveries):>5} "
+                f"{_milliseconds(work.recovery_times):>15} {_milliseconds(work.resume_times):>15} "
+                f"{wall:>6.0f}s",
+                flush=True,
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=10)
@@ -516,12 +648,22 @@ def main() -> None:
         metavar="N",
         help="instead of restarts: N forced closes (100 if N is left out) against RabbitMQ",
     )
+    parser.add_argument(
+        "--node-kills",
+        type=int,
+        metavar="N",
+        help="instead of restarts: N kill -9 + restarts of a private RabbitMQ node per adapter",
+    )
     parser.add_argument("--gap", type=int, default=50, help="publishes between forced closes")
     parser.add_argument(
         "--rate", type=float, default=1000, help="at most this many publishes a second"
     )
     parser.add_argument("--url", default=os.environ.get("AMQP_URL", DEFAULT_URL))
     args = parser.parse_args()
+    if args.node_kills is not None:
+        logging.basicConfig(level=logging.ERROR)
+        node_kills(args)
+        return
     if args.forced_closes is not None:
         logging.basicConfig(level=logging.ERROR)  # not a warning per close
         forced_closes(args)

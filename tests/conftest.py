@@ -31,7 +31,10 @@ import pytest
 from amqp_sansio.client import ConnectionParameters
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from amqp_broker import BrokerThread
+    from tests.support.rabbitmq_node import RabbitMQNode
 
 # The project's own pytest plugin (also registered by its pytest11 entry point once installed):
 # the embedded broker the integration tests run against is its session broker.
@@ -122,7 +125,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.spark)
             # Under pytest-xdist one worker runs every Spark test: one JVM for all of them.
             item.add_marker(pytest.mark.xdist_group("spark"))
+        elif "private_rabbitmq" in getattr(item, "fixturenames", ()):
+            # One worker runs every test on the session's private node: one node, not two.
+            item.add_marker(pytest.mark.xdist_group("private_rabbitmq"))
         elif item.name.startswith("test_rabbitmq_scenario[blocked"):
             # Each sets and lifts RabbitMQ's memory alarm, which is broker-wide: one worker
             # runs them in turn, so one test's lift never ends another's alarm.
             item.add_marker(pytest.mark.xdist_group("rabbitmq_memory_alarm"))
+
+
+@pytest.fixture(scope="session")
+def private_rabbitmq() -> Iterator[RabbitMQNode]:
+    """One private RabbitMQ node for every test that kills or force-closes its broker (never the
+    shared one at 5672): started once (about 15 s of CPU), removed at the end."""
+    from tests.support.rabbitmq_node import rabbitmq_node
+
+    with rabbitmq_node() as node:
+        yield node

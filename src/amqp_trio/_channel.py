@@ -25,6 +25,7 @@ from amqp_sansio import (
 from amqp_sansio.client import (
     AMQPError,
     ChannelClosedError,
+    ConnectionLostError,
     ConsumerCancelledError,
     PublisherCounts,
     PublishOutcome,
@@ -377,7 +378,13 @@ class Publisher(PublisherCounts):
         self._count_published()
         wire = channel._wire  # the channel's: a recovered connection has a new one
         if wire.note_output():
-            await wire.output_turn()
+            try:
+                await wire.output_turn()
+            except ConnectionLostError:
+                # Under recovery the loss settles this ticket as an unknown outcome, as it
+                # does the others in flight; without recovery the caller sees the loss.
+                if conn._policy is None:
+                    raise
         return ticket
 
     async def wait_for_confirms(self) -> None:

@@ -95,6 +95,20 @@ class RabbitMQNode:
         )
         return done.stdout
 
+    def restart(self) -> float:
+        """SIGKILL the node and start it again; the monotonic time its port accepted again."""
+        self.kill()
+        self.start()
+        return time.monotonic()
+
+    def close_connection(self, connection_name: str) -> None:
+        """``rabbitmqctl close_connection`` on this node, for the connection with this name."""
+        for line in self.ctl("list_connections", "pid", "client_properties").splitlines():
+            if f'"{connection_name}"' in line:
+                self.ctl("close_connection", line.split("\t", 1)[0], "test")
+                return
+        raise AssertionError(f"no connection named {connection_name!r} on {self.name}")
+
     def kill(self) -> None:
         """SIGKILL the node's process group (its beam.smp and helpers; epmd is shared and
         stays)."""

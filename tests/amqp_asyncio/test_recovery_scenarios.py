@@ -1,0 +1,69 @@
+"""The shared recovery scenarios (tests/support/recovery_scenarios.py) through amqp_asyncio
+(``asyncio.run``): a backlog of at least the prefetch when the connection is force-closed (shared
+RabbitMQ, found by its name) and when a private node is SIGKILLed and restarted or force-closes
+it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Final
+
+import pytest
+
+import amqp_asyncio
+
+from ..support.rabbitmqctl import connection_pid, rabbitmqctl
+from ..support.recovery_scenarios import (
+    BacklogCounts,
+    RecoveringConnect,
+    scenario_backlog_fault,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..support.rabbitmq_node import RabbitMQNode
+
+pytestmark = pytest.mark.rabbitmq
+
+#: Generous: a node restart under load takes tens of seconds; a hang is a bug.
+_TIMEOUT: Final = 300
+#: The consumer resumes this soon after the node's port opens (measured; generous bound).
+_RESUME_BOUND: Final = 30.0
+
+
+def _forced_close(name: str) -> None:
+    rabbitmqctl("close_connection", connection_pid(name), "test")
+
+
+async def _bounded(
+    connect: RecoveringConnect, url: str, fault: Callable[[str], float | None]
+) -> BacklogCounts:
+    async with asyncio.timeout(_TIMEOUT):
+        return await scenario_backlog_fault(connect, url, fault)
+
+
+def _check(counts: BacklogCounts) -> None:
+    assert counts.unprocessed == 0
+    assert counts.stale == 0  # every delivery after Recovered came on the live connection
+    print(counts)
+
+
+def test_backlog_forced_close(rabbitmq_url: str) -> None:
+    counts = asyncio.run(_bounded(amqp_asyncio.connect, rabbitmq_url, _forced_close))
+    _check(counts)
+    assert counts.recovered_after is None
+
+
+def test_backlog_node_kill(private_rabbitmq: RabbitMQNode) -> None:
+    node = private_rabbitmq
+    counts = asyncio.run(_bounded(amqp_asyncio.connect, node.url, lambda _: node.restart()))
+    _check(counts)
+    assert counts.resumed_after is not None
+    assert counts.resumed_after < _RESUME_BOUND
+
+
+def test_backlog_node_forced_close(private_rabbitmq: RabbitMQNode) -> None:
+    node = private_rabbitmq
+    counts = asyncio.run(_bounded(amqp_asyncio.connect, node.url, node.close_connection))
+    _check(counts)
