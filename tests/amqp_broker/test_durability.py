@@ -71,8 +71,22 @@ class _Sink:
         raise AssertionError(error)
 
 
+#: The stores the running test opened: closed after it (an open sqlite3 connection left to the
+#: garbage collector is a ResourceWarning on Python 3.13, in whichever test runs then).
+_OPENED: list[DurableStore] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_stores() -> Iterator[None]:
+    yield
+    while _OPENED:
+        _OPENED.pop().close()
+
+
 def _broker(folder: Path) -> Broker:
-    return Broker(clock=lambda: 0.0, wall_clock=lambda: 0.0, store=DurableStore(folder))
+    store = DurableStore(folder)
+    _OPENED.append(store)
+    return Broker(clock=lambda: 0.0, wall_clock=lambda: 0.0, store=store)
 
 
 def _restart(broker: Broker, folder: Path) -> Broker:

@@ -219,6 +219,7 @@ class DurableStore:
             if row is None:
                 self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (_SCHEMA_VERSION,))
             elif row[0] != _SCHEMA_VERSION:
+                self._db.close()
                 raise StoreError(
                     f"the broker store {self.path} has schema {row[0]}, this broker reads "
                     f"{_SCHEMA_VERSION}"
