@@ -1,0 +1,630 @@
+"""The management API's endpoints over the model, with RabbitMQ 3.10's JSON field names,
+status codes and error bodies. Pure request -> response: :mod:`._http` does the I/O."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import TYPE_CHECKING, Final, final
+from urllib.parse import unquote, urlsplit
+
+import attrs
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
+
+from amqp_sansio import BasicProperties
+
+from .._errors import BrokerError
+from .._queues import Queue
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from prometheus_client.metrics_core import Metric
+
+    from .._broker import Broker
+    from .._message import Message
+    from .._permissions import User
+    from .._session import Session
+
+__all__ = ["ManagementApi", "Response"]
+
+_JSON: Final = ("content-type", "application/json")
+#: The tags that let a user into the management API (RabbitMQ's).
+MANAGEMENT_TAGS: Final = frozenset({"management", "policymaker", "monitoring", "administrator"})
+_NODE: Final = "rabbit@localhost"
+
+
+@final
+@attrs.frozen
+class Response:
+    """One HTTP answer."""
+
+    status: int
+    body: bytes = b""
+    headers: list[tuple[str, str]] = attrs.field(factory=list)
+
+
+def _json(status: int, value: object) -> Response:
+    return Response(status, json.dumps(value).encode(), [_JSON])
+
+
+def _error(status: int, error: str, reason: str) -> Response:
+    return _json(status, {"error": error, "reason": reason})
+
+
+_NOT_FOUND: Final = ("Object Not Found", "Not Found")
+
+
+class _Refusal(Exception):
+    def __init__(self, response: Response) -> None:
+        super().__init__(response.status)
+        self.response = response
+
+
+def _plain(value: object) -> object:
+    """A field value as JSON (tables and arrays nested; octets as text)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
+
+
+class _NoSink:
+    """The sink of the API's own short-lived connections: they never consume."""
+
+    def deliver(self, *args: object, **kwargs: object) -> None:
+        raise AssertionError("the management API does not consume")
+
+    def consumer_cancelled(self, channel: int, consumer_tag: str) -> None:
+        return None
+
+    def channel_failed(self, channel: int, error: BrokerError) -> None:
+        return None
+
+
+def _properties(properties: BasicProperties) -> dict[str, object]:
+    shown: dict[str, object] = {}
+    for field in attrs.fields(BasicProperties):
+        value = getattr(properties, field.name)
+        if value is not None:
+            shown[field.name] = _plain(value)
+    return shown
+
+
+@final
+class ManagementApi:
+    """Answers management requests for *broker*; *sessions* lists its open client
+    connections, *close* closes one (``connection.close`` 320)."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        sessions: Callable[[], list[Session]],
+        close: Callable[[Session, str], None],
+    ) -> None:
+        self.broker = broker
+        self._sessions = sessions
+        self._close = close
+
+    # --- entry --------------------------------------------------------------------------------
+
+    def handle(self, method: str, target: str, headers: dict[str, str], body: bytes) -> Response:
+        """The answer to one request."""
+        path = urlsplit(target).path
+        if path == "/metrics":
+            return self._metrics()
+        if not path.startswith("/api/"):
+            return _error(404, *_NOT_FOUND)
+        parts = [unquote(p) for p in path[len("/api/") :].rstrip("/").split("/")]
+        try:
+            user_name, user = self._authenticate(headers)
+            return self._route(method, parts, user_name, user, body)
+        except _Refusal as refusal:
+            return refusal.response
+        except BrokerError as exc:
+            return self._broker_error(exc)
+
+    def _authenticate(self, headers: dict[str, str]) -> tuple[str, User]:
+        unauthorised = Response(
+            401,
+            json.dumps({"error": "not_authorized", "reason": "Not_Authorized"}).encode(),
+            [_JSON, ("www-authenticate", 'Basic realm="RabbitMQ Management"')],
+        )
+        scheme, _, encoded = headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "basic":
+            raise _Refusal(unauthorised)
+        try:
+            name, _, password = base64.b64decode(encoded, validate=True).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            raise _Refusal(unauthorised) from None
+        user = self.broker.users.get(name)
+        if user is None or user.password != password:
+            raise _Refusal(unauthorised)
+        if not MANAGEMENT_TAGS & set(user.tags):
+            raise _Refusal(_error(401, "not_authorized", "Not management user"))
+        return name, user
+
+    def _broker_error(self, exc: BrokerError) -> Response:
+        if exc.reply_code == 404:
+            return _error(404, *_NOT_FOUND)
+        if exc.reply_code in (403, 530):
+            return _error(401, "not_authorized", exc.reply_text)
+        return _error(400, "bad_request", exc.reply_text)
+
+    # --- routing ------------------------------------------------------------------------------
+
+    def _route(  # noqa: C901, PLR0911, PLR0912  # one table of endpoints
+        self, method: str, parts: list[str], name: str, user: User, body: bytes
+    ) -> Response:
+        head, rest = parts[0], parts[1:]
+        read_only = method in ("GET", "HEAD")
+        if head == "overview" and not rest and read_only:
+            return _json(200, self._overview())
+        if head == "whoami" and not rest and read_only:
+            return _json(200, {"name": name, "tags": list(user.tags)})
+        if head == "healthchecks" and rest == ["node"] and read_only:
+            return _json(200, {"status": "ok"})
+        if head == "aliveness-test" and len(rest) == 1 and read_only:
+            return self._aliveness(rest[0], name)
+        if head == "vhosts" and read_only:
+            return self._vhosts(rest, name, user)
+        if head == "queues":
+            return self._queues(method, rest, name, user, body)
+        if head == "exchanges" and read_only and len(rest) <= 2:
+            return self._listing(self._exchanges(name), rest, "exchange")
+        if head == "bindings" and read_only and len(rest) <= 1:
+            return self._listing(self._bindings(name), rest, None)
+        if head == "connections":
+            return self._connections(method, rest, name, user)
+        if head == "definitions" and not rest and read_only:
+            self._require(user, "administrator")
+            return _json(200, self._definitions())
+        if head in ("overview", "whoami", "healthchecks", "vhosts", "exchanges", "bindings",
+                    "definitions", "aliveness-test"):
+            return _error(405, "Method Not Allowed", "Method Not Allowed")
+        return _error(404, *_NOT_FOUND)
+
+    @staticmethod
+    def _require(user: User, tag: str) -> None:
+        if tag not in user.tags:
+            raise _Refusal(_error(401, "not_authorized", "Not administrator user"))
+
+    def _visible(self, name: str, vhost: str) -> bool:
+        return self.broker.users.permission(name, vhost) is not None
+
+    def _vhost_of(self, vhost: str, name: str) -> None:
+        if vhost not in self.broker.vhosts:
+            raise _Refusal(_error(404, *_NOT_FOUND))
+        if not self._visible(name, vhost):
+            raise _Refusal(_error(401, "not_authorized", "Not_Authorized"))
+
+    def _listing(
+        self, items: list[dict[str, object]], rest: list[str], kind: str | None
+    ) -> Response:
+        if rest:
+            self._vhost_known(rest[0])
+            items = [i for i in items if i["vhost"] == rest[0]]
+        if kind is not None and len(rest) == 2:
+            for item in items:
+                if item["name"] == rest[1]:
+                    return _json(200, item)
+            return _error(404, *_NOT_FOUND)
+        return _json(200, items)
+
+    def _vhost_known(self, vhost: str) -> None:
+        if vhost not in self.broker.vhosts:
+            raise _Refusal(_error(404, *_NOT_FOUND))
+
+    # --- endpoints ----------------------------------------------------------------------------
+
+    def _overview(self) -> dict[str, object]:
+        queues = [q for v in self.broker.vhosts.values() for q in v.queues.values()]
+        sessions = self._sessions()
+        ready = sum(q.message_count for q in queues)
+        unacked = sum(self._unacked().values())
+        options = self.broker.options
+        return {
+            "management_version": options.server_version,
+            "rabbitmq_version": options.server_version,
+            "product_name": options.server_product,
+            "product_version": options.server_version,
+            "cluster_name": _NODE,
+            "node": _NODE,
+            "object_totals": {
+                "connections": len(sessions),
+                "channels": sum(self._channels(s) for s in sessions),
+                "exchanges": sum(len(v.exchanges) for v in self.broker.vhosts.values()),
+                "queues": len(queues),
+                "consumers": sum(len(q.consumers) for q in queues),
+            },
+            "queue_totals": {
+                "messages": ready + unacked,
+                "messages_ready": ready,
+                "messages_unacknowledged": unacked,
+            },
+        }
+
+    def _aliveness(self, vhost: str, name: str) -> Response:
+        self._vhost_of(vhost, name)
+        return _json(200, {"status": "ok"})
+
+    def _vhosts(self, rest: list[str], name: str, user: User) -> Response:
+        shown = [
+            {"name": v, "description": "", "tags": [], "tracing": False}
+            for v in self.broker.vhosts
+            if self._visible(name, v)
+        ]
+        if not rest:
+            return _json(200, shown)
+        for vhost in shown:
+            if vhost["name"] == rest[0] and len(rest) == 1:
+                return _json(200, vhost)
+        return _error(404, *_NOT_FOUND)
+
+    def _unacked(self) -> dict[tuple[str, str], int]:
+        counts: dict[tuple[str, str], int] = {}
+        for session in self._sessions():
+            connection = session.connection
+            if connection is None:
+                continue
+            for channel in connection.channels.values():
+                for record in channel.unacked.values():
+                    key = (record.queue.vhost_name, record.queue.name)
+                    counts[key] = counts.get(key, 0) + 1
+        return counts
+
+    @staticmethod
+    def _channels(session: Session) -> int:
+        return 0 if session.connection is None else len(session.connection.channels)
+
+    def _queue_json(self, queue: Queue, unacked: int) -> dict[str, object]:
+        ready = queue.message_count
+        return {
+            "name": queue.name,
+            "vhost": queue.vhost_name,
+            "durable": queue.durable,
+            "auto_delete": queue.auto_delete,
+            "exclusive": queue.exclusive_owner is not None,
+            "arguments": _plain(queue.arguments),
+            "type": queue.type,
+            "node": _NODE,
+            "state": "running",
+            "policy": queue.policy,
+            "consumers": len(queue.consumers),
+            "messages": ready + unacked,
+            "messages_ready": ready,
+            "messages_unacknowledged": unacked,
+        }
+
+    def _all_queues(self, name: str) -> list[dict[str, object]]:
+        unacked = self._unacked()
+        return [
+            self._queue_json(q, unacked.get((v.name, q.name), 0))
+            for v in self.broker.vhosts.values()
+            if self._visible(name, v.name)
+            for q in v.queues.values()
+        ]
+
+    def _queues(
+        self, method: str, rest: list[str], name: str, user: User, body: bytes
+    ) -> Response:
+        if len(rest) <= 2 and method in ("GET", "HEAD"):
+            return self._listing(self._all_queues(name), rest, "queue")
+        if len(rest) == 2 and method == "PUT":
+            return self._declare(rest[0], rest[1], name, body)
+        if len(rest) == 2 and method == "DELETE":
+            self._vhost_of(rest[0], name)
+            if rest[1] not in self.broker.vhosts[rest[0]].queues:
+                return _error(404, *_NOT_FOUND)
+            with self._channel(rest[0], name) as channel:
+                channel.queue_delete(rest[1])
+            return Response(204)
+        if len(rest) == 3 and rest[2] == "contents" and method == "DELETE":
+            self._vhost_of(rest[0], name)
+            with self._channel(rest[0], name) as channel:
+                channel.queue_purge(rest[1])
+            return Response(204)
+        if len(rest) == 3 and rest[2] == "get" and method == "POST":
+            return self._get(rest[0], rest[1], name, body)
+        if len(rest) <= 3:
+            return _error(405, "Method Not Allowed", "Method Not Allowed")
+        return _error(404, *_NOT_FOUND)
+
+    def _body(self, body: bytes) -> dict[str, object]:
+        try:
+            value = json.loads(body or b"{}")
+        except (ValueError, UnicodeDecodeError):
+            raise _Refusal(_error(400, "bad_request", "not_json")) from None
+        if not isinstance(value, dict):
+            raise _Refusal(_error(400, "bad_request", "not_json"))
+        return value
+
+    def _declare(self, vhost: str, queue: str, name: str, body: bytes) -> Response:
+        self._vhost_of(vhost, name)
+        request = self._body(body)
+        arguments = request.get("arguments", {})
+        durable = request.get("durable", True)
+        auto_delete = request.get("auto_delete", False)
+        if not isinstance(arguments, dict) or not isinstance(durable, bool) \
+                or not isinstance(auto_delete, bool):
+            return _error(400, "bad_request", "bad_request")
+        existed = queue in self.broker.vhosts[vhost].queues
+        with self._channel(vhost, name) as channel:
+            channel.queue_declare(
+                queue, durable=durable, auto_delete=auto_delete, arguments=arguments
+            )
+        return Response(204 if existed else 201)
+
+    def _get(self, vhost: str, queue: str, name: str, body: bytes) -> Response:
+        self._vhost_of(vhost, name)
+        request = self._body(body)
+        count = request.get("count", 1)
+        ackmode = request.get("ackmode")
+        encoding = request.get("encoding", "auto")
+        truncate = request.get("truncate")
+        modes = ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true",
+                 "reject_requeue_false")
+        if not isinstance(count, int) or ackmode not in modes or encoding not in ("auto", "base64"):
+            return _error(400, "bad_request", "bad_request")
+        requeue = ackmode in ("ack_requeue_true", "reject_requeue_true")
+        taken: list[dict[str, object]] = []
+        with self._channel(vhost, name) as channel:
+            for _ in range(count):
+                got = channel.get(queue, no_ack=not requeue)
+                if got is None:
+                    break
+                taken.append(self._message(got.message, got.redelivered, got.message_count,
+                                           encoding, truncate))
+        return _json(200, taken)  # leaving the block requeues what requeue left unacked
+
+    @staticmethod
+    def _message(message: Message, redelivered: bool, left: int, encoding: str,
+                 truncate: object) -> dict[str, object]:
+        body = bytes(message.body)
+        size = len(body)
+        if isinstance(truncate, int) and truncate >= 0:
+            body = body[:truncate]
+        try:
+            if encoding == "base64":
+                raise UnicodeDecodeError("utf-8", b"", 0, 1, "base64 asked")
+            payload, kind = body.decode("utf-8"), "string"
+        except UnicodeDecodeError:
+            payload, kind = base64.b64encode(body).decode("ascii"), "base64"
+        return {
+            "payload_bytes": size,
+            "redelivered": redelivered,
+            "exchange": message.exchange,
+            "routing_key": message.routing_key,
+            "message_count": left,
+            "properties": _properties(message.properties),
+            "payload": payload,
+            "payload_encoding": kind,
+        }
+
+    def _channel(self, vhost: str, name: str) -> _ApiChannel:
+        return _ApiChannel(self.broker, vhost, name)
+
+    def _exchanges(self, name: str) -> list[dict[str, object]]:
+        return [
+            {
+                "name": e.name,
+                "vhost": v.name,
+                "type": e.type,
+                "durable": e.durable,
+                "auto_delete": e.auto_delete,
+                "internal": e.internal,
+                "arguments": _plain(e.arguments),
+                "user_who_performed_action": "rmq-internal" if e.name.startswith("amq.")
+                or not e.name else "",
+            }
+            for v in self.broker.vhosts.values()
+            if self._visible(name, v.name)
+            for e in v.exchanges.values()
+        ]
+
+    def _bindings(self, name: str) -> list[dict[str, object]]:
+        shown: list[dict[str, object]] = []
+        for v in self.broker.vhosts.values():
+            if not self._visible(name, v.name):
+                continue
+            # RabbitMQ lists each queue's binding to the default exchange first.
+            shown.extend(
+                self._binding(v.name, "", q.name, "queue", q.name, {}) for q in v.queues.values()
+            )
+            for e in v.exchanges.values():
+                if not e.name:
+                    continue
+                for b in e.bindings.values():
+                    kind = "queue" if isinstance(b.destination, Queue) else "exchange"
+                    shown.append(self._binding(v.name, e.name, b.destination.name, kind,
+                                               b.routing_key, b.arguments))
+        return shown
+
+    @staticmethod
+    def _binding(vhost: str, source: str, destination: str, kind: str, key: str,
+                 arguments: object) -> dict[str, object]:
+        return {
+            "source": source,
+            "vhost": vhost,
+            "destination": destination,
+            "destination_type": kind,
+            "routing_key": key,
+            "arguments": _plain(arguments),
+            "properties_key": key.replace("%", "%25") or "~",
+        }
+
+    def _connection_json(self, session: Session) -> dict[str, object]:
+        connection = session.connection
+        return {
+            "name": self._connection_name(session),
+            "peer_host": session.peer.rpartition(":")[0],
+            "peer_port": int(session.peer.rpartition(":")[2] or 0),
+            "user": session.username or "",
+            "vhost": "" if connection is None else connection.vhost.name,
+            "channels": self._channels(session),
+            "node": _NODE,
+            "state": "running",
+            "protocol": "AMQP 0-9-1",
+            "type": "network",
+            "client_properties": _plain(session.client_properties),
+            "user_provided_name": session.connection_name,
+        }
+
+    @staticmethod
+    def _connection_name(session: Session) -> str:
+        return session.connection_name or session.peer
+
+    def _connections(self, method: str, rest: list[str], name: str, user: User) -> Response:
+        admin = "administrator" in user.tags or "monitoring" in user.tags
+        mine = [s for s in self._sessions() if admin or s.username == name]
+        if not rest and method in ("GET", "HEAD"):
+            return _json(200, [self._connection_json(s) for s in mine])
+        if len(rest) != 1:
+            return _error(404, *_NOT_FOUND)
+        found = [s for s in mine if self._connection_name(s) == rest[0]]
+        if not found:
+            return _error(404, *_NOT_FOUND)
+        if method in ("GET", "HEAD"):
+            return _json(200, self._connection_json(found[0]))
+        if method == "DELETE":
+            for session in found:
+                self._close(session, "CONNECTION_FORCED - Closed via management plugin")
+            return Response(204)
+        return _error(405, "Method Not Allowed", "Method Not Allowed")
+
+    def _definitions(self) -> dict[str, object]:
+        broker = self.broker
+        users = []
+        permissions = []
+        for user_name in broker.users.names():
+            user = broker.users.get(user_name)
+            assert user is not None
+            users.append({"name": user_name, "password_hash": "", "hashing_algorithm":
+                          "rabbit_password_hashing_sha256", "tags": list(user.tags),
+                          "limits": {}})
+            for vhost in broker.vhosts:
+                permission = broker.users.permission(user_name, vhost)
+                if permission is not None:
+                    permissions.append({"user": user_name, "vhost": vhost,
+                                        "configure": permission.configure,
+                                        "write": permission.write, "read": permission.read})
+        queues = [
+            {"name": q.name, "vhost": v.name, "durable": q.durable,
+             "auto_delete": q.auto_delete, "arguments": _plain(q.arguments)}
+            for v in broker.vhosts.values() for q in v.queues.values()
+            if q.exclusive_owner is None
+        ]
+        exchanges = [
+            {"name": e.name, "vhost": v.name, "type": e.type, "durable": e.durable,
+             "auto_delete": e.auto_delete, "internal": e.internal,
+             "arguments": _plain(e.arguments)}
+            for v in broker.vhosts.values() for e in v.exchanges.values()
+            if e.name and not e.name.startswith("amq.")
+        ]
+        bindings = [b for b in self._bindings_unfiltered() if b["source"]]
+        policies = [
+            {"vhost": v.name, "name": p.name, "pattern": p.pattern, "apply-to": p.apply_to,
+             "definition": _plain(p.definition), "priority": p.priority}
+            for v in broker.vhosts.values() for p in v.policies.values()
+        ]
+        return {
+            "rabbit_version": broker.options.server_version,
+            "rabbitmq_version": broker.options.server_version,
+            "product_name": broker.options.server_product,
+            "product_version": broker.options.server_version,
+            "users": users,
+            "vhosts": [{"name": v, "description": "", "tags": [], "metadata": {}}
+                       for v in broker.vhosts],
+            "permissions": permissions,
+            "topic_permissions": [],
+            "parameters": [],
+            "global_parameters": [],
+            "policies": policies,
+            "queues": queues,
+            "exchanges": exchanges,
+            "bindings": [{k: b[k] for k in ("source", "vhost", "destination",
+                                             "destination_type", "routing_key", "arguments")}
+                         for b in bindings],
+        }
+
+    def _bindings_unfiltered(self) -> list[dict[str, object]]:
+        shown: list[dict[str, object]] = []
+        for v in self.broker.vhosts.values():
+            for e in v.exchanges.values():
+                for b in e.bindings.values():
+                    kind = "queue" if isinstance(b.destination, Queue) else "exchange"
+                    shown.append(self._binding(v.name, e.name, b.destination.name, kind,
+                                               b.routing_key, b.arguments))
+        return shown
+
+    # --- /metrics -----------------------------------------------------------------------------
+
+    def _metrics(self) -> Response:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Collector(self))
+        return Response(200, generate_latest(registry), [("content-type", CONTENT_TYPE_LATEST)])
+
+
+class _Collector:
+    """rabbitmq_prometheus's aggregated metrics (its ``/metrics``, not ``/per-object``)."""
+
+    def __init__(self, api: ManagementApi) -> None:
+        self._api = api
+
+    def collect(self) -> Iterator[Metric]:
+        api = self._api
+        broker = api.broker
+        queues = [q for v in broker.vhosts.values() for q in v.queues.values()]
+        sessions = api._sessions()  # noqa: SLF001  # the same module's helper
+        unacked = sum(api._unacked().values())  # noqa: SLF001
+        ready = sum(q.message_count for q in queues)
+
+        def gauge(name: str, text: str, value: float) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, text, value=value)
+
+        yield gauge("rabbitmq_connections", "Connections currently open", len(sessions))
+        yield gauge("rabbitmq_channels", "Channels currently open",
+                    sum(ManagementApi._channels(s) for s in sessions))  # noqa: SLF001
+        yield gauge("rabbitmq_queues", "Queues available", len(queues))
+        yield gauge("rabbitmq_consumers", "Consumers currently connected",
+                    sum(len(q.consumers) for q in queues))
+        yield gauge("rabbitmq_queue_messages_ready", "Messages ready to be delivered to consumers",
+                    ready)
+        yield gauge("rabbitmq_queue_messages_unacked",
+                    "Messages delivered to consumers but not yet acknowledged", unacked)
+        yield gauge("rabbitmq_queue_messages", "Sum of ready and unacknowledged messages",
+                    ready + unacked)
+        yield InfoMetricFamily(
+            "rabbitmq_build", "RabbitMQ & Erlang/OTP version info",
+            value={"rabbitmq_version": broker.options.server_version, "product_name":
+                   broker.options.server_product, "product_version": broker.options.server_version},
+        )
+        yield InfoMetricFamily("rabbitmq_identity", "RabbitMQ node & cluster identity info",
+                               value={"rabbitmq_node": _NODE, "rabbitmq_cluster": _NODE})
+
+
+class _ApiChannel:
+    """A connection and channel of the API's own, for one request, as the user who made it
+    (so permissions apply as to an AMQP client); closing it requeues what it left unacked."""
+
+    def __init__(self, broker: Broker, vhost: str, user: str) -> None:
+        self._connection = broker.connect(
+            vhost, _NoSink(), user=user, permission=broker.users.permission(user, vhost)
+        )
+
+    def __enter__(self) -> ModelChannel:
+        return self._connection.open_channel(1)
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._connection.close()
+
+
+if TYPE_CHECKING:
+    from .._channel import ModelChannel
