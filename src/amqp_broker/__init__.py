@@ -48,6 +48,7 @@ from ._routing import topic_matches
 from ._server import (
     BrokerThread,
     close_connection,
+    management_url,
     inspect,
     make_broker,
     run_in_thread,
@@ -90,6 +91,7 @@ __all__ = [
     "StoreError",
     "User",
     "close_connection",
+    "management_url",
     "handle_0_10",
     "inspect",
     "load_config",

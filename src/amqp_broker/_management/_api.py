@@ -57,6 +57,10 @@ def _error(status: int, error: str, reason: str) -> Response:
 _NOT_FOUND: Final = ("Object Not Found", "Not Found")
 
 
+def _describe(vhost: str) -> str:
+    return "Default virtual host" if vhost == "/" else ""
+
+
 class _Refusal(Exception):
     def __init__(self, response: Response) -> None:
         super().__init__(response.status)
@@ -132,21 +136,19 @@ class ManagementApi:
             return self._broker_error(exc)
 
     def _authenticate(self, headers: dict[str, str]) -> tuple[str, User]:
-        unauthorised = Response(
-            401,
-            json.dumps({"error": "not_authorized", "reason": "Not_Authorized"}).encode(),
-            [_JSON, ("www-authenticate", 'Basic realm="RabbitMQ Management"')],
-        )
+        # RabbitMQ: no credentials, an empty 401 with the challenge; wrong ones, "Login failed".
+        challenge = Response(401, b"", [("www-authenticate", 'Basic realm="RabbitMQ Management"')])
+        failed = _error(401, "not_authorized", "Login failed")
         scheme, _, encoded = headers.get("authorization", "").partition(" ")
         if scheme.lower() != "basic":
-            raise _Refusal(unauthorised)
+            raise _Refusal(challenge)
         try:
             name, _, password = base64.b64decode(encoded, validate=True).decode().partition(":")
         except (binascii.Error, UnicodeDecodeError):
-            raise _Refusal(unauthorised) from None
+            raise _Refusal(failed) from None
         user = self.broker.users.get(name)
         if user is None or user.password != password:
-            raise _Refusal(unauthorised)
+            raise _Refusal(failed)
         if not MANAGEMENT_TAGS & set(user.tags):
             raise _Refusal(_error(401, "not_authorized", "Not management user"))
         return name, user
@@ -156,7 +158,8 @@ class ManagementApi:
             return _error(404, *_NOT_FOUND)
         if exc.reply_code in (403, 530):
             return _error(401, "not_authorized", exc.reply_text)
-        return _error(400, "bad_request", exc.reply_text)
+        # The management API gives the text without AMQP's "NAME - " prefix.
+        return _error(400, "bad_request", exc.reply_text.partition(" - ")[2] or exc.reply_text)
 
     # --- routing ------------------------------------------------------------------------------
 
@@ -257,7 +260,14 @@ class ManagementApi:
 
     def _vhosts(self, rest: list[str], name: str, user: User) -> Response:
         shown = [
-            {"name": v, "description": "", "tags": [], "tracing": False}
+            {
+                "name": v,
+                "description": _describe(v),
+                "tags": [],
+                "default_queue_type": "undefined",
+                "metadata": {"description": _describe(v), "tags": []},
+                "tracing": False,
+            }
             for v in self.broker.vhosts
             if self._visible(name, v)
         ]
@@ -342,6 +352,9 @@ class ManagementApi:
             value = json.loads(body or b"{}")
         except (ValueError, UnicodeDecodeError):
             raise _Refusal(_error(400, "bad_request", "not_json")) from None
+        if isinstance(value, str):
+            raise _Refusal(_error(400, "bad_request", "invalid payload: the request body "
+                                  "JSON-decoded to a string. Is the input doubly-JSON-encoded?"))
         if not isinstance(value, dict):
             raise _Refusal(_error(400, "bad_request", "not_json"))
         return value
@@ -369,6 +382,10 @@ class ManagementApi:
         ackmode = request.get("ackmode")
         encoding = request.get("encoding", "auto")
         truncate = request.get("truncate")
+        missing = [k for k in ("ackmode", "encoding") if k not in request]
+        if missing:
+            reason = ",".join(f"{{key_missing,{k}}}" for k in missing)
+            return _error(400, "bad_request", f"[{reason}]")
         modes = ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true",
                  "reject_requeue_false")
         if not isinstance(count, int) or ackmode not in modes or encoding not in ("auto", "base64"):
@@ -540,7 +557,8 @@ class ManagementApi:
             "product_name": broker.options.server_product,
             "product_version": broker.options.server_version,
             "users": users,
-            "vhosts": [{"name": v, "description": "", "tags": [], "metadata": {}}
+            "vhosts": [{"name": v, "limits": [], "metadata": {"description": _describe(v),
+                                                                "tags": []}}
                        for v in broker.vhosts],
             "permissions": permissions,
             "topic_permissions": [],
