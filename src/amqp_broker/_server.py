@@ -27,8 +27,8 @@ from amqp_sansio import (
 )
 
 from ._broker import Broker
-from ._management import ManagementApi, serve_management
 from ._inspect import BrokerSnapshot, MessageSnapshot, peek, purge, take_snapshot
+from ._management import ManagementApi, serve_management
 from ._server_0_10 import handle_0_10
 from ._session import Session
 from ._store import DurableStore

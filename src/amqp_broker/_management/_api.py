@@ -12,6 +12,7 @@ from urllib.parse import unquote, urlsplit
 import attrs
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.registry import Collector
 
 from amqp_sansio import BasicProperties
 
@@ -163,7 +164,7 @@ class ManagementApi:
 
     # --- routing ------------------------------------------------------------------------------
 
-    def _route(  # noqa: C901, PLR0911, PLR0912  # one table of endpoints
+    def _route(  # one table of endpoints
         self, method: str, parts: list[str], name: str, user: User, body: bytes
     ) -> Response:
         head, rest = parts[0], parts[1:]
@@ -189,8 +190,16 @@ class ManagementApi:
         if head == "definitions" and not rest and read_only:
             self._require(user, "administrator")
             return _json(200, self._definitions())
-        if head in ("overview", "whoami", "healthchecks", "vhosts", "exchanges", "bindings",
-                    "definitions", "aliveness-test"):
+        if head in (
+            "overview",
+            "whoami",
+            "healthchecks",
+            "vhosts",
+            "exchanges",
+            "bindings",
+            "definitions",
+            "aliveness-test",
+        ):
             return _error(405, "Method Not Allowed", "Method Not Allowed")
         return _error(404, *_NOT_FOUND)
 
@@ -322,9 +331,7 @@ class ManagementApi:
             for q in v.queues.values()
         ]
 
-    def _queues(
-        self, method: str, rest: list[str], name: str, user: User, body: bytes
-    ) -> Response:
+    def _queues(self, method: str, rest: list[str], name: str, user: User, body: bytes) -> Response:
         if len(rest) <= 2 and method in ("GET", "HEAD"):
             return self._listing(self._all_queues(name), rest, "queue")
         if len(rest) == 2 and method == "PUT":
@@ -353,8 +360,14 @@ class ManagementApi:
         except (ValueError, UnicodeDecodeError):
             raise _Refusal(_error(400, "bad_request", "not_json")) from None
         if isinstance(value, str):
-            raise _Refusal(_error(400, "bad_request", "invalid payload: the request body "
-                                  "JSON-decoded to a string. Is the input doubly-JSON-encoded?"))
+            raise _Refusal(
+                _error(
+                    400,
+                    "bad_request",
+                    "invalid payload: the request body "
+                    "JSON-decoded to a string. Is the input doubly-JSON-encoded?",
+                )
+            )
         if not isinstance(value, dict):
             raise _Refusal(_error(400, "bad_request", "not_json"))
         return value
@@ -365,8 +378,11 @@ class ManagementApi:
         arguments = request.get("arguments", {})
         durable = request.get("durable", True)
         auto_delete = request.get("auto_delete", False)
-        if not isinstance(arguments, dict) or not isinstance(durable, bool) \
-                or not isinstance(auto_delete, bool):
+        if (
+            not isinstance(arguments, dict)
+            or not isinstance(durable, bool)
+            or not isinstance(auto_delete, bool)
+        ):
             return _error(400, "bad_request", "bad_request")
         existed = queue in self.broker.vhosts[vhost].queues
         with self._channel(vhost, name) as channel:
@@ -386,8 +402,12 @@ class ManagementApi:
         if missing:
             reason = ",".join(f"{{key_missing,{k}}}" for k in missing)
             return _error(400, "bad_request", f"[{reason}]")
-        modes = ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true",
-                 "reject_requeue_false")
+        modes = (
+            "ack_requeue_true",
+            "ack_requeue_false",
+            "reject_requeue_true",
+            "reject_requeue_false",
+        )
         if not isinstance(count, int) or ackmode not in modes or encoding not in ("auto", "base64"):
             return _error(400, "bad_request", "bad_request")
         requeue = ackmode in ("ack_requeue_true", "reject_requeue_true")
@@ -397,13 +417,17 @@ class ManagementApi:
                 got = channel.get(queue, no_ack=not requeue)
                 if got is None:
                     break
-                taken.append(self._message(got.message, got.redelivered, got.message_count,
-                                           encoding, truncate))
+                taken.append(
+                    self._message(
+                        got.message, got.redelivered, got.message_count, encoding, truncate
+                    )
+                )
         return _json(200, taken)  # leaving the block requeues what requeue left unacked
 
     @staticmethod
-    def _message(message: Message, redelivered: bool, left: int, encoding: str,
-                 truncate: object) -> dict[str, object]:
+    def _message(
+        message: Message, redelivered: bool, left: int, encoding: str, truncate: object
+    ) -> dict[str, object]:
         body = bytes(message.body)
         size = len(body)
         if isinstance(truncate, int) and truncate >= 0:
@@ -438,8 +462,9 @@ class ManagementApi:
                 "auto_delete": e.auto_delete,
                 "internal": e.internal,
                 "arguments": _plain(e.arguments),
-                "user_who_performed_action": "rmq-internal" if e.name.startswith("amq.")
-                or not e.name else "",
+                "user_who_performed_action": "rmq-internal"
+                if e.name.startswith("amq.") or not e.name
+                else "",
             }
             for v in self.broker.vhosts.values()
             if self._visible(name, v.name)
@@ -460,13 +485,17 @@ class ManagementApi:
                     continue
                 for b in e.bindings.values():
                     kind = "queue" if isinstance(b.destination, Queue) else "exchange"
-                    shown.append(self._binding(v.name, e.name, b.destination.name, kind,
-                                               b.routing_key, b.arguments))
+                    shown.append(
+                        self._binding(
+                            v.name, e.name, b.destination.name, kind, b.routing_key, b.arguments
+                        )
+                    )
         return shown
 
     @staticmethod
-    def _binding(vhost: str, source: str, destination: str, kind: str, key: str,
-                 arguments: object) -> dict[str, object]:
+    def _binding(
+        vhost: str, source: str, destination: str, kind: str, key: str, arguments: object
+    ) -> dict[str, object]:
         return {
             "source": source,
             "vhost": vhost,
@@ -523,33 +552,65 @@ class ManagementApi:
         for user_name in broker.users.names():
             user = broker.users.get(user_name)
             assert user is not None
-            users.append({"name": user_name, "password_hash": "", "hashing_algorithm":
-                          "rabbit_password_hashing_sha256", "tags": list(user.tags),
-                          "limits": {}})
+            users.append(
+                {
+                    "name": user_name,
+                    "password_hash": "",
+                    "hashing_algorithm": "rabbit_password_hashing_sha256",
+                    "tags": list(user.tags),
+                    "limits": {},
+                }
+            )
             for vhost in broker.vhosts:
                 permission = broker.users.permission(user_name, vhost)
                 if permission is not None:
-                    permissions.append({"user": user_name, "vhost": vhost,
-                                        "configure": permission.configure,
-                                        "write": permission.write, "read": permission.read})
+                    permissions.append(
+                        {
+                            "user": user_name,
+                            "vhost": vhost,
+                            "configure": permission.configure,
+                            "write": permission.write,
+                            "read": permission.read,
+                        }
+                    )
         queues = [
-            {"name": q.name, "vhost": v.name, "durable": q.durable,
-             "auto_delete": q.auto_delete, "arguments": _plain(q.arguments)}
-            for v in broker.vhosts.values() for q in v.queues.values()
+            {
+                "name": q.name,
+                "vhost": v.name,
+                "durable": q.durable,
+                "auto_delete": q.auto_delete,
+                "arguments": _plain(q.arguments),
+            }
+            for v in broker.vhosts.values()
+            for q in v.queues.values()
             if q.exclusive_owner is None
         ]
         exchanges = [
-            {"name": e.name, "vhost": v.name, "type": e.type, "durable": e.durable,
-             "auto_delete": e.auto_delete, "internal": e.internal,
-             "arguments": _plain(e.arguments)}
-            for v in broker.vhosts.values() for e in v.exchanges.values()
+            {
+                "name": e.name,
+                "vhost": v.name,
+                "type": e.type,
+                "durable": e.durable,
+                "auto_delete": e.auto_delete,
+                "internal": e.internal,
+                "arguments": _plain(e.arguments),
+            }
+            for v in broker.vhosts.values()
+            for e in v.exchanges.values()
             if e.name and not e.name.startswith("amq.")
         ]
         bindings = [b for b in self._bindings_unfiltered() if b["source"]]
         policies = [
-            {"vhost": v.name, "name": p.name, "pattern": p.pattern, "apply-to": p.apply_to,
-             "definition": _plain(p.definition), "priority": p.priority}
-            for v in broker.vhosts.values() for p in v.policies.values()
+            {
+                "vhost": v.name,
+                "name": p.name,
+                "pattern": p.pattern,
+                "apply-to": p.apply_to,
+                "definition": _plain(p.definition),
+                "priority": p.priority,
+            }
+            for v in broker.vhosts.values()
+            for p in v.policies.values()
         ]
         return {
             "rabbit_version": broker.options.server_version,
@@ -557,9 +618,10 @@ class ManagementApi:
             "product_name": broker.options.server_product,
             "product_version": broker.options.server_version,
             "users": users,
-            "vhosts": [{"name": v, "limits": [], "metadata": {"description": _describe(v),
-                                                                "tags": []}}
-                       for v in broker.vhosts],
+            "vhosts": [
+                {"name": v, "limits": [], "metadata": {"description": _describe(v), "tags": []}}
+                for v in broker.vhosts
+            ],
             "permissions": permissions,
             "topic_permissions": [],
             "parameters": [],
@@ -567,9 +629,20 @@ class ManagementApi:
             "policies": policies,
             "queues": queues,
             "exchanges": exchanges,
-            "bindings": [{k: b[k] for k in ("source", "vhost", "destination",
-                                             "destination_type", "routing_key", "arguments")}
-                         for b in bindings],
+            "bindings": [
+                {
+                    k: b[k]
+                    for k in (
+                        "source",
+                        "vhost",
+                        "destination",
+                        "destination_type",
+                        "routing_key",
+                        "arguments",
+                    )
+                }
+                for b in bindings
+            ],
         }
 
     def _bindings_unfiltered(self) -> list[dict[str, object]]:
@@ -578,8 +651,11 @@ class ManagementApi:
             for e in v.exchanges.values():
                 for b in e.bindings.values():
                     kind = "queue" if isinstance(b.destination, Queue) else "exchange"
-                    shown.append(self._binding(v.name, e.name, b.destination.name, kind,
-                                               b.routing_key, b.arguments))
+                    shown.append(
+                        self._binding(
+                            v.name, e.name, b.destination.name, kind, b.routing_key, b.arguments
+                        )
+                    )
         return shown
 
     # --- /metrics -----------------------------------------------------------------------------
@@ -590,7 +666,7 @@ class ManagementApi:
         return Response(200, generate_latest(registry), [("content-type", CONTENT_TYPE_LATEST)])
 
 
-class _Collector:
+class _Collector(Collector):
     """rabbitmq_prometheus's aggregated metrics (its ``/metrics``, not ``/per-object``)."""
 
     def __init__(self, api: ManagementApi) -> None:
@@ -600,32 +676,50 @@ class _Collector:
         api = self._api
         broker = api.broker
         queues = [q for v in broker.vhosts.values() for q in v.queues.values()]
-        sessions = api._sessions()  # noqa: SLF001  # the same module's helper
-        unacked = sum(api._unacked().values())  # noqa: SLF001
+        sessions = api._sessions()  # the same module's helper
+        unacked = sum(api._unacked().values())
         ready = sum(q.message_count for q in queues)
 
         def gauge(name: str, text: str, value: float) -> GaugeMetricFamily:
             return GaugeMetricFamily(name, text, value=value)
 
         yield gauge("rabbitmq_connections", "Connections currently open", len(sessions))
-        yield gauge("rabbitmq_channels", "Channels currently open",
-                    sum(ManagementApi._channels(s) for s in sessions))  # noqa: SLF001
-        yield gauge("rabbitmq_queues", "Queues available", len(queues))
-        yield gauge("rabbitmq_consumers", "Consumers currently connected",
-                    sum(len(q.consumers) for q in queues))
-        yield gauge("rabbitmq_queue_messages_ready", "Messages ready to be delivered to consumers",
-                    ready)
-        yield gauge("rabbitmq_queue_messages_unacked",
-                    "Messages delivered to consumers but not yet acknowledged", unacked)
-        yield gauge("rabbitmq_queue_messages", "Sum of ready and unacknowledged messages",
-                    ready + unacked)
-        yield InfoMetricFamily(
-            "rabbitmq_build", "RabbitMQ & Erlang/OTP version info",
-            value={"rabbitmq_version": broker.options.server_version, "product_name":
-                   broker.options.server_product, "product_version": broker.options.server_version},
+        yield gauge(
+            "rabbitmq_channels",
+            "Channels currently open",
+            sum(ManagementApi._channels(s) for s in sessions),
         )
-        yield InfoMetricFamily("rabbitmq_identity", "RabbitMQ node & cluster identity info",
-                               value={"rabbitmq_node": _NODE, "rabbitmq_cluster": _NODE})
+        yield gauge("rabbitmq_queues", "Queues available", len(queues))
+        yield gauge(
+            "rabbitmq_consumers",
+            "Consumers currently connected",
+            sum(len(q.consumers) for q in queues),
+        )
+        yield gauge(
+            "rabbitmq_queue_messages_ready", "Messages ready to be delivered to consumers", ready
+        )
+        yield gauge(
+            "rabbitmq_queue_messages_unacked",
+            "Messages delivered to consumers but not yet acknowledged",
+            unacked,
+        )
+        yield gauge(
+            "rabbitmq_queue_messages", "Sum of ready and unacknowledged messages", ready + unacked
+        )
+        yield InfoMetricFamily(
+            "rabbitmq_build",
+            "RabbitMQ & Erlang/OTP version info",
+            value={
+                "rabbitmq_version": broker.options.server_version,
+                "product_name": broker.options.server_product,
+                "product_version": broker.options.server_version,
+            },
+        )
+        yield InfoMetricFamily(
+            "rabbitmq_identity",
+            "RabbitMQ node & cluster identity info",
+            value={"rabbitmq_node": _NODE, "rabbitmq_cluster": _NODE},
+        )
 
 
 class _ApiChannel:

@@ -22,20 +22,27 @@ MAX_BODY: Final = 16 * 1024 * 1024
 _READ: Final = 65536
 
 
-async def _respond(stream: trio.abc.Stream, conn: h11.Connection, status: int,
-                   headers: list[tuple[str, str]], body: bytes) -> None:
+async def _respond(
+    stream: trio.abc.Stream,
+    conn: h11.Connection,
+    status: int,
+    headers: list[tuple[str, str]],
+    body: bytes,
+) -> None:
     headers = [*headers, ("content-length", str(len(body))), ("server", "amqp_broker")]
     await stream.send_all(conn.send(h11.Response(status_code=status, headers=headers)) or b"")
     await stream.send_all(conn.send(h11.Data(data=body)) or b"")
     await stream.send_all(conn.send(h11.EndOfMessage()) or b"")
 
 
-async def _next_event(stream: trio.abc.Stream, conn: h11.Connection) -> h11.Event | type[h11.PAUSED]:
+async def _next_event(
+    stream: trio.abc.Stream, conn: h11.Connection
+) -> h11.Event | type[h11.PAUSED]:
     while True:
         event = conn.next_event()
         if event is not h11.NEED_DATA:
             return event  # type: ignore[return-value]  # h11's sentinels are classes
-        conn.receive_data(await stream.receive_some(_READ))
+        conn.receive_data(bytes(await stream.receive_some(_READ)))
 
 
 async def _handle(api: ManagementApi, stream: trio.abc.Stream) -> None:
@@ -86,6 +93,4 @@ async def serve_management(
     task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve *api* over HTTP on *host*:*port* (0: a free port) until cancelled."""
-    await trio.serve_tcp(
-        functools.partial(_handle, api), port, host=host, task_status=task_status
-    )
+    await trio.serve_tcp(functools.partial(_handle, api), port, host=host, task_status=task_status)
