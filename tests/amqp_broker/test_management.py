@@ -8,6 +8,8 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING, Final
@@ -23,6 +25,7 @@ from ..support.rabbitmq_node import rabbitmq_node
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
 GUEST: Final = ("guest", "guest")
 WAIT: Final = 30.0
@@ -258,6 +261,15 @@ def rabbitmq_management() -> Iterator[str]:
         yield f"http://127.0.0.1:{node.management_port}/"
 
 
+@pytest.fixture(scope="module")
+def rabbitmqadmin(rabbitmq_management: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """rabbitmqadmin as the node serves it (fetched at test time, never committed)."""
+    path = tmp_path_factory.mktemp("rabbitmqadmin") / "rabbitmqadmin"
+    with urllib.request.urlopen(rabbitmq_management + "cli/rabbitmqadmin", timeout=WAIT) as got:
+        path.write_bytes(got.read())
+    return path
+
+
 @pytest.mark.rabbitmq
 def test_side_by_side_with_rabbitmq(rabbitmq_management: str, amqp_management_url: str) -> None:
     for method, path, body in SCENARIO:
@@ -300,3 +312,41 @@ def test_overview_and_definitions_keys_are_rabbitmqs(
         "messages_ready",
         "messages_unacknowledged",
     }
+
+
+#: rabbitmqadmin's common commands and a piece of what each prints, in order.
+ADMIN_COMMANDS: Final = [
+    ("list vhosts", "| /    |"),
+    ("declare queue name=m-admin durable=false", "queue declared"),
+    ("list queues", "m-admin"),
+    ("publish routing_key=m-admin payload=hello", "Message published"),
+    ("get queue=m-admin ackmode=ack_requeue_true", "hello"),
+    ("list exchanges", "amq.topic"),
+    ("list bindings", "m-admin"),
+    ("show overview", "3.10.8"),
+    ("purge queue name=m-admin", "queue purged"),
+    ("delete queue name=m-admin", "queue deleted"),
+]
+
+
+@pytest.mark.rabbitmq
+def test_rabbitmqadmin_runs_its_common_commands_against_the_broker(
+    rabbitmqadmin: Path, amqp_management_url: str, tmp_path: Path
+) -> None:
+    port = amqp_management_url.rsplit(":", 1)[1].strip("/")
+    base = [sys.executable, str(rabbitmqadmin), "-H", "127.0.0.1", "-P", port]
+    for command, expected in ADMIN_COMMANDS:
+        done = subprocess.run(
+            [*base, *command.split()], capture_output=True, text=True, timeout=WAIT, check=False
+        )
+        assert (done.returncode, expected in done.stdout) == (0, True), (command, done)
+    exported = tmp_path / "definitions.json"
+    done = subprocess.run(
+        [*base, "export", str(exported)], capture_output=True, text=True, timeout=WAIT, check=False
+    )
+    assert done.returncode == 0, done
+    assert json.loads(exported.read_text())["rabbit_version"] == "3.10.8"
+    missing = subprocess.run(
+        [*base, "list", "users"], capture_output=True, text=True, timeout=WAIT, check=False
+    )
+    assert (missing.returncode, missing.stderr.strip()) == (1, "*** Not found: /api/users")

@@ -58,6 +58,18 @@ def _error(status: int, error: str, reason: str) -> Response:
 _NOT_FOUND: Final = ("Object Not Found", "Not Found")
 
 
+def _flag(value: object) -> object:
+    """RabbitMQ takes booleans as JSON or as the strings rabbitmqadmin sends."""
+    return {"true": True, "false": False}.get(value, value) if isinstance(value, str) else value
+
+
+def _number(value: object) -> object:
+    """A count as JSON or as the string rabbitmqadmin sends."""
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return value
+
+
 def _describe(vhost: str) -> str:
     return "Default virtual host" if vhost == "/" else ""
 
@@ -181,6 +193,8 @@ class ManagementApi:
             return self._vhosts(rest, name, user)
         if head == "queues":
             return self._queues(method, rest, name, user, body)
+        if head == "exchanges" and method == "POST" and len(rest) == 3 and rest[2] == "publish":
+            return self._publish(rest[0], rest[1], name, body)
         if head == "exchanges" and read_only and len(rest) <= 2:
             return self._listing(self._exchanges(name), rest, "exchange")
         if head == "bindings" and read_only and len(rest) <= 1:
@@ -376,8 +390,8 @@ class ManagementApi:
         self._vhost_of(vhost, name)
         request = self._body(body)
         arguments = request.get("arguments", {})
-        durable = request.get("durable", True)
-        auto_delete = request.get("auto_delete", False)
+        durable = _flag(request.get("durable", True))
+        auto_delete = _flag(request.get("auto_delete", False))
         if (
             not isinstance(arguments, dict)
             or not isinstance(durable, bool)
@@ -394,10 +408,10 @@ class ManagementApi:
     def _get(self, vhost: str, queue: str, name: str, body: bytes) -> Response:
         self._vhost_of(vhost, name)
         request = self._body(body)
-        count = request.get("count", 1)
+        count = _number(request.get("count", 1))
         ackmode = request.get("ackmode")
         encoding = request.get("encoding", "auto")
-        truncate = request.get("truncate")
+        truncate = _number(request.get("truncate"))
         missing = [k for k in ("ackmode", "encoding") if k not in request]
         if missing:
             reason = ",".join(f"{{key_missing,{k}}}" for k in missing)
@@ -423,6 +437,31 @@ class ManagementApi:
                     )
                 )
         return _json(200, taken)  # leaving the block requeues what requeue left unacked
+
+    def _publish(self, vhost: str, exchange: str, name: str, body: bytes) -> Response:
+        self._vhost_of(vhost, name)
+        request = self._body(body)
+        routing_key = request.get("routing_key")
+        payload = request.get("payload")
+        encoding = request.get("payload_encoding", "string")
+        properties = request.get("properties", {})
+        if (
+            not isinstance(routing_key, str)
+            or not isinstance(payload, str)
+            or encoding not in ("string", "base64")
+            or not isinstance(properties, dict)
+        ):
+            return _error(400, "bad_request", "bad_request")
+        try:
+            data = base64.b64decode(payload) if encoding == "base64" else payload.encode()
+            shown = BasicProperties(**{str(k): v for k, v in properties.items()})
+        except (binascii.Error, TypeError, ValueError):
+            return _error(400, "bad_request", "bad_request")
+        with self._channel(vhost, name) as channel:
+            # the API names the default exchange amq.default, as RabbitMQ does
+            default = "" if exchange == "amq.default" else exchange
+            outcome = channel.publish(default, routing_key, shown, data)
+        return _json(200, {"routed": outcome is not None and outcome.routed})
 
     @staticmethod
     def _message(
