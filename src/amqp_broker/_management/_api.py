@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 from amqp_sansio import BasicProperties
 
 from .._errors import BrokerError
+from .._permissions import User as UserRecord
 from .._queues import Queue
 
 if TYPE_CHECKING:
@@ -189,6 +190,17 @@ class ManagementApi:
             return _json(200, {"status": "ok"})
         if head == "aliveness-test" and len(rest) == 1 and read_only:
             return self._aliveness(rest[0], name)
+        if head == "vhosts" and len(rest) == 1 and method in ("PUT", "DELETE"):
+            self._require(user, "administrator")
+            return self._change_vhost(method, rest[0])
+        if head == "users":
+            self._require(user, "administrator")
+            return self._users(method, rest, body)
+        if head == "permissions" and len(rest) == 2:
+            self._require(user, "administrator")
+            return self._permissions(method, rest[0], rest[1], body)
+        if head == "policies" and read_only and len(rest) <= 2:
+            return self._listing(self._policies(name), rest, "policy")
         if head == "vhosts" and read_only:
             return self._vhosts(rest, name, user)
         if head == "queues":
@@ -300,6 +312,122 @@ class ManagementApi:
             if vhost["name"] == rest[0] and len(rest) == 1:
                 return _json(200, vhost)
         return _error(404, *_NOT_FOUND)
+
+    def _change_vhost(self, method: str, vhost: str) -> Response:
+        broker = self.broker
+        if method == "PUT":
+            existed = vhost in broker.vhosts
+            broker.add_vhost(vhost)
+            return Response(204 if existed else 201)
+        host = broker.vhosts.get(vhost)
+        if host is None:
+            return _error(404, *_NOT_FOUND)
+        # RabbitMQ closes the vhost's connections and drops everything in it.
+        for session in self._sessions():
+            if session.connection is not None and session.connection.vhost is host:
+                self._close(session, "CONNECTION_FORCED - vhost '" + vhost + "' is deleted")
+        for queue in list(host.queues.values()):
+            host.delete_queue(queue)
+        del broker.vhosts[vhost]
+        return Response(204)
+
+    def _user_json(self, user_name: str, user: User) -> dict[str, object]:
+        return {
+            "name": user_name,
+            "tags": list(user.tags),
+            "limits": {},
+        }
+
+    def _users(self, method: str, rest: list[str], body: bytes) -> Response:
+        users = self.broker.users
+        if not rest and method in ("GET", "HEAD"):
+            shown = []
+            for user_name in users.names():
+                user = users.get(user_name)
+                assert user is not None
+                shown.append(self._user_json(user_name, user))
+            return _json(200, shown)
+        if len(rest) != 1:
+            return _error(404, *_NOT_FOUND)
+        user_name = rest[0]
+        found = users.get(user_name)
+        if method in ("GET", "HEAD"):
+            if found is None:
+                return _error(404, *_NOT_FOUND)
+            return _json(200, self._user_json(user_name, found))
+        if method == "DELETE":
+            if found is None:
+                return _error(404, *_NOT_FOUND)
+            self.broker.delete_user(user_name)
+            return Response(204)
+        if method != "PUT":
+            return _error(405, "Method Not Allowed", "Method Not Allowed")
+        request = self._body(body)
+        password = request.get("password", None if found is None else found.password)
+        tags = request.get("tags", "")
+        if not isinstance(password, str) or not isinstance(tags, str | list):
+            return _error(400, "bad_request", "bad_request")
+        names = tags.split(",") if isinstance(tags, str) else [str(t) for t in tags]
+        new = attrs.evolve(
+            found or UserRecord(password, {}),
+            password=password,
+            tags=tuple(t.strip() for t in names if t.strip()),
+        )
+        users.add(user_name, new)
+        return Response(201 if found is None else 204)
+
+    def _permissions(self, method: str, vhost: str, user_name: str, body: bytes) -> Response:
+        broker = self.broker
+        if vhost not in broker.vhosts or user_name not in broker.users:
+            if method == "PUT":
+                return _error(400, "bad_request", "vhost_or_user_not_found")
+            return _error(404, *_NOT_FOUND)
+        user = broker.users.get(user_name)
+        assert user is not None
+        explicit = user.permissions is not None and vhost in user.permissions
+        if method in ("GET", "HEAD"):
+            permission = broker.users.permission(user_name, vhost)
+            if permission is None:
+                return _error(404, *_NOT_FOUND)
+            return _json(
+                200,
+                {
+                    "user": user_name,
+                    "vhost": vhost,
+                    "configure": permission.configure,
+                    "write": permission.write,
+                    "read": permission.read,
+                },
+            )
+        if method == "DELETE":
+            broker.clear_permissions(user_name, vhost)
+            return Response(204)
+        if method != "PUT":
+            return _error(405, "Method Not Allowed", "Method Not Allowed")
+        request = self._body(body)
+        patterns = [request.get(k) for k in ("configure", "write", "read")]
+        if not all(isinstance(p, str) for p in patterns):
+            return _error(400, "bad_request", "bad_request")
+        try:
+            broker.set_permissions(user_name, vhost, *[str(p) for p in patterns])
+        except ValueError as exc:
+            return _error(400, "bad_request", str(exc))
+        return Response(204 if explicit else 201)
+
+    def _policies(self, name: str) -> list[dict[str, object]]:
+        return [
+            {
+                "vhost": v.name,
+                "name": p.name,
+                "pattern": p.pattern,
+                "apply-to": p.apply_to,
+                "definition": _plain(p.definition),
+                "priority": p.priority,
+            }
+            for v in self.broker.vhosts.values()
+            if self._visible(name, v.name)
+            for p in v.policies.values()
+        ]
 
     def _unacked(self) -> dict[tuple[str, str], int]:
         counts: dict[tuple[str, str], int] = {}
