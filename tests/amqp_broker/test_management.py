@@ -246,6 +246,47 @@ SCENARIO: Final[list[tuple[str, str, object]]] = [
     ("GET", "api/policies/side-vh", None),
     ("DELETE", "api/vhosts/side-vh", None),
     ("DELETE", "api/vhosts/side-vh", None),
+    (
+        "POST",
+        "api/definitions",
+        {
+            "vhosts": [{"name": "side-def"}],
+            "queues": [
+                {
+                    "name": "side-dq",
+                    "vhost": "side-def",
+                    "durable": True,
+                    "auto_delete": False,
+                    "arguments": {},
+                }
+            ],
+            "exchanges": [
+                {
+                    "name": "side-dx",
+                    "vhost": "side-def",
+                    "type": "fanout",
+                    "durable": True,
+                    "auto_delete": False,
+                    "internal": False,
+                    "arguments": {},
+                }
+            ],
+            "bindings": [
+                {
+                    "source": "side-dx",
+                    "vhost": "side-def",
+                    "destination": "side-dq",
+                    "destination_type": "queue",
+                    "routing_key": "k",
+                    "arguments": {},
+                }
+            ],
+        },
+    ),
+    ("GET", "api/exchanges/side-def/side-dx", None),
+    ("GET", "api/bindings/side-def", None),
+    ("POST", "api/definitions", "a string"),
+    ("DELETE", "api/vhosts/side-def", None),
 ]
 
 #: Fields whose values depend on the node (its name), and those RabbitMQ shows only once its
@@ -342,6 +383,7 @@ ADMIN_COMMANDS: Final = [
     ("list exchanges", "amq.topic"),
     ("list bindings", "m-admin"),
     ("show overview", "3.10.8"),
+    ("import {definitions}", "Uploaded definitions"),
     ("list users", "guest"),
     ("purge queue name=m-admin", "queue purged"),
     ("delete queue name=m-admin", "queue deleted"),
@@ -354,9 +396,15 @@ def test_rabbitmqadmin_runs_its_common_commands_against_the_broker(
 ) -> None:
     port = amqp_management_url.rsplit(":", 1)[1].strip("/")
     base = [sys.executable, str(rabbitmqadmin), "-H", "127.0.0.1", "-P", port]
+    definitions = tmp_path / "import.json"
+    definitions.write_text(json.dumps({"queues": [{"name": "m-imported", "vhost": "/"}]}))
     for command, expected in ADMIN_COMMANDS:
         done = subprocess.run(
-            [*base, *command.split()], capture_output=True, text=True, timeout=WAIT, check=False
+            [*base, *command.format(definitions=definitions).split()],
+            capture_output=True,
+            text=True,
+            timeout=WAIT,
+            check=False,
         )
         assert (done.returncode, expected in done.stdout) == (0, True), (command, done)
     exported = tmp_path / "definitions.json"
@@ -364,7 +412,8 @@ def test_rabbitmqadmin_runs_its_common_commands_against_the_broker(
         [*base, "export", str(exported)], capture_output=True, text=True, timeout=WAIT, check=False
     )
     assert done.returncode == 0, done
-    assert json.loads(exported.read_text())["rabbit_version"] == "3.10.8"
+    exported_queues = json.loads(exported.read_text())["queues"]
+    assert [q["name"] for q in exported_queues] == ["m-imported"]
     missing = subprocess.run(
         [*base, "list", "channels"], capture_output=True, text=True, timeout=WAIT, check=False
     )

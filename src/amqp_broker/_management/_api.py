@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
     from prometheus_client.metrics_core import Metric
 
+    from amqp_sansio import FieldTable
+
     from .._broker import Broker
     from .._message import Message
     from .._permissions import User
@@ -68,6 +70,28 @@ def _number(value: object) -> object:
     """A count as JSON or as the string rabbitmqadmin sends."""
     if isinstance(value, str) and value.isdigit():
         return int(value)
+    return value
+
+
+def _items(document: dict[str, object], key: str) -> list[dict[str, object]]:
+    """The objects under *key* of a definitions document."""
+    items = document.get(key, [])
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise TypeError(f"{key} must be a list of objects")
+    return items
+
+
+def _strings(value: object) -> list[str]:
+    if not isinstance(value, list):
+        raise TypeError("tags must be a string or a list")
+    return [str(v) for v in value]
+
+
+def _table(value: object) -> FieldTable:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError("arguments must be an object")
     return value
 
 
@@ -213,6 +237,9 @@ class ManagementApi:
             return self._listing(self._bindings(name), rest, None)
         if head == "connections":
             return self._connections(method, rest, name, user)
+        if head == "definitions" and not rest and method == "POST":
+            self._require(user, "administrator")
+            return self._import(name, body)
         if head == "definitions" and not rest and read_only:
             self._require(user, "administrator")
             return _json(200, self._definitions())
@@ -413,6 +440,82 @@ class ManagementApi:
         except ValueError as exc:
             return _error(400, "bad_request", str(exc))
         return Response(204 if explicit else 201)
+
+    def _import(self, name: str, body: bytes) -> Response:
+        """``POST /api/definitions``: vhosts, users (with a ``password``: hashes cannot be
+        read back), permissions, policies, exchanges, queues, bindings, in that order."""
+        try:
+            document = json.loads(body or b"{}")
+        except (ValueError, UnicodeDecodeError):
+            document = None
+        if not isinstance(document, dict):
+            return _error(400, "bad_request", "failed_to_parse_json")
+        broker = self.broker
+        try:
+            for vhost in _items(document, "vhosts"):
+                broker.add_vhost(str(vhost["name"]))
+            for user in _items(document, "users"):
+                password = user.get("password")
+                if isinstance(password, str):
+                    tags = user.get("tags", [])
+                    names = tags.split(",") if isinstance(tags, str) else _strings(tags)
+                    broker.users.add(
+                        str(user["name"]),
+                        UserRecord(password, {}, tuple(str(t) for t in names if t)),
+                    )
+            for grant in _items(document, "permissions"):
+                broker.set_permissions(
+                    str(grant["user"]),
+                    str(grant["vhost"]),
+                    str(grant["configure"]),
+                    str(grant["write"]),
+                    str(grant["read"]),
+                )
+            for policy in _items(document, "policies"):
+                definition = policy["definition"]
+                assert isinstance(definition, dict)
+                broker.set_policy(
+                    str(policy["name"]),
+                    str(policy["pattern"]),
+                    definition,
+                    vhost=str(policy["vhost"]),
+                    priority=int(str(policy.get("priority", 0))),
+                    apply_to=str(policy.get("apply-to", "all")),
+                )
+            for exchange in _items(document, "exchanges"):
+                with self._channel(str(exchange["vhost"]), name) as channel:
+                    channel.exchange_declare(
+                        str(exchange["name"]),
+                        str(exchange["type"]),
+                        durable=bool(exchange.get("durable", True)),
+                        auto_delete=bool(exchange.get("auto_delete", False)),
+                        internal=bool(exchange.get("internal", False)),
+                        arguments=_table(exchange.get("arguments")),
+                    )
+            for queue in _items(document, "queues"):
+                with self._channel(str(queue["vhost"]), name) as channel:
+                    channel.queue_declare(
+                        str(queue["name"]),
+                        durable=bool(queue.get("durable", True)),
+                        auto_delete=bool(queue.get("auto_delete", False)),
+                        arguments=_table(queue.get("arguments")),
+                    )
+            for binding in _items(document, "bindings"):
+                with self._channel(str(binding["vhost"]), name) as channel:
+                    bind = (
+                        channel.queue_bind
+                        if binding.get("destination_type", "queue") == "queue"
+                        else channel.exchange_bind
+                    )
+                    bind(
+                        str(binding["destination"]),
+                        str(binding["source"]),
+                        str(binding.get("routing_key", "")),
+                        _table(binding.get("arguments")),
+                    )
+        except (KeyError, TypeError, ValueError, AssertionError) as exc:
+            return _error(400, "bad_request", f"invalid definitions: {exc}")
+        return Response(204)
 
     def _policies(self, name: str) -> list[dict[str, object]]:
         return [
@@ -620,23 +723,25 @@ class ManagementApi:
         return _ApiChannel(self.broker, vhost, name)
 
     def _exchanges(self, name: str) -> list[dict[str, object]]:
-        return [
-            {
-                "name": e.name,
-                "vhost": v.name,
-                "type": e.type,
-                "durable": e.durable,
-                "auto_delete": e.auto_delete,
-                "internal": e.internal,
-                "arguments": _plain(e.arguments),
-                "user_who_performed_action": "rmq-internal"
-                if e.name.startswith("amq.") or not e.name
-                else "",
-            }
-            for v in self.broker.vhosts.values()
-            if self._visible(name, v.name)
-            for e in v.exchanges.values()
-        ]
+        shown: list[dict[str, object]] = []
+        for v in self.broker.vhosts.values():
+            if not self._visible(name, v.name):
+                continue
+            for e in v.exchanges.values():
+                item: dict[str, object] = {
+                    "name": e.name,
+                    "vhost": v.name,
+                    "type": e.type,
+                    "durable": e.durable,
+                    "auto_delete": e.auto_delete,
+                    "internal": e.internal,
+                    "arguments": _plain(e.arguments),
+                }
+                if e.name.startswith("amq.") or not e.name:
+                    # who declared the others is not recorded, so it is left out
+                    item["user_who_performed_action"] = "rmq-internal"
+                shown.append(item)
+        return shown
 
     def _bindings(self, name: str) -> list[dict[str, object]]:
         shown: list[dict[str, object]] = []
