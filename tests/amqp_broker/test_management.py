@@ -415,9 +415,64 @@ def test_rabbitmqadmin_runs_its_common_commands_against_the_broker(
     exported_queues = json.loads(exported.read_text())["queues"]
     assert [q["name"] for q in exported_queues] == ["m-imported"]
     missing = subprocess.run(
-        [*base, "list", "channels"], capture_output=True, text=True, timeout=WAIT, check=False
+        [*base, "list", "nodes"], capture_output=True, text=True, timeout=WAIT, check=False
     )
     assert (missing.returncode, missing.stderr.strip()) == (
         1,
-        "*** Not found: /api/channels?columns=name,user",
+        "*** Not found: /api/nodes?columns=name,type,mem_used",
     )
+
+
+def test_channels_and_consumers_and_metrics_agree_with_the_snapshot(
+    amqp_broker: BrokerThread, amqp_management_url: str
+) -> None:
+    with amqp_blocking.connect(f"{amqp_broker.url}?name=worker") as conn:
+        channel = conn.channel()
+        channel.queue_declare("m-work")
+        for body in (b"1", b"2", b"3", b"4"):
+            channel.basic_publish(body, routing_key="m-work")
+        assert channel.basic_get("m-work") is not None
+        other = conn.channel()
+        other.queue_declare("m-idle")
+        with other.basic_consume("m-idle", consumer_tag="idle-tag"):
+            _, channels = call(amqp_management_url + "api/channels")
+            _, consumers = call(amqp_management_url + "api/consumers/%2F")
+            with urllib.request.urlopen(amqp_management_url + "metrics", timeout=WAIT) as got:
+                text = got.read().decode()
+            snapshot = amqp_broker.snapshot()
+    assert isinstance(channels, list)
+    assert sorted((c["name"], c["messages_unacknowledged"]) for c in channels) == [
+        ("worker (1)", 1),
+        ("worker (2)", 0),
+    ]
+    assert isinstance(consumers, list)
+    assert [(c["consumer_tag"], c["queue"]["name"]) for c in consumers] == [("idle-tag", "m-idle")]
+    values = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    assert values["rabbitmq_queue_messages_ready"] == sum(q.messages_ready for q in snapshot.queues)
+    assert values["rabbitmq_queue_messages_unacked"] == sum(
+        q.messages_unacknowledged for q in snapshot.queues
+    )
+    assert values["rabbitmq_consumers"] == sum(q.consumers for q in snapshot.queues) == 1
+    assert values["rabbitmq_channels"] == sum(c.channels for c in snapshot.connections) == 2
+
+
+def test_bad_input_changes_nothing(amqp_broker: BrokerThread, amqp_management_url: str) -> None:
+    url = amqp_management_url + "api/queues/%2F/m-bad"
+    assert call(url, "PUT", {"durable": "maybe"})[0] == 400
+    status, _ = call(amqp_management_url + "api/queues/nope/m-bad", "PUT", {})
+    assert status == 404
+    request = urllib.request.Request(url, data=b"{not json", method="PUT")
+    token = base64.b64encode(b"guest:guest").decode()
+    request.add_header("authorization", f"Basic {token}")
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=WAIT)
+    assert caught.value.code == 400
+    caught.value.close()
+    port = int(amqp_management_url.rsplit(":", 1)[1].strip("/"))
+    with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+        sock.sendall(
+            b"PUT /api/queues/%2F/m-bad HTTP/1.1\r\nhost: x\r\n"
+            b"content-length: 20000000\r\n\r\n" + b"x" * 17_000_000
+        )
+        assert sock.recv(100).startswith(b"HTTP/1.1 413")
+    assert [q.name for q in amqp_broker.snapshot().queues] == []

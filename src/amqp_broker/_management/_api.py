@@ -235,6 +235,10 @@ class ManagementApi:
             return self._listing(self._exchanges(name), rest, "exchange")
         if head == "bindings" and read_only and len(rest) <= 1:
             return self._listing(self._bindings(name), rest, None)
+        if head == "channels" and read_only and not rest:
+            return _json(200, self._channel_list(name, user))
+        if head == "consumers" and read_only and len(rest) <= 1:
+            return self._listing(self._consumers(name), rest, None)
         if head == "connections":
             return self._connections(method, rest, name, user)
         if head == "definitions" and not rest and method == "POST":
@@ -516,6 +520,74 @@ class ManagementApi:
         except (KeyError, TypeError, ValueError, AssertionError) as exc:
             return _error(400, "bad_request", f"invalid definitions: {exc}")
         return Response(204)
+
+    def _channel_list(self, name: str, user: User) -> list[dict[str, object]]:
+        admin = "administrator" in user.tags or "monitoring" in user.tags
+        shown: list[dict[str, object]] = []
+        for session in self._sessions():
+            connection = session.connection
+            if connection is None or not (admin or session.username == name):
+                continue
+            details = self._connection_details(session)
+            for channel in connection.channels.values():
+                shown.append(  # noqa: PERF401  # one item per channel reads plainer
+                    {
+                        "name": f"{details['name']} ({channel.number})",
+                        "number": channel.number,
+                        "user": session.username or "",
+                        "vhost": connection.vhost.name,
+                        "node": _NODE,
+                        "state": "running",
+                        "connection_details": details,
+                        "consumer_count": len(channel.consumers),
+                        "prefetch_count": channel.consumer_prefetch,
+                        "global_prefetch_count": channel.global_prefetch,
+                        "confirm": channel.confirm,
+                        "transactional": channel.transactional,
+                        "messages_unacknowledged": len(channel.unacked),
+                    }
+                )
+        return shown
+
+    def _connection_details(self, session: Session) -> dict[str, object]:
+        host, _, port = session.peer.rpartition(":")
+        return {
+            "name": self._connection_name(session),
+            "peer_host": host,
+            "peer_port": int(port or 0),
+        }
+
+    def _consumers(self, name: str) -> list[dict[str, object]]:
+        shown: list[dict[str, object]] = []
+        for session in self._sessions():
+            connection = session.connection
+            if connection is None or not self._visible(name, connection.vhost.name):
+                continue
+            details = self._connection_details(session)
+            for channel in connection.channels.values():
+                for consumer in channel.consumers.values():
+                    shown.append(  # noqa: PERF401  # likewise
+                        {
+                            "consumer_tag": consumer.tag,
+                            "queue": {"name": consumer.queue.name, "vhost": connection.vhost.name},
+                            "channel_details": {
+                                **details,
+                                "connection_name": details["name"],
+                                "name": f"{details['name']} ({channel.number})",
+                                "number": channel.number,
+                                "user": session.username or "",
+                                "node": _NODE,
+                            },
+                            "vhost": connection.vhost.name,
+                            "ack_required": not consumer.no_ack,
+                            "exclusive": consumer.exclusive,
+                            "prefetch_count": consumer.prefetch,
+                            "arguments": _plain(consumer.arguments),
+                            "active": True,
+                            "activity_status": "up",
+                        }
+                    )
+        return shown
 
     def _policies(self, name: str) -> list[dict[str, object]]:
         return [
