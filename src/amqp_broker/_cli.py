@@ -30,7 +30,7 @@ import trio
 
 from ._options import BrokerOptions
 from ._policies import Policy
-from ._server import make_broker, serve, shutdown
+from ._server import make_broker, management_url, serve, shutdown
 from ._store import StoreError
 from ._versions import SERVED_VERSIONS
 
@@ -47,6 +47,7 @@ __all__ = ["CONFIG_EXAMPLE", "ConfigError", "load_config", "main", "parse_args"]
 CONFIG_EXAMPLE: Final = """\
 host = "127.0.0.1"
 port = 5672
+management_port = 15672      # the management HTTP API and /metrics (default: none)
 vhosts = ["staging"]          # besides "/"
 verbose = false
 protocols = ["0-9-1", "0-9", "0-8"]   # served, most preferred first
@@ -100,6 +101,7 @@ key = "server.key"
 _TOP_KEYS: Final = {
     "host": str,
     "port": int,
+    "management_port": int,
     "protocols": list,
     "header_0_9": str,
     "server_product": str,
@@ -230,6 +232,12 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="FILE", help="a TOML configuration file")
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="TCP port (0: any free port; default 5672)")
+    parser.add_argument(
+        "--management-port",
+        type=int,
+        help="serve the management HTTP API and /metrics on this port (RabbitMQ's is 15672; "
+        "default: none)",
+    )
     parser.add_argument(
         "--user",
         type=_user,
@@ -389,7 +397,15 @@ def _settings(document: dict[str, object], folder: Path) -> dict[str, object]:
         if value is not None and wrong:
             raise ConfigError(f"{key} must be {_type_name(kind())}, not {_type_name(value)}")
     settings: dict[str, object] = {}
-    for key in ("host", "port", "verbose", "header_0_9", "server_product", "server_version"):
+    for key in (
+        "host",
+        "port",
+        "management_port",
+        "verbose",
+        "header_0_9",
+        "server_product",
+        "server_version",
+    ):
         if key in document:
             settings[key] = document[key]
     if "data_dir" in document:
@@ -518,6 +534,7 @@ def parse_args(argv: list[str] | None = None, prog: str = "amqp-broker") -> argp
         "port": 5672,
         "verbose": False,
         "tls_port": None,
+        "management_port": None,
         "data_dir": None,
         "tls_cert": None,
         "tls_key": None,
@@ -610,6 +627,7 @@ async def _serve(broker: Broker, args: argparse.Namespace) -> None:
                         args.port,
                         ssl_context=context,
                         tls_port=args.tls_port,
+                        management_port=args.management_port,
                     )
                 )
             except* OSError as group:
@@ -627,6 +645,8 @@ async def _serve(broker: Broker, args: argparse.Namespace) -> None:
                 file=sys.stderr,
                 flush=True,
             )
+            if args.management_port is not None:
+                print(f"amqp_broker management API on {management_url(broker)}", file=sys.stderr)
             if broker.recovered is not None:
                 print(f"amqp_broker {broker.recovered}", file=sys.stderr, flush=True)
             async for signum in signals:

@@ -68,6 +68,10 @@ class User:
 
     password: str = attrs.field(repr=False)
     permissions: Mapping[str, Permission] | None = None
+    #: RabbitMQ's user tags; the management API admits ``management``, ``policymaker``,
+    #: ``monitoring`` and ``administrator``. A user given without tags is an administrator,
+    #: as guest is in RabbitMQ.
+    tags: tuple[str, ...] = ("administrator",)
 
 
 @final
@@ -102,6 +106,10 @@ class UserRegistry:
         """Remove user *name* (open connections stay open, as in RabbitMQ)."""
         self._users.pop(name, None)
 
+    def get(self, name: str) -> User | None:
+        """User *name*, or None."""
+        return self._users.get(name)
+
     def password(self, name: str) -> str | None:
         """The password of *name*, or None."""
         user = self._users.get(name)
@@ -122,7 +130,7 @@ class UserRegistry:
             raise KeyError(f"no user {name!r}")
         permissions = dict(user.permissions or {})
         permissions[vhost] = Permission(configure, write, read)
-        self._users[name] = User(user.password, permissions)
+        self._users[name] = User(user.password, permissions, user.tags)
 
     def clear_permissions(self, name: str, vhost: str) -> None:
         """Like ``rabbitmqctl clear_permissions``: *name* may no longer use *vhost*."""
@@ -131,7 +139,7 @@ class UserRegistry:
             raise KeyError(f"no user {name!r}")
         permissions = dict(user.permissions or {})
         permissions.pop(vhost, None)
-        self._users[name] = User(user.password, permissions)
+        self._users[name] = User(user.password, permissions, user.tags)
 
     def permission(self, name: str, vhost: str) -> Permission | None:
         """What *name* may do in *vhost*; None when it may not use the vhost at all."""

@@ -28,6 +28,7 @@ from amqp_sansio import (
 
 from ._broker import Broker
 from ._inspect import BrokerSnapshot, MessageSnapshot, peek, purge, take_snapshot
+from ._management import ManagementApi, serve_management
 from ._server_0_10 import handle_0_10
 from ._session import Session
 from ._store import DurableStore
@@ -111,6 +112,8 @@ class _Serving:
     def __init__(self) -> None:
         self.connections: dict[_Closable, _Transport] = {}
         self.stopping = False
+        #: The management API's port, once it listens (None: not served).
+        self.management_port: int | None = None
         self.idle = trio.Event()
         self.idle.set()
 
@@ -303,13 +306,16 @@ async def serve(
     config: ConnectionConfig | None = None,
     ssl_context: ssl.SSLContext | None = None,
     tls_port: int | None = None,
+    management_port: int | None = None,
     task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Serve *broker* on *host*:*port* (plain AMQP) and, with *ssl_context*, on *tls_port*
     (AMQP over TLS, ``amqps``), until cancelled.
 
     *users* maps usernames to passwords (or :class:`User`) and is added to the broker's
-    users. ``port=0`` picks a free port; ``port=None`` serves TLS only.
+    users. ``port=0`` picks a free port; ``port=None`` serves TLS only. With
+    *management_port* (0: a free one) the management HTTP API and ``/metrics`` are served
+    on *host* too (:func:`management_url` tells where).
     ``await nursery.start(serve, broker, host, 0)`` returns the listeners (plain ones first).
     Limits, timeouts and flow control come from ``broker.options``; call :func:`shutdown`
     before cancelling to close every connection as RabbitMQ does when it stops.
@@ -358,6 +364,16 @@ async def serve(
                 )
             if not listeners:
                 raise ValueError("serve() needs a port, or an ssl_context for a TLS port")
+            if management_port is not None:
+                api = ManagementApi(
+                    broker,
+                    lambda: [s for s in serving.connections if isinstance(s, Session)],
+                    functools.partial(_close_session, serving),
+                )
+                http = await nursery.start(
+                    functools.partial(serve_management, api, host, management_port)
+                )
+                serving.management_port = int(http[0].socket.getsockname()[1])
             task_status.started(listeners)
     finally:
         if _SERVING.get(broker) is serving:
@@ -411,6 +427,22 @@ def close_connection(
     return closed
 
 
+def _close_session(serving: _Serving, session: Session, reply_text: str) -> None:
+    conn = serving.connections.get(session)
+    session.close(320, reply_text)
+    if conn is not None:
+        conn.resume_reading()  # a blocked connection must read its close-ok
+
+
+def management_url(broker: Broker) -> str | None:
+    """``http://127.0.0.1:PORT/`` of *broker*'s management API, or None when :func:`serve`
+    serves none. Call it on the broker's thread."""
+    serving = _SERVING.get(broker)
+    if serving is None or serving.management_port is None:
+        return None
+    return f"http://127.0.0.1:{serving.management_port}/"
+
+
 def _url(scheme: str, host: str, port: int, users: Iterable[tuple[str, str]]) -> str:
     user, password = next(iter(users))
     netloc = f"[{host}]" if ":" in host else host
@@ -451,9 +483,11 @@ async def serving_broker(
     host: str = "127.0.0.1",
     options: BrokerOptions | None = None,
     ssl_context: ssl.SSLContext | None = None,
+    management: bool = False,
 ) -> AsyncIterator[tuple[Broker, str]]:
     """:func:`running`, yielding the :class:`Broker` with the URL (to inspect it with
-    :func:`inspect`, or change it while it serves)."""
+    :func:`inspect`, or change it while it serves). *management* serves the management API
+    on a free port too (:func:`management_url`)."""
     accounts = _accounts(users)
     broker = make_broker(vhosts, options=options, users=accounts)
     async with trio.open_nursery() as nursery:
@@ -465,6 +499,7 @@ async def serving_broker(
                 None if ssl_context is not None else 0,
                 ssl_context=ssl_context,
                 tls_port=0,
+                management_port=0 if management else None,
             )
         )
         port = int(listeners[0].socket.getsockname()[1])
@@ -525,8 +560,10 @@ class BrokerThread:
         host: str = "127.0.0.1",
         options: BrokerOptions | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        management: bool = False,
     ) -> None:
         self._settings = (users, tuple(vhosts), host, options, ssl_context)
+        self._management = management
         self._ready: list[tuple[Broker, str, trio.lowlevel.TrioToken, trio.Event]] = []
         self._thread: threading.Thread | None = None
 
@@ -534,6 +571,17 @@ class BrokerThread:
     def url(self) -> str:
         """``amqp://user:password@127.0.0.1:PORT/`` (the first user's credentials)."""
         return self._started()[1]
+
+    @property
+    def management_url(self) -> str:
+        """``http://127.0.0.1:PORT/`` of the management API (``management=True``).
+
+        :raises RuntimeError: not started, or started without the management API.
+        """
+        url = self.call(management_url)
+        if url is None:
+            raise RuntimeError("the broker thread serves no management API: management=True")
+        return url
 
     @property
     def broker(self) -> Broker:
@@ -559,7 +607,12 @@ class BrokerThread:
 
         async def main() -> None:
             async with serving_broker(
-                users=users, vhosts=vhosts, host=host, options=options, ssl_context=ssl_context
+                users=users,
+                vhosts=vhosts,
+                host=host,
+                options=options,
+                ssl_context=ssl_context,
+                management=self._management,
             ) as (broker, url):
                 stop = trio.Event()
                 self._ready.append((broker, url, trio.lowlevel.current_trio_token(), stop))

@@ -16,6 +16,8 @@ Fixtures:
 * ``amqp_broker_session``: the same, one for the whole session (default settings).
 * ``amqp_broker_url``: ``AMQP_URL`` when it is set (after checking it answers: a failure under
   ``CI=true``, else a skip saying so), otherwise the session broker's URL.
+* ``amqp_management_url``: ``http://127.0.0.1:PORT/`` of the ``amqp_broker`` fixture's
+  management HTTP API; the test is marked ``@pytest.mark.amqp_broker(management=True)``.
 * ``amqp_pair``: an :class:`amqp_sansio.testing.ConnectionPair` whose handshake is done.
 
 The broker runs in its own thread with its own Trio run, so the fixtures serve plain tests,
@@ -38,10 +40,16 @@ if TYPE_CHECKING:
     from amqp_broker import BrokerThread
     from amqp_sansio.testing import ConnectionPair
 
-__all__ = ["amqp_broker", "amqp_broker_session", "amqp_broker_url", "amqp_pair"]
+__all__ = [
+    "amqp_broker",
+    "amqp_broker_session",
+    "amqp_broker_url",
+    "amqp_management_url",
+    "amqp_pair",
+]
 
 #: The keywords the ``amqp_broker`` marker takes (those of :class:`amqp_broker.BrokerThread`).
-MARKER_KEYWORDS: Final = ("users", "vhosts", "host", "options", "ssl_context")
+MARKER_KEYWORDS: Final = ("users", "vhosts", "host", "options", "ssl_context", "management")
 
 _NEEDS_TRIO: Final = (
     "the {fixture} fixture runs the embedded broker, which needs Trio: "
@@ -53,7 +61,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "amqp_broker(users=None, vhosts=('/',), host='127.0.0.1', options=None, "
-        "ssl_context=None): how the amqp_broker fixture starts its broker "
+        "ssl_context=None, management=False): how the amqp_broker fixture starts its broker "
         "(see amqp_broker.BrokerThread)",
     )
 
@@ -138,6 +146,17 @@ def amqp_broker_url(request: pytest.FixtureRequest) -> str:
             pytest.fail(f"{reason}: CI needs a broker", pytrace=False)
         pytest.skip(f"{reason}; unset AMQP_URL to use the embedded broker")
     return url
+
+
+@pytest.fixture
+def amqp_management_url(request: pytest.FixtureRequest) -> str:
+    """The management API of the ``amqp_broker`` fixture's broker."""
+    if not _marker_settings(request).get("management"):
+        pytest.fail(
+            "amqp_management_url needs @pytest.mark.amqp_broker(management=True)", pytrace=False
+        )
+    broker: BrokerThread = request.getfixturevalue("amqp_broker")
+    return broker.management_url
 
 
 @pytest.fixture

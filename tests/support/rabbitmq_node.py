@@ -36,15 +36,28 @@ def _free_port() -> int:
 class RabbitMQNode:
     """The node; :meth:`kill` and :meth:`start` it."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, management: bool = False) -> None:
         self.root = root
+        #: The management plugin's HTTP port (``management=True``: with rabbitmq_prometheus
+        #: on ``prometheus_port``), or None.
+        self.management_port = _free_port() if management else None
+        self.prometheus_port = _free_port() if management else None
         self.name = f"recovery-{uuid.uuid4().hex[:8]}@localhost"
         self.port = _free_port()
         self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/?connection_timeout=10000"
         for sub in ("home", "mnesia", "log"):
             (root / sub).mkdir(parents=True, exist_ok=True)
-        (root / "enabled_plugins").write_text("[].")  # the trailing dot is required
-        (root / "rabbitmq.conf").write_text(f"listeners.tcp.1 = 127.0.0.1:{self.port}\n")
+        plugins = "rabbitmq_management,rabbitmq_prometheus" if management else ""
+        (root / "enabled_plugins").write_text(f"[{plugins}].")  # the trailing dot is required
+        conf = f"listeners.tcp.1 = 127.0.0.1:{self.port}\n"
+        if management:
+            conf += (
+                f"management.tcp.port = {self.management_port}\n"
+                "management.tcp.ip = 127.0.0.1\n"
+                f"prometheus.tcp.port = {self.prometheus_port}\n"
+                "prometheus.tcp.ip = 127.0.0.1\n"
+            )
+        (root / "rabbitmq.conf").write_text(conf)
         self.env = {
             **os.environ,
             "HOME": str(root / "home"),
@@ -70,13 +83,13 @@ class RabbitMQNode:
         )
         self._process = process
         deadline = time.monotonic() + _START_TIMEOUT
+        ports = [p for p in (self.port, self.management_port) if p is not None]
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 raise AssertionError(f"rabbitmq-server exited with {process.returncode}")
-            with (
-                contextlib.suppress(OSError),
-                socket.create_connection(("127.0.0.1", self.port), timeout=1),
-            ):
+            with contextlib.suppress(OSError):
+                for port in ports:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 return
             time.sleep(0.2)
         self.kill()
@@ -121,10 +134,11 @@ class RabbitMQNode:
 
 
 @contextlib.contextmanager
-def rabbitmq_node() -> Iterator[RabbitMQNode]:
-    """A node that is killed and whose data is removed on the way out."""
+def rabbitmq_node(*, management: bool = False) -> Iterator[RabbitMQNode]:
+    """A node that is killed and whose data is removed on the way out; *management* enables
+    rabbitmq_management and rabbitmq_prometheus on ports of their own."""
     root = Path(tempfile.mkdtemp(prefix="recovery-rmq-", dir="/tmp"))
-    node = RabbitMQNode(root)
+    node = RabbitMQNode(root, management=management)
     try:
         node.start()
         yield node

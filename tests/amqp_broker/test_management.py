@@ -1,0 +1,478 @@
+"""The management HTTP API and /metrics (issue 34): against the embedded broker through the
+plugin's fixtures, and side by side with a private RabbitMQ 3.10 node running
+rabbitmq_management and rabbitmq_prometheus (one node for the module), comparing status codes,
+error bodies and the JSON keys and values that do not depend on timing or on the node."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from typing import TYPE_CHECKING, Final
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import amqp_blocking
+from amqp_broker import BrokerThread, User
+from amqp_broker._cli import parse_args
+
+from ..support.rabbitmq_node import rabbitmq_node
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+GUEST: Final = ("guest", "guest")
+WAIT: Final = 30.0
+
+
+def call(
+    url: str,
+    method: str = "GET",
+    body: object = None,
+    auth: tuple[str, str] | None = GUEST,
+) -> tuple[int, object]:
+    """Status and decoded JSON body (None when empty, the text when not JSON)."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)
+    request.add_header("content-type", "application/json")
+    if auth is not None:
+        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        request.add_header("authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=WAIT) as response:
+            status, raw = response.status, response.read()
+    except urllib.error.HTTPError as error:
+        status, raw = error.code, error.read()
+    if not raw:
+        return status, None
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw.decode()
+
+
+pytestmark = pytest.mark.amqp_broker(management=True)
+
+
+def test_overview_counts_queues_connections_and_messages(
+    amqp_broker: BrokerThread, amqp_management_url: str
+) -> None:
+    with amqp_blocking.connect(f"{amqp_broker.url}?name=counted") as conn:
+        channel = conn.channel()
+        channel.queue_declare("m-counted")
+        for body in (b"a", b"b", b"c"):
+            channel.basic_publish(body, routing_key="m-counted")
+        assert channel.basic_get("m-counted") is not None  # one unacknowledged
+        status, overview = call(amqp_management_url + "api/overview")
+        assert status == 200
+        assert isinstance(overview, dict)
+        assert overview["object_totals"]["queues"] == 1
+        assert overview["object_totals"]["connections"] == 1
+        assert overview["object_totals"]["channels"] == 1
+        assert overview["queue_totals"] == {
+            "messages": 3,
+            "messages_ready": 2,
+            "messages_unacknowledged": 1,
+        }
+        status, queue = call(amqp_management_url + "api/queues/%2F/m-counted")
+        assert status == 200
+        assert isinstance(queue, dict)
+        assert (queue["messages_ready"], queue["messages_unacknowledged"]) == (2, 1)
+
+
+def test_connections_listed_and_closed_by_name(
+    amqp_broker: BrokerThread, amqp_management_url: str
+) -> None:
+    with amqp_blocking.connect(f"{amqp_broker.url}?name=doomed") as conn:
+        conn.channel()
+        status, listed = call(amqp_management_url + "api/connections")
+        assert status == 200
+        assert isinstance(listed, list)
+        assert [(c["name"], c["user"], c["vhost"], c["channels"]) for c in listed] == [
+            ("doomed", "guest", "/", 1)
+        ]
+        assert call(amqp_management_url + "api/connections/doomed", "DELETE") == (204, None)
+        with pytest.raises(Exception, match="Closed via management plugin"):
+            conn.channel().queue_declare("m-never", passive=True)
+    assert call(amqp_management_url + "api/connections/doomed") == (
+        404,
+        {"error": "Object Not Found", "reason": "Not Found"},
+    )
+
+
+def test_get_requeues_or_takes_and_encodes_binary_payloads(
+    amqp_broker: BrokerThread, amqp_management_url: str
+) -> None:
+    url = amqp_management_url + "api/queues/%2F/m-get"
+    assert call(url, "PUT", {"durable": False}) == (201, None)
+    with amqp_blocking.connect(amqp_broker.url) as conn:
+        channel = conn.channel()
+        channel.basic_publish(b"text", routing_key="m-get")
+        channel.basic_publish(b"\xff\x00", routing_key="m-get")
+    status, got = call(
+        url + "/get", "POST", {"count": 5, "ackmode": "ack_requeue_true", "encoding": "auto"}
+    )
+    assert status == 200
+    assert isinstance(got, list)
+    assert [(m["payload"], m["payload_encoding"], m["message_count"]) for m in got] == [
+        ("text", "string", 1),
+        ("/wA=", "base64", 0),
+    ]
+    assert len(amqp_broker.peek("m-get")) == 2  # requeued
+    status, got = call(
+        url + "/get",
+        "POST",
+        {"count": 1, "ackmode": "ack_requeue_false", "encoding": "auto", "truncate": 2},
+    )
+    assert isinstance(got, list)
+    assert [(m["payload"], m["payload_bytes"], m["redelivered"]) for m in got] == [("te", 4, True)]
+    assert len(amqp_broker.peek("m-get")) == 1  # taken
+    assert call(url + "/contents", "DELETE") == (204, None)
+    assert amqp_broker.peek("m-get") == ()
+    assert call(url, "DELETE") == (204, None)
+
+
+def test_users_need_a_management_tag_and_see_only_their_vhosts(
+    amqp_broker: BrokerThread, amqp_management_url: str
+) -> None:
+    amqp_broker.call(lambda b: b.users.add("app", User("pw", tags=())))
+    amqp_broker.call(lambda b: b.add_vhost("other"))
+    amqp_broker.call(lambda b: b.users.add("viewer", User("pw", tags=("management",))))
+    amqp_broker.call(lambda b: b.set_permissions("viewer", "other"))
+    assert call(amqp_management_url + "api/overview", auth=("app", "pw")) == (
+        401,
+        {"error": "not_authorized", "reason": "Not management user"},
+    )
+    assert call(amqp_management_url + "api/whoami", auth=("viewer", "pw")) == (
+        200,
+        {"name": "viewer", "tags": ["management"]},
+    )
+    status, vhosts = call(amqp_management_url + "api/vhosts", auth=("viewer", "pw"))
+    assert isinstance(vhosts, list)
+    assert [v["name"] for v in vhosts] == ["other"]
+    status, _ = call(amqp_management_url + "api/definitions", auth=("viewer", "pw"))
+    assert status == 401
+    status, _ = call(amqp_management_url + "api/queues/%2F/m-x", "PUT", {}, auth=("viewer", "pw"))
+    assert status == 401
+
+
+def test_metrics_use_rabbitmq_prometheus_names(
+    amqp_broker: BrokerThread, amqp_management_url: str
+) -> None:
+    with amqp_blocking.connect(amqp_broker.url) as conn:
+        channel = conn.channel()
+        channel.queue_declare("m-metrics")
+        channel.basic_publish(b"x", routing_key="m-metrics")
+        with urllib.request.urlopen(amqp_management_url + "metrics", timeout=WAIT) as response:
+            text = response.read().decode()
+    values = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    assert values["rabbitmq_queues"] == 1
+    assert values["rabbitmq_connections"] == 1
+    assert values["rabbitmq_channels"] == 1
+    assert values["rabbitmq_queue_messages_ready"] == 1
+    assert values["rabbitmq_build_info"] == 1
+
+
+def test_bad_http_is_a_400_and_the_server_goes_on(amqp_management_url: str) -> None:
+    port = int(amqp_management_url.rsplit(":", 1)[1].strip("/"))
+    with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+        sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+        assert sock.recv(100).startswith(b"HTTP/1.1 400")
+    assert call(amqp_management_url + "api/healthchecks/node") == (200, {"status": "ok"})
+
+
+def test_the_command_line_and_toml_take_a_management_port(tmp_path: object) -> None:
+    assert parse_args(["--management-port", "15672"]).management_port == 15672
+    assert parse_args([]).management_port is None
+
+
+# --- side by side with RabbitMQ ----------------------------------------------------------------
+
+#: Requests made in this order on both brokers; each answer's status and body are compared.
+SCENARIO: Final[list[tuple[str, str, object]]] = [
+    ("GET", "api/whoami", None),
+    ("GET", "api/vhosts/%2F", None),
+    ("GET", "api/vhosts/nope", None),
+    ("PUT", "api/queues/%2F/side", {"durable": False, "arguments": {"x-max-length": 5}}),
+    ("PUT", "api/queues/%2F/side", {"durable": False, "arguments": {"x-max-length": 5}}),
+    ("PUT", "api/queues/%2F/side", {"durable": True}),
+    ("PUT", "api/queues/%2F/side2", "a string"),
+    ("GET", "api/queues/%2F/side", None),
+    (
+        "POST",
+        "api/queues/%2F/side/get",
+        {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"},
+    ),
+    ("POST", "api/queues/%2F/side/get", {"count": 1}),
+    ("GET", "api/bindings/%2F", None),
+    ("DELETE", "api/queues/%2F/side/contents", None),
+    ("DELETE", "api/queues/%2F/side", None),
+    ("DELETE", "api/queues/%2F/side", None),
+    ("GET", "api/queues/%2F/nope", None),
+    ("GET", "api/queues/nope", None),
+    ("GET", "api/exchanges/%2F/amq.topic", None),
+    ("GET", "api/exchanges/%2F/nope", None),
+    ("GET", "api/nope", None),
+    ("GET", "api/healthchecks/node", None),
+    ("GET", "api/aliveness-test/%2F", None),
+    ("GET", "api/aliveness-test/nope", None),
+    ("GET", "api/connections", None),
+    ("GET", "api/connections/nope", None),
+    ("PUT", "api/vhosts/side-vh", None),
+    ("PUT", "api/vhosts/side-vh", None),
+    ("PUT", "api/users/side-user", {"password": "pw", "tags": "monitoring"}),
+    ("GET", "api/users/side-user", None),
+    ("PUT", "api/users/side-user", {"password": "pw", "tags": "management,monitoring"}),
+    ("GET", "api/permissions/side-vh/side-user", None),
+    ("PUT", "api/permissions/side-vh/side-user", {"configure": "", "write": ".*", "read": "^r"}),
+    ("GET", "api/permissions/side-vh/side-user", None),
+    ("PUT", "api/permissions/side-vh/side-user", {"configure": ".*", "write": ".*", "read": ".*"}),
+    ("PUT", "api/permissions/nope/side-user", {"configure": ".*", "write": ".*", "read": ".*"}),
+    ("DELETE", "api/permissions/side-vh/side-user", None),
+    ("GET", "api/permissions/side-vh/side-user", None),
+    ("DELETE", "api/users/side-user", None),
+    ("GET", "api/users/side-user", None),
+    ("DELETE", "api/users/side-user", None),
+    ("GET", "api/policies/side-vh", None),
+    ("DELETE", "api/vhosts/side-vh", None),
+    ("DELETE", "api/vhosts/side-vh", None),
+    (
+        "POST",
+        "api/definitions",
+        {
+            "vhosts": [{"name": "side-def"}],
+            "queues": [
+                {
+                    "name": "side-dq",
+                    "vhost": "side-def",
+                    "durable": True,
+                    "auto_delete": False,
+                    "arguments": {},
+                }
+            ],
+            "exchanges": [
+                {
+                    "name": "side-dx",
+                    "vhost": "side-def",
+                    "type": "fanout",
+                    "durable": True,
+                    "auto_delete": False,
+                    "internal": False,
+                    "arguments": {},
+                }
+            ],
+            "bindings": [
+                {
+                    "source": "side-dx",
+                    "vhost": "side-def",
+                    "destination": "side-dq",
+                    "destination_type": "queue",
+                    "routing_key": "k",
+                    "arguments": {},
+                }
+            ],
+        },
+    ),
+    ("GET", "api/exchanges/side-def/side-dx", None),
+    ("GET", "api/bindings/side-def", None),
+    ("POST", "api/definitions", "a string"),
+    ("DELETE", "api/vhosts/side-def", None),
+]
+
+#: Fields whose values depend on the node (its name), and those RabbitMQ shows only once its
+#: stats collector has seen the queue (a few seconds after it is declared: timing).
+NODE_FIELDS: Final = {"node", "cluster_state"}
+TIMED_FIELDS: Final = {
+    "state",
+    "policy",
+    "consumers",
+    "messages",
+    "messages_ready",
+    "messages_unacknowledged",
+}
+
+
+def _comparable(ours: object, theirs: object) -> tuple[object, object]:
+    """Ours as is; theirs cut down to our keys (RabbitMQ has more: rates, GC, ...)."""
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        keys = set(ours) - NODE_FIELDS - TIMED_FIELDS
+        assert keys <= set(theirs), f"keys RabbitMQ does not have: {keys - set(theirs)}"
+        return {k: ours[k] for k in keys}, {k: theirs[k] for k in keys}
+    if isinstance(ours, list) and isinstance(theirs, list) and len(ours) == len(theirs):
+        pairs = [_comparable(o, t) for o, t in zip(ours, theirs, strict=True)]
+        return [p[0] for p in pairs], [p[1] for p in pairs]
+    return ours, theirs
+
+
+@pytest.fixture(scope="module")
+def rabbitmq_management() -> Iterator[str]:
+    with rabbitmq_node(management=True) as node:
+        yield f"http://127.0.0.1:{node.management_port}/"
+
+
+@pytest.fixture(scope="module")
+def rabbitmqadmin(rabbitmq_management: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """rabbitmqadmin as the node serves it (fetched at test time, never committed)."""
+    path = tmp_path_factory.mktemp("rabbitmqadmin") / "rabbitmqadmin"
+    with urllib.request.urlopen(rabbitmq_management + "cli/rabbitmqadmin", timeout=WAIT) as got:
+        path.write_bytes(got.read())
+    return path
+
+
+@pytest.mark.rabbitmq
+def test_side_by_side_with_rabbitmq(rabbitmq_management: str, amqp_management_url: str) -> None:
+    for method, path, body in SCENARIO:
+        ours = call(amqp_management_url + path, method, body)
+        theirs = call(rabbitmq_management + path, method, body)
+        assert ours[0] == theirs[0], (method, path, ours, theirs)
+        assert _comparable(ours[1], theirs[1])[0] == _comparable(ours[1], theirs[1])[1], (
+            method,
+            path,
+        )
+
+
+@pytest.mark.rabbitmq
+def test_authentication_failures_as_rabbitmq(
+    rabbitmq_management: str, amqp_management_url: str
+) -> None:
+    for auth in (None, ("guest", "wrong"), ("nobody", "x")):
+        assert call(amqp_management_url + "api/overview", auth=auth) == call(
+            rabbitmq_management + "api/overview", auth=auth
+        )
+
+
+@pytest.mark.rabbitmq
+def test_overview_and_definitions_keys_are_rabbitmqs(
+    rabbitmq_management: str, amqp_management_url: str
+) -> None:
+    for path in ("api/overview", "api/definitions"):
+        _, ours = call(amqp_management_url + path)
+        _, theirs = call(rabbitmq_management + path)
+        assert isinstance(ours, dict)
+        assert isinstance(theirs, dict)
+        assert set(ours) <= set(theirs), set(ours) - set(theirs)
+    _, ours = call(amqp_management_url + "api/overview")
+    _, theirs = call(rabbitmq_management + "api/overview")
+    assert isinstance(ours, dict)
+    assert isinstance(theirs, dict)
+    assert set(ours["object_totals"]) == set(theirs["object_totals"])
+    assert set(ours["queue_totals"]) <= set(theirs["queue_totals"]) | {
+        "messages",
+        "messages_ready",
+        "messages_unacknowledged",
+    }
+
+
+#: rabbitmqadmin's common commands and a piece of what each prints, in order.
+ADMIN_COMMANDS: Final = [
+    ("list vhosts", "| /    |"),
+    ("declare queue name=m-admin durable=false", "queue declared"),
+    ("list queues", "m-admin"),
+    ("publish routing_key=m-admin payload=hello", "Message published"),
+    ("get queue=m-admin ackmode=ack_requeue_true", "hello"),
+    ("list exchanges", "amq.topic"),
+    ("list bindings", "m-admin"),
+    ("show overview", "3.10.8"),
+    ("import {definitions}", "Uploaded definitions"),
+    ("list users", "guest"),
+    ("purge queue name=m-admin", "queue purged"),
+    ("delete queue name=m-admin", "queue deleted"),
+]
+
+
+@pytest.mark.rabbitmq
+def test_rabbitmqadmin_runs_its_common_commands_against_the_broker(
+    rabbitmqadmin: Path, amqp_management_url: str, tmp_path: Path
+) -> None:
+    port = amqp_management_url.rsplit(":", 1)[1].strip("/")
+    base = [sys.executable, str(rabbitmqadmin), "-H", "127.0.0.1", "-P", port]
+    definitions = tmp_path / "import.json"
+    definitions.write_text(json.dumps({"queues": [{"name": "m-imported", "vhost": "/"}]}))
+    for command, expected in ADMIN_COMMANDS:
+        done = subprocess.run(
+            [*base, *command.format(definitions=definitions).split()],
+            capture_output=True,
+            text=True,
+            timeout=WAIT,
+            check=False,
+        )
+        assert (done.returncode, expected in done.stdout) == (0, True), (command, done)
+    exported = tmp_path / "definitions.json"
+    done = subprocess.run(
+        [*base, "export", str(exported)], capture_output=True, text=True, timeout=WAIT, check=False
+    )
+    assert done.returncode == 0, done
+    exported_queues = json.loads(exported.read_text())["queues"]
+    assert [q["name"] for q in exported_queues] == ["m-imported"]
+    missing = subprocess.run(
+        [*base, "list", "nodes"], capture_output=True, text=True, timeout=WAIT, check=False
+    )
+    assert (missing.returncode, missing.stderr.strip()) == (
+        1,
+        "*** Not found: /api/nodes?columns=name,type,mem_used",
+    )
+
+
+def test_channels_and_consumers_and_metrics_agree_with_the_snapshot(
+    amqp_broker: BrokerThread, amqp_management_url: str
+) -> None:
+    with amqp_blocking.connect(f"{amqp_broker.url}?name=worker") as conn:
+        channel = conn.channel()
+        channel.queue_declare("m-work")
+        for body in (b"1", b"2", b"3", b"4"):
+            channel.basic_publish(body, routing_key="m-work")
+        assert channel.basic_get("m-work") is not None
+        other = conn.channel()
+        other.queue_declare("m-idle")
+        with other.basic_consume("m-idle", consumer_tag="idle-tag"):
+            _, channels = call(amqp_management_url + "api/channels")
+            _, consumers = call(amqp_management_url + "api/consumers/%2F")
+            with urllib.request.urlopen(amqp_management_url + "metrics", timeout=WAIT) as got:
+                text = got.read().decode()
+            snapshot = amqp_broker.snapshot()
+    assert isinstance(channels, list)
+    assert sorted((c["name"], c["messages_unacknowledged"]) for c in channels) == [
+        ("worker (1)", 1),
+        ("worker (2)", 0),
+    ]
+    assert isinstance(consumers, list)
+    assert [(c["consumer_tag"], c["queue"]["name"]) for c in consumers] == [("idle-tag", "m-idle")]
+    values = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    assert values["rabbitmq_queue_messages_ready"] == sum(q.messages_ready for q in snapshot.queues)
+    assert values["rabbitmq_queue_messages_unacked"] == sum(
+        q.messages_unacknowledged for q in snapshot.queues
+    )
+    assert values["rabbitmq_consumers"] == sum(q.consumers for q in snapshot.queues) == 1
+    assert values["rabbitmq_channels"] == sum(c.channels for c in snapshot.connections) == 2
+
+
+def test_bad_input_changes_nothing(amqp_broker: BrokerThread, amqp_management_url: str) -> None:
+    url = amqp_management_url + "api/queues/%2F/m-bad"
+    assert call(url, "PUT", {"durable": "maybe"})[0] == 400
+    status, _ = call(amqp_management_url + "api/queues/nope/m-bad", "PUT", {})
+    assert status == 404
+    request = urllib.request.Request(url, data=b"{not json", method="PUT")
+    token = base64.b64encode(b"guest:guest").decode()
+    request.add_header("authorization", f"Basic {token}")
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=WAIT)
+    assert caught.value.code == 400
+    caught.value.close()
+    port = int(amqp_management_url.rsplit(":", 1)[1].strip("/"))
+    with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+        sock.sendall(
+            b"PUT /api/queues/%2F/m-bad HTTP/1.1\r\nhost: x\r\n"
+            b"content-length: 20000000\r\n\r\n" + b"x" * 17_000_000
+        )
+        assert sock.recv(100).startswith(b"HTTP/1.1 413")
+    assert [q.name for q in amqp_broker.snapshot().queues] == []
