@@ -353,6 +353,9 @@ class Broker:
             expires_at = expiry(queue_.message_ttl, stored.properties.expiration, now)
             entry = Entry(message, stored.seq, expires_at)
             entry.redelivered = stored.redelivered
+            if stored.redelivered and queue_.kind.counts_deliveries:
+                # The delivery the crash cut off was a return, as a closed channel's is.
+                entry.delivery_count = stored.delivery_count + 1
             entry.stored = True
             queue_.push(entry)
             if expires_at is not None:

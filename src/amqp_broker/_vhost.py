@@ -195,7 +195,7 @@ class VirtualHost:
                 entry.stored = False
                 store.message_removed(self.name, queue.name, entry.seq)
             else:
-                store.message_delivered(self.name, queue.name, entry.seq)
+                store.message_delivered(self.name, queue.name, entry.seq, entry.delivery_count)
 
     # --- deletion -----------------------------------------------------------------------------
 

@@ -585,3 +585,23 @@ def test_a_damaged_database_stops_the_start_with_a_clear_error(
     with pytest.raises(StoreError, match="is damaged"):
         DurableStore(data_dir)
     assert database.read_bytes()[:16] == b"not a database!!"  # left as it was for the user
+
+
+def test_a_quorum_queues_delivery_count_survives_a_restart(tmp_path: Path) -> None:
+    broker = _broker(tmp_path)
+    ch = broker.connect("/", _Sink()).open_channel(1)
+    ch.queue_declare("d.qq", durable=True, arguments={"x-queue-type": "quorum"})
+    ch.publish("", "d.qq", PERSISTENT, b"counted")
+    for _ in range(2):  # two returns
+        got = ch.get("d.qq", no_ack=False)
+        assert got is not None
+        ch.nack(got.delivery_tag, requeue=True)
+    got = ch.get("d.qq", no_ack=False)  # delivered a third time, then the broker stops
+    assert got is not None
+    assert (got.message.properties.headers or {})["x-delivery-count"] == 2
+    broker = _restart(broker, tmp_path)
+    got = broker.connect("/", _Sink()).open_channel(1).get("d.qq", no_ack=False)
+    assert got is not None
+    assert got.redelivered
+    # The delivery the stop cut off counts as a return, as a closed channel's does.
+    assert (got.message.properties.headers or {})["x-delivery-count"] == 3

@@ -66,7 +66,8 @@ CREATE TABLE IF NOT EXISTS messages (
 
 _ADD_MESSAGE: Final = "INSERT OR REPLACE INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 _REMOVE_MESSAGE: Final = "DELETE FROM messages WHERE vhost = ? AND queue = ? AND seq = ?"
-_DELIVERED: Final = "UPDATE messages SET redelivered = 1 WHERE vhost = ? AND queue = ? AND seq = ?"
+#: ``redelivered`` holds 0 (never delivered) or 1 + the delivery count at the last delivery.
+_DELIVERED: Final = "UPDATE messages SET redelivered = ? WHERE vhost = ? AND queue = ? AND seq = ?"
 
 #: One queued change: an SQL statement and its parameters.
 _Op: TypeAlias = tuple[str, tuple[object, ...]]
@@ -137,6 +138,8 @@ class RecoveredMessage:
     routing_key: str
     properties: BasicProperties
     body: bytes
+    #: Returns counted before the last delivery (quorum queues); a crash counts as one more.
+    delivery_count: int = 0
 
 
 @final
@@ -376,18 +379,19 @@ class DurableStore:
         )
         self.writes += 1
 
-    def message_delivered(self, vhost: str, queue: str, seq: int) -> None:
-        """A stored message went to a consumer that acknowledges: after a crash it comes back
-        redelivered."""
+    def message_delivered(self, vhost: str, queue: str, seq: int, delivery_count: int = 0) -> None:
+        """A stored message went to a consumer that acknowledges, after *delivery_count*
+        returns: after a crash it comes back redelivered, its count kept."""
         key = (vhost, queue, seq)
+        value = 1 + delivery_count
         index = self._adds.get(key)
         if index is None:
-            self._queue(_DELIVERED, key)
+            self._queue(_DELIVERED, (value, *key))
             return
         op = self._ops[index]
         assert op is not None
         params = op[1]
-        self._ops[index] = (op[0], (*params[:3], 1, *params[4:]))
+        self._ops[index] = (op[0], (*params[:3], value, *params[4:]))
 
     def message_removed(self, vhost: str, queue: str, seq: int) -> None:
         """A stored message left its queue for good (acked, expired, dropped, dead-lettered,
@@ -515,6 +519,7 @@ class DurableStore:
                         r[5],
                         BasicProperties.decode(r[6], 0)[0],
                         bytes(r[7]),
+                        max(r[3] - 1, 0),
                     )
                     for r in db.execute("SELECT * FROM messages ORDER BY vhost, queue, seq")
                 ],
