@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, final
 from pyspark.errors import PySparkNotImplementedError
 from pyspark.sql.datasource import DataSource
 
+from ._compat import require_admission_control, require_pyspark
 from ._errors import AmqpOptionError
 from ._options import parse_options
 from ._queue_reader import QueueStreamReader
@@ -111,7 +112,18 @@ class AmqpDataSource(DataSource):
             )
         if self.amqp_options.source.ending_offsets is not None:
             raise AmqpOptionError("endingOffsets", "applies to spark.read, not spark.readStream")
+        self._check_admission_control()
         return StreamQueueStreamReader(self.amqp_options, self._columns(schema))
+
+    def _check_admission_control(self) -> None:
+        source = self.amqp_options.source
+        for option, value in (
+            ("maxMessagesPerTrigger", source.max_messages_per_trigger),
+            ("maxBytesPerTrigger", source.max_bytes_per_trigger),
+            ("minMessagesPerTrigger", source.min_messages_per_trigger),
+        ):
+            if value is not None:
+                require_admission_control(option)
 
     def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
         """Classic and quorum queues: the driver-side at-least-once reader."""
@@ -132,6 +144,7 @@ class AmqpDataSource(DataSource):
         publishes the whole result table every micro-batch: messages cannot be overwritten, so
         consumers see each version of it.
         """
+        require_pyspark("writeStream (an Arrow stream writer)", (4, 1))
         return AmqpStreamWriter(self.amqp_options, self._write_plan(schema))
 
     def _write_plan(self, schema: StructType) -> WritePlan:
