@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, final
 
-from pyspark.errors import PySparkNotImplementedError
+from pyspark.errors import AnalysisException, PySparkNotImplementedError
 from pyspark.sql.datasource import DataSource
 
-from ._compat import require_admission_control, require_pyspark
+from ._compat import PYSPARK_VERSION, require_admission_control, require_pyspark
 from ._errors import AmqpOptionError
 from ._options import parse_options
 from ._queue_reader import QueueStreamReader
@@ -159,4 +159,9 @@ def register(spark: SparkSession) -> None:
 
     Not needed when the ``pyspark_amqp`` module is importable: Spark finds it by itself.
     """
-    spark.dataSource.register(AmqpDataSource)
+    try:
+        spark.dataSource.register(AmqpDataSource)
+    except AnalysisException as exc:
+        # PySpark 4.0 refuses to replace the source it found through pyspark_amqp; 4.1+ do not
+        if exc.getCondition() != "DATA_SOURCE_ALREADY_EXISTS" or PYSPARK_VERSION >= (4, 1):
+            raise

@@ -422,7 +422,7 @@ def sparks_arrow_schema(schema: StructType) -> pa.Schema:
     # newer PySpark takes timezone="UTC" where 4.0 and 4.1 take timestamp_utc=True
     if "timezone" in inspect.signature(to_arrow_schema).parameters:
         return to_arrow_schema(schema, timezone="UTC")
-    return to_arrow_schema(schema, timestamp_utc=True)
+    return to_arrow_schema(schema, timestamp_utc=True)  # type: ignore[call-arg]  # 4.0/4.1 only
 
 
 @pytest.mark.parametrize("with_json", [False, True])
