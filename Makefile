@@ -69,6 +69,29 @@ pytest-%: .venv-%/.installed
 pytest-other-pythons:
 	$(MAKE) -j2 --no-print-directory pytest-3.12 pytest-3.13
 
+# The Spark tests on the older PySpark releases amqp_spark supports (4.0, 4.1: no per-trigger
+# limits, no AvailableNow, no lag report; tests that need those say so in their skip reason),
+# a python3.11 venv each with the `test` group and that PySpark. Not part of `make test` (each
+# run starts its own JVM): `make pytest-spark-4.0 pytest-spark-4.1`.
+PYSPARK_4.0 := 4.0.5
+PYSPARK_4.1 := 4.1.4
+SPARK_COMPAT_TESTS := tests/amqp_spark/test_units.py tests/amqp_spark/test_integration.py
+
+.venv-spark-%/.installed: pyproject.toml hatch_build.py src/amqp_sansio/_speedups.c
+	$(if $(PYSPARK_$*),,$(error no PySpark pin for $*: set PYSPARK_$* in the Makefile))
+	$(PYTHON) -m venv .venv-spark-$*
+	.venv-spark-$*/bin/python -m pip install --quiet --upgrade pip
+	.venv-spark-$*/bin/python -m pip install --quiet -e '.[trio]' --group test \
+	  pyspark==$(PYSPARK_$*) pyarrow==26.0.1 pandas==2.3.3
+	touch $@
+
+.PRECIOUS: .venv-spark-%/.installed
+# PySpark 4.0/4.1 leave the sockets of their JVM transfers (collect, parquet reads) to the
+# garbage collector: the unraisable ResourceWarnings are ignored in these runs only.
+pytest-spark-%: .venv-spark-%/.installed
+	.venv-spark-$*/bin/python -bb -m pytest -q -p no:cacheprovider \
+	  -W ignore::pytest.PytestUnraisableExceptionWarning $(SPARK_COMPAT_TESTS) $(PYTEST_ARGS)
+
 # The sdist built once, a wheel built from it on 3.11, 3.12 and 3.13 and smoke-tested in a fresh
 # virtual environment with and without the C speedups, and the sdist installed with no compiler
 # (tools/check_package.py): about half a minute. The fresh environments borrow the dependencies
@@ -114,4 +137,4 @@ bench: $(STAMP) $(ASYNC_AMQP_VENV)/.installed
 	$(BIN)/python bench/spark.py
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) .venv-3.12 .venv-3.13 build/package-check docs/_build .mypy_cache .pytest_cache .ruff_cache .coverage .hypothesis
+	rm -rf $(VENV) $(DEMO_VENV) .venv-3.12 .venv-3.13 .venv-spark-4.0 .venv-spark-4.1 build/package-check docs/_build .mypy_cache .pytest_cache .ruff_cache .coverage .hypothesis

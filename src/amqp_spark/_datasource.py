@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, final
 
-from pyspark.errors import PySparkNotImplementedError
+from pyspark.errors import AnalysisException, PySparkNotImplementedError
 from pyspark.sql.datasource import DataSource
 
+from ._compat import PYSPARK_VERSION, require_admission_control, require_pyspark
 from ._errors import AmqpOptionError
 from ._options import parse_options
 from ._queue_reader import QueueStreamReader
@@ -111,7 +112,18 @@ class AmqpDataSource(DataSource):
             )
         if self.amqp_options.source.ending_offsets is not None:
             raise AmqpOptionError("endingOffsets", "applies to spark.read, not spark.readStream")
+        self._check_admission_control()
         return StreamQueueStreamReader(self.amqp_options, self._columns(schema))
+
+    def _check_admission_control(self) -> None:
+        source = self.amqp_options.source
+        for option, value in (
+            ("maxMessagesPerTrigger", source.max_messages_per_trigger),
+            ("maxBytesPerTrigger", source.max_bytes_per_trigger),
+            ("minMessagesPerTrigger", source.min_messages_per_trigger),
+        ):
+            if value is not None:
+                require_admission_control(option)
 
     def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
         """Classic and quorum queues: the driver-side at-least-once reader."""
@@ -132,6 +144,7 @@ class AmqpDataSource(DataSource):
         publishes the whole result table every micro-batch: messages cannot be overwritten, so
         consumers see each version of it.
         """
+        require_pyspark("writeStream (an Arrow stream writer)", (4, 1))
         return AmqpStreamWriter(self.amqp_options, self._write_plan(schema))
 
     def _write_plan(self, schema: StructType) -> WritePlan:
@@ -146,4 +159,9 @@ def register(spark: SparkSession) -> None:
 
     Not needed when the ``pyspark_amqp`` module is importable: Spark finds it by itself.
     """
-    spark.dataSource.register(AmqpDataSource)
+    try:
+        spark.dataSource.register(AmqpDataSource)
+    except AnalysisException as exc:
+        # PySpark 4.0 refuses to replace the source it found through pyspark_amqp; 4.1+ do not
+        if exc.getCondition() != "DATA_SOURCE_ALREADY_EXISTS" or PYSPARK_VERSION >= (4, 1):
+            raise

@@ -14,8 +14,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import SimpleDataSourceStreamReader
-from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
+from ._compat import SupportsTriggerAvailableNow
 from ._connections import QueueConsumer
 from ._schema import build_record_batch
 

@@ -14,7 +14,8 @@ import time
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
+
+from ._compat import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxBytes,
@@ -22,7 +23,6 @@ from pyspark.sql.streaming.datasource import (
     ReadMinRows,
     SupportsTriggerAvailableNow,
 )
-
 from ._connections import StreamProbe, read_stream_range
 from ._offsets import OffsetRange, OffsetSpec, allocate_rows, checkpoint_offsets, plan_ranges
 
@@ -161,11 +161,19 @@ class StreamQueueStreamReader(_ProbeHolder, DataSourceStreamReader, SupportsTrig
             caps.append(max(1, int(max_bytes // mean)))
         return min(caps) if caps else None
 
-    def latestOffset(self, start: Mapping[str, object], limit: ReadLimit) -> dict[str, int]:
+    def latestOffset(
+        self, start: Mapping[str, object] | None = None, limit: ReadLimit | None = None
+    ) -> dict[str, int]:
         """The end of the next batch: the tails, capped by the AvailableNow target, by
         ``maxMessagesPerTrigger`` and ``maxBytesPerTrigger`` (shared fairly between queues),
         and held back while fewer than ``minMessagesPerTrigger`` are new, until
-        ``maxTriggerDelay`` has passed since the last batch."""
+        ``maxTriggerDelay`` has passed since the last batch.
+
+        PySpark < 4.2 calls it with no arguments: the tails, all of them (the data source
+        refuses the per-trigger options there)."""
+        if start is None or limit is None:
+            self._latest = self.next_offsets()
+            return dict(self._latest)
         queues = self.queues()
         begin = checkpoint_offsets(start, queues)
         tails = self.next_offsets()

@@ -17,11 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Final
 
 from pyspark import TaskContext
-from pyspark.sql.datasource import (
-    DataSourceArrowWriter,
-    DataSourceStreamArrowWriter,
-    WriterCommitMessage,
-)
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import (
     BinaryType,
     DataType,
@@ -36,6 +32,7 @@ from pyspark.sql.types import (
 from amqp_sansio import BasicProperties
 from amqp_sansio.client import MessageReturnedError, PublishNackedError
 
+from ._compat import DataSourceStreamArrowWriter
 from ._connections import open_connection
 from ._schema import PROPERTY_FIELDS
 

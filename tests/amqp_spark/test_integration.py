@@ -28,6 +28,8 @@ from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 import amqp_blocking
 import amqp_spark
 from amqp_sansio import BasicProperties
+from amqp_spark._compat import ADMISSION_CONTROL
+from tests.amqp_spark.versions import NEEDS_PYSPARK_4_1, NEEDS_PYSPARK_4_2
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -150,6 +152,44 @@ def wait_until_unconsumed(channel: amqp_blocking.Channel, queue: str) -> int:
 
 
 @ON_BOTH_BROKERS
+def test_stream_queue_without_limits_reads_everything_once(
+    spark: SparkSession,
+    url: str,
+    broker: amqp_blocking.Channel,
+    stream_queue: str,
+    tmp_path: Path,
+) -> None:
+    # what PySpark 4.0 and 4.1 offer (latestOffset() with no limit), on every version
+    publish(broker, stream_queue, [f"m{i}" for i in range(200)])
+    df = read_stream(spark, url, stream_queue, "stream", startingOffsets="first", numPartitions="2")
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    sizes, _ = run_to_parquet(df.select("stream_offset", "body"), out, checkpoint)
+    assert sizes == [200]
+    publish(broker, stream_queue, [f"m{i}" for i in range(200, 250)])
+    sizes, _ = run_to_parquet(df.select("stream_offset", "body"), out, checkpoint)
+    assert sizes == [50]
+    rows = spark.read.parquet(str(out)).collect()
+    assert sorted(row.stream_offset for row in rows) == list(range(250))
+    assert {row.body.decode() for row in rows} == {f"m{i}" for i in range(250)}
+
+
+@pytest.mark.rabbitmq
+def test_per_trigger_limit_on_old_pyspark_fails_the_query_by_name(
+    spark: SparkSession, url: str, stream_queue: str, tmp_path: Path
+) -> None:
+    df = read_stream(
+        spark, url, stream_queue, "stream", startingOffsets="first", maxMessagesPerTrigger="5"
+    )
+    if ADMISSION_CONTROL:
+        sizes, _ = run_to_parquet(df, tmp_path / "out", tmp_path / "checkpoint")
+        assert sizes == []
+        return
+    with pytest.raises(PySparkException, match=r"maxMessagesPerTrigger.*needs PySpark >= 4\.2"):
+        run_to_parquet(df, tmp_path / "out", tmp_path / "checkpoint")
+
+
+@NEEDS_PYSPARK_4_2
+@ON_BOTH_BROKERS
 def test_stream_queue_exactly_once_across_restart(
     spark: SparkSession,
     url: str,
@@ -190,6 +230,7 @@ def test_stream_queue_exactly_once_across_restart(
     assert {row.queue for row in rows} == {stream_queue}
 
 
+@NEEDS_PYSPARK_4_2
 @pytest.mark.rabbitmq
 def test_byte_and_minimum_limits_pass_through_spark(
     spark: SparkSession,
@@ -215,6 +256,7 @@ def test_byte_and_minimum_limits_pass_through_spark(
     assert sizes == [500]
 
 
+@NEEDS_PYSPARK_4_2
 @ON_BOTH_BROKERS
 def test_stream_queue_killed_mid_batch_is_still_exactly_once(
     spark: SparkSession,
@@ -264,6 +306,7 @@ def test_stream_queue_killed_mid_batch_is_still_exactly_once(
 # --- classic queues: at least once, acked after Spark's commit -----------------------------------
 
 
+@NEEDS_PYSPARK_4_2
 @pytest.mark.rabbitmq
 def test_classic_queue_batches_ack_after_commit(
     spark: SparkSession,
@@ -292,6 +335,7 @@ def test_classic_queue_batches_ack_after_commit(
     assert wait_until_unconsumed(broker, classic_queue) == 0
 
 
+@NEEDS_PYSPARK_4_2
 @pytest.mark.rabbitmq
 def test_classic_queue_crash_redelivers_only_that_batch(
     spark: SparkSession,
@@ -425,6 +469,7 @@ def test_unroutable_mandatory_row_fails_the_job(spark: SparkSession, url: str) -
     assert "unroutable" in str(caught.value)
 
 
+@NEEDS_PYSPARK_4_1
 @pytest.mark.rabbitmq
 def test_streaming_pipeline_stream_to_queue(
     spark: SparkSession,
@@ -435,8 +480,10 @@ def test_streaming_pipeline_stream_to_queue(
     tmp_path: Path,
 ) -> None:
     publish(broker, stream_queue, [f"m{i}" for i in range(30)])
+    # PySpark 4.1 has writeStream but no per-trigger limits: one batch there
+    limit = {"maxMessagesPerTrigger": "20"} if ADMISSION_CONTROL else {}
     forwarded = read_stream(
-        spark, url, stream_queue, "stream", startingOffsets="first", maxMessagesPerTrigger="20"
+        spark, url, stream_queue, "stream", startingOffsets="first", **limit
     ).select(
         F.upper(F.col("body").cast("string")).alias("body"),
         F.lit(classic_queue).alias("routing_key"),
@@ -451,14 +498,16 @@ def test_streaming_pipeline_stream_to_queue(
         .start()
     )
     assert query.awaitTermination(QUERY_LIMIT_S)
-    assert [p.numInputRows for p in query.recentProgress if p.numInputRows] == [20, 10]
+    batches = [20, 10] if ADMISSION_CONTROL else [30]
+    assert [p.numInputRows for p in query.recentProgress if p.numInputRows] == batches
     messages = drain(broker, classic_queue)
     assert sorted(m.body for m in messages) == sorted(f"M{i}".encode() for i in range(30))
     for m in messages:
         assert m.properties.message_id is not None
         query_id, batch, _partition, _row = m.properties.message_id.rsplit("-", 3)
         assert query_id == query.id
-        assert batch == ("0" if int(m.properties.correlation_id or "") < 20 else "1")
+        first = int(m.properties.correlation_id or "") < 20 or not ADMISSION_CONTROL
+        assert batch == ("0" if first else "1")
 
 
 # --- options through Spark ---------------------------------------------------------------------

@@ -3,6 +3,7 @@ writer's column mapping and the pickling of everything that crosses processes.""
 
 from __future__ import annotations
 
+import inspect
 import json
 import pickle
 from datetime import UTC, datetime
@@ -14,7 +15,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pyspark import cloudpickle
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from pyspark.sql.types import (
     BinaryType,
     IntegerType,
@@ -31,6 +31,13 @@ import pyspark_amqp
 from amqp_sansio import BasicProperties, Int64
 from amqp_sansio.client import Message
 from amqp_spark import AmqpDataSource, AmqpOptionError
+from amqp_spark._compat import (
+    ADMISSION_CONTROL,
+    ARROW_STREAM_WRITER,
+    ReadAllAvailable,
+    ReadMaxRows,
+    parse_version,
+)
 from amqp_spark._offsets import (
     OffsetKind,
     OffsetRange,
@@ -53,7 +60,8 @@ from amqp_spark._schema import (
     source_schema,
 )
 from amqp_spark._stream_reader import StreamQueueBatchReader, StreamQueueStreamReader
-from amqp_spark._writer import PublishedMessages, _messages, plan_write
+from amqp_spark._writer import AmqpStreamWriter, PublishedMessages, _messages, plan_write
+from tests.amqp_spark.versions import INSTALLED, NEEDS_PYSPARK_4_2
 
 STREAM = {"queue": "events", "queuetype": "stream"}
 
@@ -410,10 +418,17 @@ def test_plan_ranges_prototype_split() -> None:
 # --- schema and Arrow ------------------------------------------------------------------------
 
 
+def sparks_arrow_schema(schema: StructType) -> pa.Schema:
+    # newer PySpark takes timezone="UTC" where 4.0 and 4.1 take timestamp_utc=True
+    if "timezone" in inspect.signature(to_arrow_schema).parameters:
+        return to_arrow_schema(schema, timezone="UTC")
+    return to_arrow_schema(schema, timestamp_utc=True)  # type: ignore[call-arg]  # 4.0/4.1 only
+
+
 @pytest.mark.parametrize("with_json", [False, True])
 def test_arrow_schema_equals_sparks_conversion(with_json: bool) -> None:
     schema = source_schema(with_json)
-    assert arrow_schema(output_columns(schema)).equals(to_arrow_schema(schema, timezone="UTC"))
+    assert arrow_schema(output_columns(schema)).equals(sparks_arrow_schema(schema))
     assert schema.fieldNames()[: len(SOURCE_COLUMNS)] == list(SOURCE_COLUMNS)
 
 
@@ -423,7 +438,7 @@ def test_user_schema_may_pick_columns() -> None:
     )
     columns = output_columns(picked)
     assert [c.name for c in columns] == ["stream_offset", "body"]
-    assert arrow_schema(columns).equals(to_arrow_schema(picked, timezone="UTC"))
+    assert arrow_schema(columns).equals(sparks_arrow_schema(picked))
     with pytest.raises(ValueError, match="'value' is not produced"):
         output_columns(StructType([StructField("value", StringType())]))
     with pytest.raises(ValueError, match="must have type binary"):
@@ -469,7 +484,7 @@ def test_record_batch_holds_every_column() -> None:
         ("events", message(None)),
     ]
     batch = build_record_batch(columns, rows)
-    assert batch.schema.equals(to_arrow_schema(source_schema(True), timezone="UTC"))
+    assert batch.schema.equals(sparks_arrow_schema(source_schema(True)))
     data = batch.to_pylist()
     first, second = data
     assert first["body"] == b"m3"
@@ -513,7 +528,7 @@ def test_record_batch_builder_starts_afresh_after_each_batch() -> None:
     builder.append("b", message(2, priority=2), stream_offset=20)  # the reader's own offset
     assert len(builder) == 2
     first = builder.build()
-    assert first.schema.equals(to_arrow_schema(picked, timezone="UTC"))
+    assert first.schema.equals(sparks_arrow_schema(picked))
     assert [(row["queue"], row["stream_offset"]) for row in first.to_pylist()] == [
         ("a", 1),
         ("b", 20),
@@ -613,7 +628,7 @@ def test_rows_become_messages() -> None:
                 "properties": None,
             },
         ],
-        schema=to_arrow_schema(schema, timezone="UTC"),
+        schema=sparks_arrow_schema(schema),
     )
     out = list(_messages(batch, plan, options.sink, "job-0-4", 10))
     (body1, ex1, key1, props1), (body2, ex2, key2, props2) = out
@@ -640,7 +655,6 @@ def test_data_source_readers_and_partitions_pickle() -> None:
         queue="events",
         queueType="stream",
         url="amqp://u:pw@h/",
-        maxMessagesPerTrigger="5",
         routingKey="out",
     )
     schema = ds.schema()
@@ -652,18 +666,79 @@ def test_data_source_readers_and_partitions_pickle() -> None:
         StreamQueueBatchReader(ds.amqp_options, columns),
         source(queue="jobs", queueType="classic").simpleStreamReader(schema),
         ds.writer(StructType([StructField("body", BinaryType())]), False),
-        ds.streamWriter(StructType([StructField("body", BinaryType())]), False),
         OffsetRange("events", 0, 10),
         PublishedMessages(count=3, partition_id=1, attempt=0),
     ]
+    if ARROW_STREAM_WRITER:
+        objects.append(ds.streamWriter(StructType([StructField("body", BinaryType())]), False))
     for obj in objects:
         for dumps in (pickle.dumps, cloudpickle.dumps):
             copy = pickle.loads(dumps(obj))
             assert type(copy) is type(obj)
-    reader = ds.streamReader(schema)
+
+
+@NEEDS_PYSPARK_4_2
+def test_default_read_limit_follows_the_options() -> None:
+    schema = source_schema(False)
+    reader = source(**STREAM, maxMessagesPerTrigger="5").streamReader(schema)
     assert isinstance(reader, StreamQueueStreamReader)
     assert reader.getDefaultReadLimit() == ReadMaxRows(5)
     assert source(**STREAM).streamReader(schema).getDefaultReadLimit() == ReadAllAvailable()
+
+
+@pytest.mark.parametrize(
+    "option", ["maxMessagesPerTrigger", "maxOffsetsPerTrigger", "maxBytesPerTrigger"]
+)
+def test_per_trigger_limits_on_a_stream_queue_follow_the_pyspark_version(option: str) -> None:
+    # runs on every PySpark: accepted from 4.2, refused by name on 4.0 and 4.1
+    schema = source_schema(False)
+    ds = source(**STREAM, **{option: "5"})
+    if ADMISSION_CONTROL:
+        assert isinstance(ds.streamReader(schema), StreamQueueStreamReader)
+        return
+    with pytest.raises(AmqpOptionError, match=rf"needs PySpark >= 4\.2.*{INSTALLED}") as info:
+        ds.streamReader(schema)
+    assert info.value.option in {"maxMessagesPerTrigger", "maxBytesPerTrigger"}
+
+
+def test_minimum_per_trigger_follows_the_pyspark_version() -> None:
+    schema = source_schema(False)
+    ds = source(**STREAM, minMessagesPerTrigger="5")
+    if ADMISSION_CONTROL:
+        assert isinstance(ds.streamReader(schema), StreamQueueStreamReader)
+        return
+    with pytest.raises(AmqpOptionError, match=r"'minMessagesPerTrigger': needs PySpark >= 4\.2"):
+        ds.streamReader(schema)
+
+
+def test_stream_writer_follows_the_pyspark_version() -> None:
+    ds = source(exchange="out")
+    schema = StructType([StructField("body", BinaryType())])
+    if ARROW_STREAM_WRITER:
+        assert isinstance(ds.streamWriter(schema, False), AmqpStreamWriter)
+        return
+    with pytest.raises(
+        NotImplementedError, match=rf"writeStream .*needs PySpark >= 4\.1.*{INSTALLED}"
+    ):
+        ds.streamWriter(schema, False)
+
+
+def test_classic_queue_batch_cap_works_on_every_pyspark() -> None:
+    # the classic/quorum reader caps read(start) itself: no read limit involved
+    ds = source(queue="jobs", queueType="classic", maxMessagesPerTrigger="5")
+    assert isinstance(ds.simpleStreamReader(source_schema(False)), QueueStreamReader)
+
+
+@pytest.mark.parametrize(
+    ("text", "version"), [("4.1.4", (4, 1)), ("4.2.0.dev1", (4, 2)), ("10.0", (10, 0))]
+)
+def test_pyspark_version_parsing(text: str, version: tuple[int, int]) -> None:
+    assert parse_version(text) == version
+
+
+def test_unreadable_pyspark_version_is_an_error() -> None:
+    with pytest.raises(ValueError, match="cannot read a PySpark version"):
+        parse_version("unknown")
 
 
 def test_reader_choice_follows_queue_type() -> None:
