@@ -17,6 +17,7 @@ import amqp_blocking
 from amqp_sansio import NEED_DATA, BasicProperties, ConnectionClosed, Event, Int64
 from amqp_sansio.client import ConnectionClosedError, ConnectionParameters, NotFound
 from tests.support.scenarios import unique
+from tests.support.silent_proxy import SilentProxy, silent_proxy
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -44,15 +45,30 @@ def _with_query(url: str, query: str) -> str:
     return url + ("&" if "?" in url else "?") + query
 
 
-def _time_out(call: Callable[[], object]) -> None:
-    """Make *call* time out. A zero timeout still returns a reply that won the race with it
-    (the reply is never lost), so try a few times."""
-    for _ in range(20):
-        try:
+@pytest.fixture
+def proxy(rabbitmq_url: str) -> Iterator[SilentProxy]:
+    """Between a client and RabbitMQ: held silent, it makes any reply late (a zero timeout
+    alone races the reply, and a loaded machine lets the reply win every time)."""
+    host_port = rabbitmq_url.split("@", 1)[1].split("/", 1)[0]
+    host, port = host_port.rsplit(":", 1)
+    with silent_proxy((host, int(port))) as p:
+        yield p
+
+
+@pytest.fixture
+def late_conn(proxy: SilentProxy) -> Iterator[amqp_blocking.Connection]:
+    with amqp_blocking.connect(proxy.url()) as connection:
+        yield connection
+
+
+def _time_out(proxy: SilentProxy, call: Callable[[], object]) -> None:
+    """*call* times out: its request reaches the broker and its reply comes back only after."""
+    proxy.go_silent()
+    try:
+        with pytest.raises(TimeoutError):
             call()
-        except TimeoutError:
-            return
-    raise AssertionError("the call never timed out")
+    finally:
+        proxy.resume()
 
 
 def test_handler_sleeping_three_heartbeats_keeps_the_connection(rabbitmq_url: str) -> None:
@@ -124,9 +140,11 @@ def test_eight_threads_publish_with_confirms_on_one_connection(
     assert set(ids) == {f"{t}-{n}" for t in range(8) for n in range(per_thread)}
 
 
-def test_a_timed_out_call_drops_its_late_reply(conn: amqp_blocking.Connection, queue: str) -> None:
-    with conn.channel() as ch:
-        _time_out(lambda: ch.queue_declare(queue, passive=True, timeout=0))
+def test_a_timed_out_call_drops_its_late_reply(
+    late_conn: amqp_blocking.Connection, proxy: SilentProxy, queue: str
+) -> None:
+    with late_conn.channel() as ch:
+        _time_out(proxy, lambda: ch.queue_declare(queue, passive=True, timeout=0.05))
         # The next reply goes to the next call, not to the abandoned one.
         other = unique("after-timeout")
         ok = ch.queue_declare(other, exclusive=True)
@@ -267,12 +285,13 @@ def test_parameters_and_bad_input(rabbitmq_url: str) -> None:
 
 
 def test_timed_out_channel_open_and_consume_are_undone(
-    conn: amqp_blocking.Connection, queue: str
+    late_conn: amqp_blocking.Connection, proxy: SilentProxy, queue: str
 ) -> None:
+    conn = late_conn
     # Both requests reach the broker after their callers gave up: the channel is closed and
     # the consumer cancelled as soon as the broker confirms them.
     for _ in range(20):
-        _time_out(lambda: conn.channel(timeout=0).close())
+        _time_out(proxy, lambda: conn.channel(timeout=0.05).close())
         ch = conn.channel()
         # The orphan may be undone before this open: then ch took its number, and the check
         # below (a lower number comes free) needs the orphan still holding one. Try again.
@@ -280,7 +299,7 @@ def test_timed_out_channel_open_and_consume_are_undone(
             break
         ch.close()
     with ch:
-        _time_out(lambda: ch.basic_consume(queue, timeout=0).close())
+        _time_out(proxy, lambda: ch.basic_consume(queue, timeout=0.05).close())
         # RabbitMQ updates consumer counts asynchronously: poll, bounded, until it shows 0.
         deadline = time.monotonic() + 10
         while ch.queue_declare(queue, passive=True).consumer_count and time.monotonic() < deadline:

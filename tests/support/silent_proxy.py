@@ -38,6 +38,10 @@ class SilentProxy:
     def go_silent(self) -> None:
         self._silent.set()
 
+    def resume(self) -> None:
+        """Forward again, starting with what arrived while silent: every reply is late."""
+        self._silent.clear()
+
     def close(self) -> None:
         self._stop.set()
         self._thread.join(5)
