@@ -152,6 +152,7 @@ class Broker:
         """
         policy = Policy(name, pattern, definition, priority=priority, apply_to=apply_to)
         self.vhosts[vhost].set_policy(policy)
+        self._store_policy(vhost, policy, operator=False)
         return policy
 
     def clear_policy(self, name: str, *, vhost: str = "/") -> None:
@@ -160,6 +161,8 @@ class Broker:
         :raises KeyError: no such policy (or virtual host).
         """
         self.vhosts[vhost].clear_policy(name)
+        if self.store is not None:
+            self.store.policy_cleared(vhost, name, operator=False)
 
     def list_policies(self, vhost: str = "/") -> list[Policy]:
         """Like ``rabbitmqctl list_policies -p VHOST``: the policies, by name."""
@@ -190,6 +193,7 @@ class Broker:
             )
         policy = Policy(name, pattern, definition, priority=priority, apply_to="queues")
         self.vhosts[vhost].set_operator_policy(policy)
+        self._store_policy(vhost, policy, operator=True)
         return policy
 
     def clear_operator_policy(self, name: str, *, vhost: str = "/") -> None:
@@ -198,6 +202,20 @@ class Broker:
         :raises KeyError: no such operator policy (or virtual host).
         """
         self.vhosts[vhost].clear_operator_policy(name)
+        if self.store is not None:
+            self.store.policy_cleared(vhost, name, operator=True)
+
+    def _store_policy(self, vhost: str, policy: Policy, *, operator: bool) -> None:
+        if self.store is not None:
+            self.store.policy_set(
+                vhost,
+                policy.name,
+                operator=operator,
+                pattern=policy.pattern,
+                definition=policy.definition,
+                priority=policy.priority,
+                apply_to=policy.apply_to,
+            )
 
     def list_operator_policies(self, vhost: str = "/") -> list[Policy]:
         """Like ``rabbitmqctl list_operator_policies``: by name."""
@@ -290,7 +308,7 @@ class Broker:
             f"recovered from {store.path}: {len(self.vhosts)} vhosts, "
             f"{len(recovery.exchanges)} exchanges, {len(recovery.queues)} queues, "
             f"{len(recovery.bindings)} bindings, {len(recovery.messages)} persistent messages, "
-            f"{len(recovery.stream_messages)} stream messages"
+            f"{len(recovery.stream_messages)} stream messages, {len(recovery.policies)} policies"
         )
         logger.info("%s", self.recovered)
 
@@ -363,6 +381,25 @@ class Broker:
             last_seq = max(last_seq, stored.seq)
         self._clock.skip_to(last_seq)
         self._rebuild_streams(recovery)
+        # last: a policy applies to the queues it matches at once, as when it is set
+        for stored_policy in recovery.policies:
+            if stored_policy.operator:
+                self.set_operator_policy(
+                    stored_policy.name,
+                    stored_policy.pattern,
+                    stored_policy.definition,
+                    vhost=stored_policy.vhost,
+                    priority=stored_policy.priority,
+                )
+            else:
+                self.set_policy(
+                    stored_policy.name,
+                    stored_policy.pattern,
+                    stored_policy.definition,
+                    vhost=stored_policy.vhost,
+                    priority=stored_policy.priority,
+                    apply_to=stored_policy.apply_to,
+                )
 
     def _rebuild_streams(self, recovery: Recovery) -> None:
         """Append each stream's stored messages again, from its oldest retained offset with

@@ -427,8 +427,17 @@ class Session010:
         if handler is None:
             raise BrokerError(540, f"{type(command).NAME} is not implemented")
         call = cast("Callable[[Session010, _Channel, Command], Struct | None]", handler)
+        store = self.broker.store
+        writes = 0 if store is None else store.writes
         result = call(self, channel, command)
-        if result is None:
+        if store is not None and store.writes != writes and isinstance(command, TxCommit):
+            # the commit stored persistent messages: complete once they are written, as a
+            # durable transfer outside a transaction is
+            self._durable_completions.append(
+                (store.open_batch, channel, event.command_id, event.sync)
+            )
+            store.waiters[self._complete_durable] = None
+        elif result is None:
             # reported at once for the sync bit, else when the client asks (the core's server
             # role reports only when asked, as qpidd)
             channel.core.complete(event.command_id, report=event.sync)

@@ -527,6 +527,27 @@ def test_a_kill_keeps_0_10_persistent_transfers_once_completed(
     assert broker.stop(signal.SIGTERM) == 0
 
 
+def test_a_kill_keeps_a_0_10_transaction_once_its_commit_completed(
+    data_dir: Path, brokers: list[_Process]
+) -> None:
+    broker = _start(brokers, data_dir)
+    persistent = Properties(persistent=True)
+    with amqp_blocking.connect_0_10(broker.url) as conn_0_10, conn_0_10.session() as session:
+        session.queue_declare("d.q", durable=True)
+        session.tx_select()
+        for n in range(20):
+            session.transfer("", b"p%d" % n, routing_key="d.q", properties=persistent)
+        session.tx_commit()  # completed only once the store wrote the twenty
+        session.transfer("", b"uncommitted", routing_key="d.q", properties=persistent)
+        broker.process.kill()
+        broker.process.wait(TIMEOUT)
+    broker = _start(brokers, data_dir)
+    with amqp_blocking.connect(broker.url) as conn, conn.channel() as ch:
+        assert _drain(ch, "d.q") == [(b"p%d" % n, False) for n in range(20)]
+        ch.queue_delete("d.q")
+    assert broker.stop(signal.SIGTERM) == 0
+
+
 def _fill(data_dir: Path, brokers: list[_Process], count: int) -> None:
     broker = _start(brokers, data_dir)
     with amqp_blocking.connect(broker.url) as conn, conn.channel() as ch:
@@ -605,3 +626,25 @@ def test_a_quorum_queues_delivery_count_survives_a_restart(tmp_path: Path) -> No
     assert got.redelivered
     # The delivery the stop cut off counts as a return, as a closed channel's does.
     assert (got.message.properties.headers or {})["x-delivery-count"] == 3
+
+
+def test_policies_and_operator_policies_survive_a_restart(tmp_path: Path) -> None:
+    broker = _broker(tmp_path)
+    broker.set_policy("cap", r"^capped\.", {"max-length": 1}, priority=2, apply_to="queues")
+    broker.set_policy("gone", "^x", {"message-ttl": 5})
+    broker.set_operator_policy("limit", ".*", {"max-length": 10}, priority=1)
+    broker.set_policy("cap", r"^capped\.", {"max-length": 2}, priority=3, apply_to="queues")
+    broker.clear_policy("gone")
+    policies, operator_policies = broker.list_policies(), broker.list_operator_policies()
+    broker = _restart(broker, tmp_path)
+    assert broker.list_policies() == policies
+    assert [p.definition for p in policies] == [{"max-length": 2}]  # the later set wins
+    assert broker.list_operator_policies() == operator_policies
+    assert broker.recovered is not None
+    assert broker.recovered.endswith(", 2 policies")  # one policy, one operator policy
+    # A queue declared after the restart follows the policy kept.
+    ch = broker.connect("/", _Sink()).open_channel(1)
+    ch.queue_declare("capped.q")
+    for n in range(3):
+        ch.publish("", "capped.q", BasicProperties(), b"%d" % n)
+    assert broker.vhosts["/"].queues["capped.q"].message_count == 2

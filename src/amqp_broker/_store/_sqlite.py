@@ -12,6 +12,7 @@ batch (consumed before the commit) never reaches the disk.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, TypeAlias, final
@@ -22,13 +23,14 @@ from amqp_sansio import BasicProperties, FieldTable
 from amqp_sansio.framing import decode_table, encode_table
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
 __all__ = [
     "DurableStore",
     "RecoveredBinding",
     "RecoveredExchange",
     "RecoveredMessage",
+    "RecoveredPolicy",
     "RecoveredQueue",
     "RecoveredStreamMessage",
     "Recovery",
@@ -58,6 +60,9 @@ CREATE TABLE IF NOT EXISTS stream_messages (
     vhost TEXT, queue TEXT, offset INTEGER, time_ms INTEGER, exchange TEXT,
     routing_key TEXT, properties BLOB, body BLOB, PRIMARY KEY (vhost, queue, offset))
     WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS policies (
+    vhost TEXT, name TEXT, operator INTEGER, pattern TEXT, definition TEXT, priority INTEGER,
+    apply_to TEXT, PRIMARY KEY (vhost, name, operator));
 CREATE TABLE IF NOT EXISTS messages (
     vhost TEXT, queue TEXT, seq INTEGER, redelivered INTEGER, exchange TEXT,
     routing_key TEXT, properties BLOB, body BLOB, PRIMARY KEY (vhost, queue, seq))
@@ -159,6 +164,20 @@ class RecoveredStreamMessage:
 
 @final
 @attrs.frozen
+class RecoveredPolicy:
+    """A policy (or, with *operator*, an operator policy) read back from the store."""
+
+    vhost: str
+    name: str
+    operator: bool
+    pattern: str
+    definition: dict[str, object]
+    priority: int
+    apply_to: str
+
+
+@final
+@attrs.frozen
 class Recovery:
     """Everything the store held at start."""
 
@@ -170,6 +189,7 @@ class Recovery:
     bindings: list[RecoveredBinding]
     messages: list[RecoveredMessage]
     stream_messages: list[RecoveredStreamMessage]
+    policies: list[RecoveredPolicy] = attrs.field(factory=list)
 
 
 def _table_bytes(table: FieldTable) -> bytes:
@@ -280,6 +300,31 @@ class DurableStore:
     def permissions_cleared(self, user: str, vhost: str) -> None:
         """``clear_permissions``."""
         self._queue("DELETE FROM permissions WHERE user = ? AND vhost = ?", (user, vhost))
+
+    def policy_set(
+        self,
+        vhost: str,
+        name: str,
+        *,
+        operator: bool,
+        pattern: str,
+        definition: Mapping[str, object],
+        priority: int,
+        apply_to: str,
+    ) -> None:
+        """``set_policy`` (*operator*: ``set_operator_policy``); the definition as JSON, as
+        ``rabbitmqctl`` takes it."""
+        self._queue(
+            "INSERT OR REPLACE INTO policies VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (vhost, name, operator, pattern, json.dumps(dict(definition)), priority, apply_to),
+        )
+
+    def policy_cleared(self, vhost: str, name: str, *, operator: bool) -> None:
+        """``clear_policy`` (*operator*: ``clear_operator_policy``)."""
+        self._queue(
+            "DELETE FROM policies WHERE vhost = ? AND name = ? AND operator = ?",
+            (vhost, name, operator),
+        )
 
     def exchange_declared(
         self,
@@ -537,6 +582,10 @@ class DurableStore:
                     for r in db.execute(
                         "SELECT * FROM stream_messages ORDER BY vhost, queue, offset"
                     )
+                ],
+                policies=[
+                    RecoveredPolicy(r[0], r[1], bool(r[2]), r[3], json.loads(r[4]), r[5], r[6])
+                    for r in db.execute("SELECT * FROM policies ORDER BY rowid")
                 ],
             )
         except Exception as exc:
