@@ -33,7 +33,14 @@ import trio
 import amqp_asyncio
 import amqp_blocking
 import amqp_trio
-from amqp_sansio.client import AccessRefused, Credentials, NotAllowed, Recovered, RecoveryPolicy
+from amqp_sansio.client import (
+    AccessRefused,
+    ConnectionClosedError,
+    Credentials,
+    NotAllowed,
+    Recovered,
+    RecoveryPolicy,
+)
 
 from ...support.rabbitmq_node import rabbitmq_node
 
@@ -313,7 +320,8 @@ def test_a_provider_outlives_its_tokens_and_recovers_with_a_fresh_one(
 def test_rabbitmq_keeps_a_connection_whose_token_expired(oauth2_node: RabbitMQNode) -> None:
     """RabbitMQ 3.10 at ``exp``: the connection stays open; what needs a permission check
     the channel has not cached is refused (403, the channel closes) until update-secret
-    brings a valid token. Without update-secret nothing closes the connection."""
+    brings a valid token. Without update-secret nothing closes the connection; update-secret
+    accepts an expired token (and nothing passes after it), login does not."""
     token, exp = mint(lifetime=2)
     with amqp_blocking.connect(_url(oauth2_node, token)) as conn:
         with conn.channel() as ch:
@@ -322,7 +330,14 @@ def test_rabbitmq_keeps_a_connection_whose_token_expired(oauth2_node: RabbitMQNo
         with pytest.raises(AccessRefused, match="token has expired"), conn.channel() as ch:
             ch.queue_declare("", exclusive=True)
         assert not conn.is_closed
+        expired, _ = mint(lifetime=-10)
+        conn.update_secret(expired, "an expired token", timeout=TIMEOUT)
+        with pytest.raises(AccessRefused, match="token has expired"), conn.channel() as ch:
+            ch.queue_declare("", exclusive=True)
         fresh, _ = mint()
         conn.update_secret(fresh, "token refresh", timeout=TIMEOUT)
         with conn.channel() as ch:
             ch.queue_declare("", exclusive=True)
+    with pytest.raises(ConnectionClosedError, match="Login was refused") as info:
+        amqp_blocking.connect(_url(oauth2_node, expired))
+    assert info.value.reply_code == 403
