@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, final
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
 _START_TIMEOUT: Final = 120.0
 #: The server script itself (``/usr/sbin/rabbitmq-server`` is a wrapper that changes user).
@@ -34,9 +34,19 @@ def _free_port() -> int:
 
 @final
 class RabbitMQNode:
-    """The node; :meth:`kill` and :meth:`start` it."""
+    """The node; :meth:`kill` and :meth:`start` it. *plugins* are enabled besides
+    *management*'s, *extra_conf* is appended to its ``rabbitmq.conf`` and *advanced_config*,
+    when given, is its ``advanced.config``."""
 
-    def __init__(self, root: Path, *, management: bool = False) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        management: bool = False,
+        plugins: Sequence[str] = (),
+        extra_conf: str = "",
+        advanced_config: str | None = None,
+    ) -> None:
         self.root = root
         #: The management plugin's HTTP port (``management=True``: with rabbitmq_prometheus
         #: on ``prometheus_port``), or None.
@@ -47,8 +57,9 @@ class RabbitMQNode:
         self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/?connection_timeout=10000"
         for sub in ("home", "mnesia", "log"):
             (root / sub).mkdir(parents=True, exist_ok=True)
-        plugins = "rabbitmq_management,rabbitmq_prometheus" if management else ""
-        (root / "enabled_plugins").write_text(f"[{plugins}].")  # the trailing dot is required
+        enabled = ["rabbitmq_management", "rabbitmq_prometheus"] if management else []
+        # enabled offline: the node reads the file at boot; the trailing dot is required
+        (root / "enabled_plugins").write_text(f"[{','.join([*enabled, *plugins])}].")
         conf = f"listeners.tcp.1 = 127.0.0.1:{self.port}\n"
         if management:
             conf += (
@@ -57,7 +68,7 @@ class RabbitMQNode:
                 f"prometheus.tcp.port = {self.prometheus_port}\n"
                 "prometheus.tcp.ip = 127.0.0.1\n"
             )
-        (root / "rabbitmq.conf").write_text(conf)
+        (root / "rabbitmq.conf").write_text(conf + extra_conf)
         self.env = {
             **os.environ,
             "HOME": str(root / "home"),
@@ -70,6 +81,9 @@ class RabbitMQNode:
             "RABBITMQ_CONFIG_FILE": str(root / "rabbitmq"),
             "RABBITMQ_ENABLED_PLUGINS_FILE": str(root / "enabled_plugins"),
         }
+        if advanced_config is not None:  # what rabbitmq.conf cannot say (Erlang terms)
+            (root / "advanced.config").write_text(advanced_config)
+            self.env["RABBITMQ_ADVANCED_CONFIG_FILE"] = str(root / "advanced.config")
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -134,11 +148,24 @@ class RabbitMQNode:
 
 
 @contextlib.contextmanager
-def rabbitmq_node(*, management: bool = False) -> Iterator[RabbitMQNode]:
+def rabbitmq_node(
+    *,
+    management: bool = False,
+    plugins: Sequence[str] = (),
+    extra_conf: str = "",
+    advanced_config: str | None = None,
+) -> Iterator[RabbitMQNode]:
     """A node that is killed and whose data is removed on the way out; *management* enables
-    rabbitmq_management and rabbitmq_prometheus on ports of their own."""
+    rabbitmq_management and rabbitmq_prometheus on ports of their own; *plugins*, *extra_conf*
+    (``rabbitmq.conf`` lines) and *advanced_config* (its text) go to :class:`RabbitMQNode`."""
     root = Path(tempfile.mkdtemp(prefix="recovery-rmq-", dir="/tmp"))
-    node = RabbitMQNode(root, management=management)
+    node = RabbitMQNode(
+        root,
+        management=management,
+        plugins=plugins,
+        extra_conf=extra_conf,
+        advanced_config=advanced_config,
+    )
     try:
         node.start()
         yield node
