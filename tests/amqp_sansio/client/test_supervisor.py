@@ -31,6 +31,7 @@ from amqp_sansio.client import (
     ConnectionLostError,
     ConnectionParameters,
     GiveUp,
+    HeartbeatTimeoutError,
     Recovered,
     RecoveryAttempt,
     RecoveryEvent,
@@ -273,6 +274,7 @@ def test_what_a_loss_triggers_and_what_waits() -> None:
     events: list[RecoveryEvent] = []
     sup = supervisor(RecoveryPolicy(publish_buffer=10), events)
     assert sup.recover_on(LOST)
+    assert sup.recover_on(HeartbeatTimeoutError("a:5672", 1))  # a silent peer is a loss too
     assert sup.recover_on(error_for_close(320, "CONNECTION_FORCED", connection=True))
     assert not sup.recover_on(error_for_close(403, "ACCESS_REFUSED", connection=True))
     sup.lost(ScriptedLost(), LOST, now=0)
