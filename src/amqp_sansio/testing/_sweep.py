@@ -466,6 +466,9 @@ class MemoryConnection:
         publish_number = self.core.publish(number, method, properties, body)
         if publish_number is not None:  # the router counts what a loss leaves unknown
             self.router.expect_confirm(number, publish_number, _NOTED_CONFIRM)
+            book = self.router.channels[number]
+            if book.kept is not None:  # kept for republish_unknown, as the adapters keep it
+                book.keep(publish_number, method, properties, body)
         return publish_number
 
     def consume(

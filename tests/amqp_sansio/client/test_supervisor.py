@@ -15,10 +15,13 @@ import pytest
 
 from amqp_broker import memory_server
 from amqp_sansio import (
+    BasicGet,
     BasicProperties,
     BasicPublish,
     BasicQos,
     ConfirmSelect,
+    MessageReceived,
+    PublishConfirmed,
     QueueDeclare,
 )
 from amqp_sansio.client import (
@@ -28,6 +31,7 @@ from amqp_sansio.client import (
     ConnectionLostError,
     ConnectionParameters,
     GiveUp,
+    HeartbeatTimeoutError,
     Recovered,
     RecoveryAttempt,
     RecoveryEvent,
@@ -270,6 +274,7 @@ def test_what_a_loss_triggers_and_what_waits() -> None:
     events: list[RecoveryEvent] = []
     sup = supervisor(RecoveryPolicy(publish_buffer=10), events)
     assert sup.recover_on(LOST)
+    assert sup.recover_on(HeartbeatTimeoutError("a:5672", 1))  # a silent peer is a loss too
     assert sup.recover_on(error_for_close(320, "CONNECTION_FORCED", connection=True))
     assert not sup.recover_on(error_for_close(403, "ACCESS_REFUSED", connection=True))
     sup.lost(ScriptedLost(), LOST, now=0)
@@ -373,3 +378,38 @@ def test_a_backlog_recovers_with_no_delivery_refused_and_none_left() -> None:
     assert acked == 300
     assert server.broker.vhosts["/"].queues["backlog"].message_count == 0
     assert conn.refused_settles == 1
+
+
+@pytest.mark.parametrize("republish", [True, False], ids=["republish", "unknown"])
+def test_publishes_pending_at_the_loss_are_republished_in_order_or_unknown(
+    republish: bool,
+) -> None:
+    """``republish_unknown``: the publishes left unconfirmed by the loss go out again on the
+    new connection, oldest first and once, or end unknown and are not sent."""
+    server = memory_server()
+    conn = MemoryConnection(server, policy=RecoveryPolicy(jitter=0, republish_unknown=republish))
+    conn.open()
+    ch = conn.open_channel()
+    conn.send(ch, QueueDeclare(queue="pending"))
+    conn.send(ch, ConfirmSelect())
+    conn.publish(ch, BasicPublish(routing_key="pending"), BasicProperties(), b"0")
+    assert any(isinstance(e, PublishConfirmed) for e in conn.pump())
+    for n in range(1, 21):  # cut before they leave: the broker never sees them
+        conn.publish(ch, BasicPublish(routing_key="pending"), BasicProperties(), b"%d" % n)
+    conn.cut()
+    recovered = conn.recover()
+    assert (recovered.republished, recovered.unknown_publishes) == (
+        (20, 0) if republish else (0, 20)
+    )
+    confirmed = [
+        n for e in conn.pump() if isinstance(e, PublishConfirmed) for n in e.publish_numbers
+    ]
+    assert confirmed == (list(range(1, 21)) if republish else [])  # the new channel's numbers
+    bodies = []
+    while True:
+        conn.send(ch, BasicGet(queue="pending", no_ack=True))
+        got = [e for e in conn.pump() if isinstance(e, MessageReceived)]
+        if not got:
+            break
+        bodies.append(bytes(got[0].body))
+    assert bodies == [b"0"] + ([b"%d" % n for n in range(1, 21)] if republish else [])
