@@ -10,9 +10,12 @@ unreachable the tests skip with a message saying how to start it, except under `
 where they fail: CI must never pass by skipping.
 
 Markers say what else a test needs: ``rabbitmq`` (a broker at ``AMQP_URL``; added here to every
-test that uses ``rabbitmq_url``), ``spark`` (PySpark and Java; every test of ``amqp_spark``) and
-``node`` (Node.js with amqplib). ``make test`` also runs everything without them on Python 3.12
-and 3.13 (``AMQP_SANSIO_TESTS=portable``, where PySpark is not installed, so the Spark test
+test that uses ``rabbitmq_url``), ``spark`` (PySpark and Java; every test of ``amqp_spark``),
+``node`` (Node.js with amqplib) and ``rabbitmq_cluster`` (a private 3-node RabbitMQ cluster,
+``rabbitmq_cluster`` below: amqp_blocking's failover test runs in ``make test``, the other
+adapters' with ``--cluster-all`` only; skipped with the reason where rabbitmq-server is
+absent). ``make test`` also runs everything without them on Python 3.12 and 3.13
+(``AMQP_SANSIO_TESTS=portable``, where PySpark is not installed, so the Spark test
 modules are not even collected, nor the API reference's, which needs Sphinx and imports every
 package), except ``qpid_suites`` (qpid-python's broker conformance suites, run on 3.11 only:
 they exercise the broker's protocol behaviour, which the interpreter does not change, for two

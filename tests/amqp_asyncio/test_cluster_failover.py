@@ -15,6 +15,8 @@ from ..support.rabbitmq_cluster import KILLS
 from ..support.recovery_scenarios import BacklogCounts, scenario_backlog_faults
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..support.rabbitmq_cluster import RabbitMQCluster
 
 pytestmark = [pytest.mark.rabbitmq, pytest.mark.rabbitmq_cluster(opt_in=True)]
@@ -36,7 +38,7 @@ async def _failover(cluster: RabbitMQCluster) -> BacklogCounts:
 
 
 def test_failover_on_node_kills(
-    rabbitmq_cluster: RabbitMQCluster, record_property: pytest.RecordProperty
+    rabbitmq_cluster: RabbitMQCluster, record_property: Callable[[str, object], None]
 ) -> None:
     counts = asyncio.run(_failover(rabbitmq_cluster))
     record_property("failover_seconds", counts.recovered_times)

@@ -15,13 +15,15 @@ from ..support.recovery_scenarios import scenario_backlog_faults
 from .test_recovery_scenarios import _connect
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..support.rabbitmq_cluster import RabbitMQCluster
 
 pytestmark = [pytest.mark.rabbitmq, pytest.mark.rabbitmq_cluster]
 
 
 def test_failover_on_node_kills(
-    rabbitmq_cluster: RabbitMQCluster, record_property: pytest.RecordProperty
+    rabbitmq_cluster: RabbitMQCluster, record_property: Callable[[str, object], None]
 ) -> None:
     cluster = rabbitmq_cluster
     counts = asyncio.run(

@@ -15,6 +15,8 @@ from ..support.rabbitmq_cluster import KILLS
 from ..support.recovery_scenarios import scenario_backlog_faults
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..support.rabbitmq_cluster import RabbitMQCluster
 
 pytestmark = [pytest.mark.rabbitmq, pytest.mark.rabbitmq_cluster(opt_in=True), pytest.mark.trio]
@@ -24,7 +26,7 @@ _TIMEOUT: Final = 300
 
 
 async def test_failover_on_node_kills(
-    rabbitmq_cluster: RabbitMQCluster, record_property: pytest.RecordProperty
+    rabbitmq_cluster: RabbitMQCluster, record_property: Callable[[str, object], None]
 ) -> None:
     cluster = rabbitmq_cluster
     with trio.fail_after(_TIMEOUT):
