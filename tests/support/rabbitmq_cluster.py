@@ -11,6 +11,7 @@ Starting the cluster costs about 45 s of CPU (15 s a node) and the joins a few m
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -79,13 +80,15 @@ class RabbitMQCluster:
 
     def start(self) -> None:
         """Start every node at once (each start is mostly CPU-bound boot; in parallel the wall
-        time is that of the slowest), then join nodes 2 and 3 to node 1."""
+        time is that of the slowest), then join nodes 2 and 3 to node 1: their apps stopped at
+        once, joined one after the other, started again at once."""
         _in_parallel([node.start for node in self.nodes])
-        first = self.nodes[0]
-        for node in self.nodes[1:]:
-            node.ctl("stop_app")
+        first, *others = self.nodes
+        _in_parallel([functools.partial(node.ctl, "stop_app") for node in others])
+        for node in others:  # one join at a time: each changes the cluster's membership
             node.ctl("join_cluster", first.name)
-            node.ctl("start_app")
+        # their apps boot again at once, syncing with node 1 (which stayed up)
+        _in_parallel([functools.partial(node.ctl, "start_app") for node in others])
         running = self.running_nodes()
         assert running == sorted(node.name for node in self.nodes), running
 
@@ -188,10 +191,10 @@ def _wait_closed(port: int) -> None:
     raise AssertionError(f"port {port} still accepts {_CLOSE_TIMEOUT} s after the kill")
 
 
-def _in_parallel(calls: Sequence[Callable[[], None]]) -> None:
+def _in_parallel(calls: Sequence[Callable[[], object]]) -> None:
     errors: list[BaseException] = []
 
-    def run(call: Callable[[], None]) -> None:
+    def run(call: Callable[[], object]) -> None:
         try:
             call()
         except BaseException as exc:
