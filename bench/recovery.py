@@ -68,6 +68,8 @@ from amqp_sansio.client import (
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from amqp_sansio import FieldTable
+
 QUEUE: Final = "bench-recovery"
 WAIT: Final = 30.0
 ROOT: Final = Path(__file__).resolve().parent.parent
@@ -252,6 +254,7 @@ class Workload:
         fault: Callable[[str], float | None] = lambda name: close_connection(name),
         *,
         durable: bool = False,
+        arguments: FieldTable | None = None,
     ) -> None:
         self.name = f"bench-recovery-{uuid.uuid4().hex[:12]}"
         self.queue = f"{self.name}-q"
@@ -260,6 +263,13 @@ class Workload:
         self.rate = rate
         self.fault = fault
         self.durable = durable
+        #: The queue's arguments (``x-queue-type`` for a quorum queue).
+        self.arguments = arguments
+        #: The connection's ``address`` once a runner connected (``host:port``).
+        self.where: Callable[[], str] = lambda: ""
+        #: Per fault: the node in use before it and the one ``Recovered`` named.
+        self.moves: list[tuple[str, str]] = []
+        self._before = ""
         # persistent messages on a durable queue survive a kill -9 of the node once confirmed
         self.properties = BasicProperties(delivery_mode=2) if durable else None
         self.started = time.monotonic()
@@ -292,6 +302,7 @@ class Workload:
             if self.port_opened is not None:
                 self.recovery_times.append(time.monotonic() - self.port_opened)
             self.recoveries.append(event)
+            self.moves.append((self._before, event.address))
             self._recovered.release()
 
     def record(self, ident: int) -> None:
@@ -318,6 +329,7 @@ class Workload:
                 mark = self.published
                 while self.published < mark + self.gap:
                     time.sleep(0.01)
+                self._before = self.where()
                 opened = self.fault(self.name)
                 if opened is not None:
                     self.port_opened = opened
@@ -366,14 +378,15 @@ class Workload:
             raise self.closer_error
 
 
-def forced_asyncio(url: str, work: Workload) -> None:
+def forced_asyncio(url: str | Sequence[str], work: Workload) -> None:
     async def main() -> None:
         async with amqp_asyncio.connect(
             url, connection_name=work.name, recovery=work.policy()
         ) as conn:
+            work.where = lambda: conn.address
             pub_ch = await conn.open_channel()
             sub_ch = await conn.open_channel()
-            await pub_ch.queue_declare(work.queue, durable=work.durable)
+            await pub_ch.queue_declare(work.queue, durable=work.durable, arguments=work.arguments)
             try:
                 await sub_ch.basic_qos(100)
 
@@ -423,14 +436,15 @@ def forced_asyncio(url: str, work: Workload) -> None:
     asyncio.run(main())
 
 
-def forced_trio(url: str, work: Workload) -> None:
+def forced_trio(url: str | Sequence[str], work: Workload) -> None:
     async def main() -> None:
         async with amqp_trio.connect(
             url, connection_name=work.name, recovery=work.policy()
         ) as conn:
+            work.where = lambda: conn.address
             pub_ch = await conn.open_channel()
             sub_ch = await conn.open_channel()
-            await pub_ch.queue_declare(work.queue, durable=work.durable)
+            await pub_ch.queue_declare(work.queue, durable=work.durable, arguments=work.arguments)
             try:
                 await sub_ch.basic_qos(100)
 
@@ -483,12 +497,13 @@ def forced_trio(url: str, work: Workload) -> None:
     trio.run(main)
 
 
-def forced_blocking(url: str, work: Workload) -> None:
+def forced_blocking(url: str | Sequence[str], work: Workload) -> None:
     with amqp_blocking.connect(url, connection_name=work.name, recovery=work.policy()) as conn:
+        work.where = lambda: conn.address
         conn.on_recovery(work.on_event)
         pub_ch = conn.channel()
         sub_ch = conn.channel()
-        pub_ch.queue_declare(work.queue, durable=work.durable)
+        pub_ch.queue_declare(work.queue, durable=work.durable, arguments=work.arguments)
         try:
             sub_ch.basic_qos(100)
             consumer = sub_ch.basic_consume(work.queue)
@@ -538,7 +553,7 @@ def forced_blocking(url: str, work: Workload) -> None:
                 work.left = cleanup.queue_delete(work.queue)
 
 
-RUNNERS: Final[dict[str, Callable[[str, Workload], None]]] = {
+RUNNERS: Final[dict[str, Callable[[str | Sequence[str], Workload], None]]] = {
     "asyncio": forced_asyncio,
     "trio": forced_trio,
     "blocking": forced_blocking,
@@ -598,10 +613,7 @@ def node_kills(args: argparse.Namespace) -> None:
         f"{args.rate:.0f} publishes/s; recovered = port open to Recovered, resumed = port open "
         "to the consumer's next delivery (median, max)"
     )
-    print(
-        f"{'client':<9} {'lost':>4} {'unproc':>6} {'dups':>5} {'unknown':>7} {'stale':>5} "
-        f"{'kills':>5} {'recovered':>15} {'resumed':>15} {'wall':>7}"
-    )
+    _header()
     with rabbitmq_node() as node:
 
         def kill_and_restart(_name: str) -> float:
@@ -609,25 +621,81 @@ def node_kills(args: argparse.Namespace) -> None:
             node.start()
             return time.monotonic()
 
-        for name in clients:
-            work = Workload(args.node_kills, args.gap, args.rate, kill_and_restart, durable=True)
-            started = time.monotonic()
-            try:
-                RUNNERS[name](node.url, work)
-            except Exception as exc:  # a client that loses its way is a result, not a crash
-                traceback.print_exc()
-                print(f"{name:<9} failed after {len(work.recoveries)} recoveries: {exc!r}")
-                continue
-            wall = time.monotonic() - started
-            lost = len(work.confirmed - work.received)
-            duplicates = work.deliveries - len(work.received)
-            print(
-                f"{name:<9} {lost:>4} {work.left:>6} {duplicates:>5} {work.unknown:>7} "
-                f"{work.stale:>5} {len(work.recoveries):>5} "
-                f"{_milliseconds(work.recovery_times):>15} {_milliseconds(work.resume_times):>15} "
-                f"{wall:>6.0f}s",
-                flush=True,
-            )
+        _kill_runs(args, clients, args.node_kills, node.url, lambda _work: kill_and_restart)
+
+
+def _kill_runs(
+    args: argparse.Namespace,
+    clients: Sequence[str],
+    kills: int,
+    endpoints: str | Sequence[str],
+    fault: Callable[[Workload], Callable[[str], float | None]],
+    arguments: FieldTable | None = None,
+) -> None:
+    """Each client's run of the workload with *kills* faults (``fault(work)`` makes them), and
+    its row of the table."""
+    for name in clients:
+        work = Workload(kills, args.gap, args.rate, durable=True, arguments=arguments)
+        work.fault = fault(work)
+        started = time.monotonic()
+        try:
+            RUNNERS[name](endpoints, work)
+        except Exception as exc:  # a client that loses its way is a result, not a crash
+            traceback.print_exc()
+            print(f"{name:<9} failed after {len(work.recoveries)} recoveries: {exc!r}")
+            continue
+        wall = time.monotonic() - started
+        lost = len(work.confirmed - work.received)
+        duplicates = work.deliveries - len(work.received)
+        moved = sum(before != after for before, after in work.moves)
+        print(
+            f"{name:<9} {lost:>4} {work.left:>6} {duplicates:>5} {work.unknown:>7} "
+            f"{work.stale:>5} {len(work.recoveries):>5} {moved:>5} "
+            f"{_milliseconds(work.recovery_times):>15} {_milliseconds(work.resume_times):>15} "
+            f"{wall:>6.0f}s",
+            flush=True,
+        )
+
+
+def cluster_kills(args: argparse.Namespace) -> None:
+    """The node-kill workload on a quorum queue of a private 3-node RabbitMQ cluster
+    (``tests/support/rabbitmq_cluster.py``), the three nodes' URLs as endpoints: each fault is a
+    ``kill -9`` of the node the connection is on (restarted in the background, and waited for
+    before the next kill), so the client fails over to another node."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from tests.support.rabbitmq_cluster import rabbitmq_cluster
+    finally:
+        sys.path.remove(str(ROOT))
+    clients = args.clients.split(",") if args.clients else list(RUNNERS)
+    print(
+        f"{args.cluster} kill -9s per adapter of the node in use of a private 3-node RabbitMQ "
+        f"cluster (quorum queue, 3 replicas; the killed node restarts in the background) during "
+        f"pipelined confirmed publishing (window {WINDOW}, persistent) and consuming (prefetch "
+        f"100), one kill per {args.gap} publishes, at most {args.rate:.0f} publishes/s; moved = "
+        "recoveries onto another node; failover = kill to Recovered, resumed = kill to the "
+        "consumer's next delivery (median, max)"
+    )
+    _header(failover=True)
+    started = time.monotonic()
+    with rabbitmq_cluster() as cluster:
+        print(f"cluster up in {time.monotonic() - started:.0f} s", flush=True)
+
+        def fault(work: Workload) -> Callable[[str], float | None]:
+            return lambda _name: cluster.kill_node_at(work.where())
+
+        _kill_runs(args, clients, args.cluster, cluster.urls, fault, {"x-queue-type": "quorum"})
+        cluster.wait_restarted()
+        running = cluster.running_nodes()
+        print(f"running at the end: {len(running)} nodes of {len(cluster.nodes)}")
+
+
+def _header(*, failover: bool = False) -> None:
+    recovered = "failover" if failover else "recovered"
+    print(
+        f"{'client':<9} {'lost':>4} {'unproc':>6} {'dups':>5} {'unknown':>7} {'stale':>5} "
+        f"{'kills':>5} {'moved':>5} {recovered:>15} {'resumed':>15} {'wall':>7}"
+    )
 
 
 def main() -> None:
@@ -654,12 +722,23 @@ def main() -> None:
         metavar="N",
         help="instead of restarts: N kill -9 + restarts of a private RabbitMQ node per adapter",
     )
+    parser.add_argument(
+        "--cluster",
+        type=int,
+        metavar="N",
+        help="instead of restarts: N kill -9s per adapter of the node in use of a private "
+        "3-node RabbitMQ cluster (quorum queue), failing over to the others",
+    )
     parser.add_argument("--gap", type=int, default=50, help="publishes between forced closes")
     parser.add_argument(
         "--rate", type=float, default=1000, help="at most this many publishes a second"
     )
     parser.add_argument("--url", default=os.environ.get("AMQP_URL", DEFAULT_URL))
     args = parser.parse_args()
+    if args.cluster is not None:
+        logging.basicConfig(level=logging.ERROR)
+        cluster_kills(args)
+        return
     if args.node_kills is not None:
         logging.basicConfig(level=logging.ERROR)
         node_kills(args)

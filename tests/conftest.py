@@ -10,9 +10,12 @@ unreachable the tests skip with a message saying how to start it, except under `
 where they fail: CI must never pass by skipping.
 
 Markers say what else a test needs: ``rabbitmq`` (a broker at ``AMQP_URL``; added here to every
-test that uses ``rabbitmq_url``), ``spark`` (PySpark and Java; every test of ``amqp_spark``) and
-``node`` (Node.js with amqplib). ``make test`` also runs everything without them on Python 3.12
-and 3.13 (``AMQP_SANSIO_TESTS=portable``, where PySpark is not installed, so the Spark test
+test that uses ``rabbitmq_url``), ``spark`` (PySpark and Java; every test of ``amqp_spark``),
+``node`` (Node.js with amqplib) and ``rabbitmq_cluster`` (a private 3-node RabbitMQ cluster,
+``rabbitmq_cluster`` below: amqp_blocking's failover test runs in ``make test``, the other
+adapters' with ``--cluster-all`` only; skipped with the reason where rabbitmq-server is
+absent). ``make test`` also runs everything without them on Python 3.12 and 3.13
+(``AMQP_SANSIO_TESTS=portable``, where PySpark is not installed, so the Spark test
 modules are not even collected, nor the API reference's, which needs Sphinx and imports every
 package), except ``qpid_suites`` (qpid-python's broker conformance suites, run on 3.11 only:
 they exercise the broker's protocol behaviour, which the interpreter does not change, for two
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from amqp_broker import BrokerThread
+    from tests.support.rabbitmq_cluster import RabbitMQCluster
     from tests.support.rabbitmq_node import RabbitMQNode
 
 # The project's own pytest plugin (also registered by its pytest11 entry point once installed):
@@ -115,8 +119,28 @@ if os.environ.get("AMQP_SANSIO_TESTS") == "portable":
     hypothesis.settings.load_profile("portable")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--cluster-all",
+        action="store_true",
+        help="run the 3-node RabbitMQ cluster failover test with every adapter (by default "
+        "amqp_blocking's only: each adapter costs about 45 s)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        cluster = item.get_closest_marker("rabbitmq_cluster")
+        if cluster is not None:
+            # One worker runs every test on the session's cluster: one cluster, not two.
+            item.add_marker(pytest.mark.xdist_group("rabbitmq_cluster"))
+            if cluster.kwargs.get("opt_in") and not config.getoption("--cluster-all"):
+                item.add_marker(
+                    pytest.mark.skip(
+                        reason="the cluster failover test runs with amqp_blocking only by "
+                        "default; --cluster-all runs it with every adapter"
+                    )
+                )
         callspec = getattr(item, "callspec", None)
         on_rabbitmq = callspec is not None and callspec.params.get("amqp_url") == "rabbitmq"
         if on_rabbitmq or "rabbitmq_url" in getattr(item, "fixturenames", ()):
@@ -142,3 +166,19 @@ def private_rabbitmq() -> Iterator[RabbitMQNode]:
 
     with rabbitmq_node() as node:
         yield node
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_cluster() -> Iterator[RabbitMQCluster]:
+    """A private 3-node RabbitMQ cluster (tests/support/rabbitmq_cluster.py) for the failover
+    tests, which kill its nodes: started once (about 45 s of CPU), removed at the end. Skips
+    where no RabbitMQ server is installed (under ``CI=true`` it fails)."""
+    from tests.support.rabbitmq_cluster import rabbitmq_cluster, rabbitmq_server_absent
+
+    reason = rabbitmq_server_absent()
+    if reason is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason}: CI needs it", pytrace=False)
+        pytest.skip(reason)
+    with rabbitmq_cluster() as cluster:
+        yield cluster

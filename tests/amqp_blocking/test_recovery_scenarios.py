@@ -21,7 +21,7 @@ from ..support.recovery_scenarios import BacklogCounts, scenario_backlog_fault
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
 
-    from amqp_sansio import BasicProperties
+    from amqp_sansio import BasicProperties, FieldTable
     from amqp_sansio.client import AMQPError, RecoveryEvent, RecoveryPolicy
 
     from ..support.rabbitmq_node import RabbitMQNode
@@ -86,8 +86,10 @@ class _Channel:
     def __init__(self, channel: amqp_blocking.Channel) -> None:
         self._channel = channel
 
-    async def queue_declare(self, queue: str = "", *, durable: bool = False) -> object:
-        return self._channel.queue_declare(queue, durable=durable)
+    async def queue_declare(
+        self, queue: str = "", *, durable: bool = False, arguments: FieldTable | None = None
+    ) -> object:
+        return self._channel.queue_declare(queue, durable=durable, arguments=arguments)
 
     async def queue_delete(self, queue: str) -> int:
         return self._channel.queue_delete(queue)
@@ -129,6 +131,10 @@ class _Connection:
         self._events = _Events()
         conn.on_recovery(self._events.queue.put)
 
+    @property
+    def address(self) -> str:
+        return self._conn.address
+
     async def open_channel(self) -> _Channel:
         return _Channel(self._conn.channel())
 
@@ -138,7 +144,7 @@ class _Connection:
 
 @asynccontextmanager
 async def _connect(
-    url_or_params: str = DEFAULT_URL,
+    url_or_params: str | Sequence[str] = DEFAULT_URL,
     *,
     connection_name: str | None = None,
     recovery: RecoveryPolicy | None = None,

@@ -3,10 +3,12 @@
 Each ``scenario_*(connect, url, fault)`` takes the adapter's ``connect``, a broker URL and the
 fault to make: a plain function (it blocks its caller while, say, a private RabbitMQ node is
 SIGKILLed and restarted) that returns the monotonic time at which the broker accepted
-connections again, or None when the broker stayed up (a forced close). Scenarios use only that
-API and the standard library, so amqp_trio runs them natively and amqp_asyncio with
-``asyncio.run``; the caller bounds each with its framework's timeout. Queues have unique names
-and are deleted at the end.
+connections again, or None when the broker stayed up (a forced close).
+:func:`scenario_backlog_faults` runs the same workload through several faults on one connection
+to several endpoints (a cluster's nodes), its fault given the address of the node in use.
+Scenarios use only that API and the standard library, so amqp_trio runs them natively and
+amqp_asyncio with ``asyncio.run``; the caller bounds each with its framework's timeout. Queues
+have unique names and are deleted at the end.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 import attrs
 
-from amqp_sansio import BasicProperties
+from amqp_sansio import BasicProperties, FieldTable
 from amqp_sansio.client import (
     PublishOutcomeUnknownError,
     Recovered,
@@ -67,7 +69,9 @@ class RecoveringPublisher(Protocol):
 
 
 class RecoveringChannel(Protocol):
-    async def queue_declare(self, queue: str = "", *, durable: bool = False) -> object: ...
+    async def queue_declare(
+        self, queue: str = "", *, durable: bool = False, arguments: FieldTable | None = None
+    ) -> object: ...
     async def queue_delete(self, queue: str) -> int: ...
     async def basic_qos(self, prefetch_count: int = 0) -> None: ...
     async def basic_get(self, queue: str) -> RecoveringMessage | None: ...
@@ -78,6 +82,8 @@ class RecoveringChannel(Protocol):
 
 
 class RecoveringConnection(Protocol):
+    @property
+    def address(self) -> str: ...
     async def open_channel(self) -> RecoveringChannel: ...
     def recovery_events(self) -> AsyncIterator[RecoveryEvent]: ...
 
@@ -85,7 +91,7 @@ class RecoveringConnection(Protocol):
 class RecoveringConnect(Protocol):
     def __call__(
         self,
-        url_or_params: str = ...,
+        url_or_params: str | Sequence[str] = ...,
         *,
         connection_name: str | None = None,
         recovery: RecoveryPolicy | None = None,
@@ -94,7 +100,8 @@ class RecoveringConnect(Protocol):
 
 @attrs.define
 class BacklogCounts:
-    """What one run of :func:`scenario_backlog_fault` saw."""
+    """What one run of :func:`scenario_backlog_fault` (or :func:`scenario_backlog_faults`)
+    saw."""
 
     confirmed: int = 0
     unknown: int = 0
@@ -102,10 +109,16 @@ class BacklogCounts:
     stale: int = 0
     dropped: int = 0
     unprocessed: int = 0
-    #: From the broker accepting again to ``Recovered`` and to the next delivery (None: the
-    #: broker stayed up).
+    #: From the time the fault returned (the broker accepting again, or a node's kill) to
+    #: ``Recovered`` and to the next delivery, the longest of the faults' (None: the broker
+    #: stayed up).
     recovered_after: float | None = None
     resumed_after: float | None = None
+    #: The same per fault.
+    recovered_times: list[float] = attrs.field(factory=list)
+    resumed_times: list[float] = attrs.field(factory=list)
+    #: Per fault: the node in use before it, and the one ``Recovered`` named (``host:port``).
+    addresses: list[tuple[str, str]] = attrs.field(factory=list)
 
 
 async def _publish(
@@ -127,6 +140,25 @@ async def scenario_backlog_fault(
     without waiting, then *fault* (given the connection's name). After ``Recovered`` the
     unknown outcomes are published again and the consumer takes everything: every confirmed
     message is processed at least once and none is left in the queue."""
+    return await scenario_backlog_faults(connect, url, lambda name, _address: fault(name))
+
+
+async def scenario_backlog_faults(
+    connect: RecoveringConnect,
+    endpoints: str | Sequence[str],
+    fault: Callable[[str, str], float | None],
+    *,
+    faults: int = 1,
+    arguments: FieldTable | None = None,
+    declared: Callable[[str], None] | None = None,
+) -> BacklogCounts:
+    """:func:`scenario_backlog_fault`'s workload, *faults* times on one connection to
+    *endpoints*: each round a fresh backlog of :data:`BACKLOG` for the consumer (which goes on
+    consuming), :data:`IN_HAND` taken, :data:`IN_FLIGHT` more without waiting, then *fault*
+    given the connection's name and the address of the node in use (``host:port``); after
+    ``Recovered`` the unknown outcomes are published again and every confirmed message is
+    processed before the next round. The queue is declared with *arguments* (say a quorum
+    queue), and *declared* (if given) is called with its name before the first publish."""
     name = unique("recovery-scenario")
     queue = unique("recovery-backlog")
     policy = RecoveryPolicy(
@@ -135,54 +167,72 @@ async def scenario_backlog_fault(
     counts = BacklogCounts()
     received: set[int] = set()
     confirmed: set[int] = set()
-    async with connect(url, connection_name=name, recovery=policy) as conn:
+    published = 0
+    epoch: int | None = None  # the live connection's, once a recovery said it
+
+    async def take(consumer: AsyncIterator[RecoveringMessage], opened: float | None) -> None:
+        message = await anext(consumer)
+        if opened is not None and len(counts.resumed_times) < len(counts.recovered_times):
+            counts.resumed_times.append(time.monotonic() - opened)
+        ident = int(message.body)
+        if ident in received:
+            counts.duplicates += 1
+        received.add(ident)
+        if epoch is not None:
+            # a delivery received on the live connection is never refused
+            assert message.epoch == epoch, (message.epoch, epoch)
+        try:
+            await message.ack()
+        except StaleDeliveryError:
+            counts.stale += 1
+
+    async with connect(endpoints, connection_name=name, recovery=policy) as conn:
         events = conn.recovery_events()
         ch = await conn.open_channel()
-        await ch.queue_declare(queue, durable=True)
+        await ch.queue_declare(queue, durable=True, arguments=arguments)
+        if declared is not None:
+            declared(queue)
         await ch.basic_qos(PREFETCH)
         try:
             async with ch.publisher(window=1000) as publisher:
                 pending = await _publish(publisher, queue, range(BACKLOG))
+                published = BACKLOG
                 async with ch.basic_consume(queue) as consumer:
-                    for _ in range(IN_HAND):
-                        message = await anext(consumer)
-                        received.add(int(message.body))
-                        await message.ack()
-                    await publisher.wait_for_confirms()
-                    pending += await _publish(publisher, queue, range(BACKLOG, BACKLOG + IN_FLIGHT))
-                    opened = fault(name)
-                    event = await anext(events)
-                    while not isinstance(event, Recovered):
-                        event = await anext(events)
-                    if opened is not None:
-                        counts.recovered_after = time.monotonic() - opened
-                    counts.dropped = event.dropped_deliveries
-                    while pending:
+                    for round_ in range(faults):
+                        if round_:
+                            more = range(published, published + BACKLOG)
+                            pending += await _publish(publisher, queue, more)
+                            published += BACKLOG
+                        for _ in range(IN_HAND):
+                            await take(consumer, None)
                         await publisher.wait_for_confirms()
-                        again = []
-                        for ident, ticket in pending:
-                            assert ticket.done
-                            if ticket.error is None:
-                                confirmed.add(ident)
-                            else:
-                                assert isinstance(ticket.error, PublishOutcomeUnknownError)
-                                counts.unknown += 1
-                                again.append(ident)
-                        pending = await _publish(publisher, queue, again)
-                    while not confirmed <= received:
-                        message = await anext(consumer)
-                        if opened is not None and counts.resumed_after is None:
-                            counts.resumed_after = time.monotonic() - opened
-                        ident = int(message.body)
-                        if ident in received:
-                            counts.duplicates += 1
-                        received.add(ident)
-                        # a delivery received on the live connection is never refused
-                        assert message.epoch == event.epoch, (message.epoch, event.epoch)
-                        try:
-                            await message.ack()
-                        except StaleDeliveryError:
-                            counts.stale += 1
+                        more = range(published, published + IN_FLIGHT)
+                        pending += await _publish(publisher, queue, more)
+                        published += IN_FLIGHT
+                        before = conn.address
+                        opened = fault(name, before)
+                        event = await anext(events)
+                        while not isinstance(event, Recovered):
+                            event = await anext(events)
+                        epoch = event.epoch
+                        counts.addresses.append((before, event.address))
+                        if opened is not None:
+                            counts.recovered_times.append(time.monotonic() - opened)
+                        counts.dropped += event.dropped_deliveries
+                        while pending:
+                            await publisher.wait_for_confirms()
+                            again = []
+                            for ident, ticket in pending:
+                                assert ticket.done
+                                if ticket.error is None:
+                                    confirmed.add(ident)
+                                else:
+                                    assert isinstance(ticket.error, PublishOutcomeUnknownError)
+                                    counts.unknown += 1
+                                    again.append(ident)
+                            pending = await _publish(publisher, queue, again)
+                        while not confirmed <= received:
+                            await take(consumer, opened)
             # What the queue still holds once the consumer left: duplicates of processed
             # messages (republished unknown outcomes), never a message nobody processed.
             while (left := await ch.basic_get(queue)) is not None:
@@ -194,5 +244,7 @@ async def scenario_backlog_fault(
         finally:
             await ch.queue_delete(queue)
     counts.confirmed = len(confirmed)
-    assert set(range(BACKLOG + IN_FLIGHT)) <= confirmed
+    counts.recovered_after = max(counts.recovered_times, default=None)
+    counts.resumed_after = max(counts.resumed_times, default=None)
+    assert set(range(published)) <= confirmed
     return counts
