@@ -13,8 +13,8 @@ Markers say what else a test needs: ``rabbitmq`` (a broker at ``AMQP_URL``; adde
 test that uses ``rabbitmq_url``), ``spark`` (PySpark and Java; every test of ``amqp_spark``),
 ``node`` (Node.js with amqplib) and ``rabbitmq_cluster`` (a private 3-node RabbitMQ cluster,
 ``rabbitmq_cluster`` below: amqp_blocking's failover test runs in ``make test``, the other
-adapters' with ``--cluster-all`` only; skipped with the reason where rabbitmq-server is
-absent). ``make test`` also runs everything without them on Python 3.12 and 3.13
+adapters' with ``--cluster-all`` only (deselected otherwise); skipped with the reason where
+rabbitmq-server is absent). ``make test`` also runs everything without them on Python 3.12 and 3.13
 (``AMQP_SANSIO_TESTS=portable``, where PySpark is not installed, so the Spark test
 modules are not even collected, nor the API reference's, which needs Sphinx and imports every
 package), except ``qpid_suites`` (qpid-python's broker conformance suites, run on 3.11 only:
@@ -129,18 +129,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The cluster failover test runs with amqp_blocking only by default (each adapter costs
+    # about 45 s); the others are deselected, not skipped, unless --cluster-all.
+    opted_out = [
+        item
+        for item in items
+        if (marker := item.get_closest_marker("rabbitmq_cluster")) is not None
+        and marker.kwargs.get("opt_in")
+        and not config.getoption("--cluster-all")
+    ]
+    if opted_out:
+        config.hook.pytest_deselected(items=opted_out)
+        items[:] = [item for item in items if item not in opted_out]
     for item in items:
-        cluster = item.get_closest_marker("rabbitmq_cluster")
-        if cluster is not None:
+        if item.get_closest_marker("rabbitmq_cluster") is not None:
             # One worker runs every test on the session's cluster: one cluster, not two.
             item.add_marker(pytest.mark.xdist_group("rabbitmq_cluster"))
-            if cluster.kwargs.get("opt_in") and not config.getoption("--cluster-all"):
-                item.add_marker(
-                    pytest.mark.skip(
-                        reason="the cluster failover test runs with amqp_blocking only by "
-                        "default; --cluster-all runs it with every adapter"
-                    )
-                )
         callspec = getattr(item, "callspec", None)
         on_rabbitmq = callspec is not None and callspec.params.get("amqp_url") == "rabbitmq"
         if on_rabbitmq or "rabbitmq_url" in getattr(item, "fixturenames", ()):
