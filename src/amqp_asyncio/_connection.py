@@ -894,6 +894,8 @@ async def _connect(
             break
     assert conn is not None
     conn._supervisor.endpoints = endpoints
+    if callable(url_or_params):  # asked again at every round of recovery
+        conn._supervisor.resolver = url_or_params
     refresher = None
     if credentials is not None:
         conn._credentials_provider = credentials

@@ -703,6 +703,8 @@ async def _connect(
                 ) as conn:
                     entered = True
                     conn._supervisor.endpoints = endpoints
+                    if callable(url_or_params):  # asked again at every round of recovery
+                        conn._supervisor.resolver = url_or_params
                     if credentials is not None:
                         conn._credentials_provider = credentials
                         conn._credentials = fresh

@@ -70,6 +70,7 @@ __all__ = [
     "DEFAULT_CONSUMER_BUFFER",
     "ENDPOINT_ERRORS",
     "REQUESTS",
+    "EndpointResolver",
     "Endpoints",
     "Param",
     "Request",
@@ -119,8 +120,16 @@ def connection_parameters(
     return params
 
 
-#: What ``connect()`` takes: one endpoint (a URL or parameters) or several, walked in turn.
-Endpoints: TypeAlias = "str | ConnectionParameters | Sequence[str | ConnectionParameters]"
+#: Called for the endpoints to walk, by ``connect()`` and again at the start of every round of
+#: recovery attempts (as the Java client's ``AddressResolver``): for users who discover the
+#: nodes (DNS, a service registry). It runs in the connection's I/O path: keep it quick.
+EndpointResolver: TypeAlias = "Callable[[], Sequence[str | ConnectionParameters]]"
+
+#: What ``connect()`` takes: one endpoint (a URL or parameters), several, walked in turn, or an
+#: :data:`EndpointResolver` that gives them.
+Endpoints: TypeAlias = (
+    "str | ConnectionParameters | Sequence[str | ConnectionParameters] | EndpointResolver"
+)
 
 
 def endpoint_parameters(
@@ -134,14 +143,25 @@ def endpoint_parameters(
     """The endpoints ``connect(endpoints, ...)`` walks, each as :func:`connection_parameters`
     gives it, in *order* (``"shuffled"``: a random order drawn from *rng*).
 
+    A resolver is called once, here.
+
     :raises TypeError: an endpoint is neither a URL nor :class:`ConnectionParameters`.
     :raises ValueError: no endpoint, or a malformed URL (its message names it).
     """
     if isinstance(endpoints, (str, ConnectionParameters)):
         return (connection_parameters(endpoints, connection_name, protocol),)
+    if callable(endpoints):
+        resolved = endpoints()
+        if isinstance(resolved, (str, ConnectionParameters)):
+            raise TypeError(
+                "an endpoint resolver returns a sequence of URLs or ConnectionParameters, "
+                f"not one {type(resolved).__name__}"
+            )
+        endpoints = resolved
     if not isinstance(endpoints, Sequence):
         raise TypeError(
-            "url_or_params must be an AMQP URL, ConnectionParameters or a sequence of them, "
+            "url_or_params must be an AMQP URL, ConnectionParameters, a sequence of them or "
+            "a callable that returns one, "
             f"not {type(endpoints).__name__}"
         )
     found = [connection_parameters(each, connection_name, protocol) for each in endpoints]

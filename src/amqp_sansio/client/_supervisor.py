@@ -64,7 +64,7 @@ from ._recovery import (
     TopologyRecoveryError,
     TopologyRestorer,
 )
-from ._requests import connection_parameters
+from ._requests import connection_parameters, endpoint_parameters
 from ._router import end_suspended
 
 if TYPE_CHECKING:
@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from .. import BasicConsume
     from ._instrument import Telemetry
     from ._params import ConnectionParameters
+    from ._requests import EndpointResolver
     from ._router import ChannelBook, Router
 
 __all__ = [
@@ -262,6 +263,7 @@ class RecoverySupervisor(Generic[N, B]):
         "in_use",
         "params",
         "policy",
+        "resolver",
         "secret",
         "telemetry",
     )
@@ -299,6 +301,9 @@ class RecoverySupervisor(Generic[N, B]):
         #: The endpoints ``connect()`` was given, in the order the first connect walked them
         #: (one: ``params``); recovery walks them too, from the one after :attr:`in_use`.
         self.endpoints: tuple[ConnectionParameters, ...] = (params,)
+        #: What ``connect()`` was given when it was a resolver: asked again for
+        #: :attr:`endpoints` at the start of every round of attempts.
+        self.resolver: EndpointResolver | None = None
         #: The endpoint the connection is on (the first connect's, then each recovery's).
         self.in_use: ConnectionParameters = params
         #: The connection's telemetry, told when recovery moved it to another node.
@@ -498,6 +503,8 @@ class RecoverySupervisor(Generic[N, B]):
         url = policy.endpoint(self._attempt, "")
         if url:
             return connection_parameters(url, self.params.connection_name)
+        if self.resolver is not None and (self._attempt - 1) % len(self.endpoints) == 0:
+            self._resolve()
         endpoints = self.endpoints
         if len(endpoints) == 1:
             return endpoints[0]
@@ -505,6 +512,22 @@ class RecoverySupervisor(Generic[N, B]):
         used = self.in_use.address
         start = addresses.index(used) if used in addresses else -1
         return endpoints[(start + self._attempt) % len(endpoints)]
+
+    def _resolve(self) -> None:
+        """Ask the resolver for this round's endpoints; on failure walk the last ones again
+        (a registry that is down must not stop recovery)."""
+        assert self.resolver is not None
+        try:
+            found = endpoint_parameters(self.resolver, self.params.connection_name)
+        except Exception as exc:  # the application's code: any error, walk the old list
+            self._logger.warning(
+                "the endpoint resolver failed (%s: %s): trying the %d endpoints it gave last",
+                type(exc).__name__,
+                exc,
+                len(self.endpoints),
+            )
+            return
+        self.endpoints = tuple(attrs.evolve(each, protocol=self.params.protocol) for each in found)
 
     def timeout_error(self) -> ConnectionTimeoutError:
         """The error of an attempt past its :attr:`Connect.deadline`."""
