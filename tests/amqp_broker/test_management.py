@@ -299,6 +299,9 @@ TIMED_FIELDS: Final = {
     "messages",
     "messages_ready",
     "messages_unacknowledged",
+    "message_bytes",
+    "message_bytes_ready",
+    "message_bytes_unacknowledged",
 }
 
 
@@ -476,3 +479,48 @@ def test_bad_input_changes_nothing(amqp_broker: BrokerThread, amqp_management_ur
         )
         assert sock.recv(100).startswith(b"HTTP/1.1 413")
     assert [q.name for q in amqp_broker.snapshot().queues] == []
+
+
+def test_responses_carry_rabbitmqs_reason_phrases(amqp_management_url: str) -> None:
+    """Clients quote the phrase in their errors (requests: "401 Client Error: Unauthorized for
+    url: ..."; amqpstorm's test_api_with_invalid_credentials matches on it)."""
+    port = int(amqp_management_url.rsplit(":", 1)[1].strip("/"))
+    with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+        sock.sendall(b"GET /api/overview HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        assert sock.recv(100).startswith(b"HTTP/1.1 401 Unauthorized\r\n")
+    with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+        token = base64.b64encode(b"guest:guest")
+        sock.sendall(
+            b"GET /api/nope HTTP/1.1\r\nhost: x\r\nconnection: close\r\n"
+            b"authorization: Basic " + token + b"\r\n\r\n"
+        )
+        assert sock.recv(100).startswith(b"HTTP/1.1 404 Not Found\r\n")
+
+
+def test_queues_show_their_message_bytes(
+    amqp_broker: BrokerThread, amqp_management_url: str
+) -> None:
+    """RabbitMQ's message_bytes (ready + unacknowledged body octets; aioamqp's
+    test_empty_publish reads it), message_bytes_ready and message_bytes_unacknowledged."""
+    with amqp_blocking.connect(amqp_broker.url) as conn:
+        channel = conn.channel()
+        channel.queue_declare("m-bytes")
+        for body in (b"", b"abc", b"defgh"):
+            channel.basic_publish(body, routing_key="m-bytes")
+        assert channel.basic_get("m-bytes") is not None  # the empty one, unacknowledged
+        assert channel.basic_get("m-bytes") is not None  # abc
+        status, queue = call(amqp_management_url + "api/queues/%2F/m-bytes")
+    assert status == 200
+    assert isinstance(queue, dict)
+    assert (
+        queue["message_bytes"],
+        queue["message_bytes_ready"],
+        queue["message_bytes_unacknowledged"],
+    ) == (8, 5, 3)
+
+
+def test_management_url_names_the_address_the_broker_listens_on() -> None:
+    with BrokerThread(host="127.34.0.9", management=True) as broker:
+        url = broker.management_url
+        assert url.startswith("http://127.34.0.9:")
+        assert call(url + "api/healthchecks/node") == (200, {"status": "ok"})

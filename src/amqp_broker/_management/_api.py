@@ -605,7 +605,11 @@ class ManagementApi:
         ]
 
     def _unacked(self) -> dict[tuple[str, str], int]:
-        counts: dict[tuple[str, str], int] = {}
+        return {key: count for key, (count, _) in self._unacked_sizes().items()}
+
+    def _unacked_sizes(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """(vhost, queue) -> how many deliveries wait for their ack, and their body octets."""
+        sizes: dict[tuple[str, str], tuple[int, int]] = {}
         for session in self._sessions():
             connection = session.connection
             if connection is None:
@@ -613,16 +617,18 @@ class ManagementApi:
             for channel in connection.channels.values():
                 for record in channel.unacked.values():
                     key = (record.queue.vhost_name, record.queue.name)
-                    counts[key] = counts.get(key, 0) + 1
-        return counts
+                    count, octets = sizes.get(key, (0, 0))
+                    sizes[key] = (count + 1, octets + record.entry.message.size)
+        return sizes
 
     @staticmethod
     def _channels(session: Session) -> int:
         return 0 if session.connection is None else len(session.connection.channels)
 
-    def _queue_json(self, queue: Queue, unacked: int) -> dict[str, object]:
+    def _queue_json(self, queue: Queue, unacked: tuple[int, int]) -> dict[str, object]:
         ready = queue.message_count
-        return {
+        unacked_count, unacked_bytes = unacked
+        shown: dict[str, object] = {
             "name": queue.name,
             "vhost": queue.vhost_name,
             "durable": queue.durable,
@@ -634,15 +640,20 @@ class ManagementApi:
             "state": "running",
             "policy": queue.policy,
             "consumers": len(queue.consumers),
-            "messages": ready + unacked,
+            "messages": ready + unacked_count,
             "messages_ready": ready,
-            "messages_unacknowledged": unacked,
+            "messages_unacknowledged": unacked_count,
         }
+        if queue.log is None:  # a stream's retained log has no byte counts here
+            shown["message_bytes"] = queue.ready_bytes + unacked_bytes
+            shown["message_bytes_ready"] = queue.ready_bytes
+            shown["message_bytes_unacknowledged"] = unacked_bytes
+        return shown
 
     def _all_queues(self, name: str) -> list[dict[str, object]]:
-        unacked = self._unacked()
+        unacked = self._unacked_sizes()
         return [
-            self._queue_json(q, unacked.get((v.name, q.name), 0))
+            self._queue_json(q, unacked.get((v.name, q.name), (0, 0)))
             for v in self.broker.vhosts.values()
             if self._visible(name, v.name)
             for q in v.queues.values()
