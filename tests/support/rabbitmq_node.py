@@ -26,9 +26,9 @@ _SERVER: Final = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 _CTL: Final = "/usr/lib/rabbitmq/bin/rabbitmqctl"
 
 
-def _free_port() -> int:
+def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
 
@@ -36,33 +36,44 @@ def _free_port() -> int:
 class RabbitMQNode:
     """The node; :meth:`kill` and :meth:`start` it."""
 
-    def __init__(self, root: Path, *, management: bool = False) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        management: bool = False,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        management_port: int | None = None,
+        extra_conf: str = "",
+    ) -> None:
         self.root = root
+        #: The address every listener binds (a loopback one: 127.0.0.0/8).
+        self.host = host
         #: The management plugin's HTTP port (``management=True``: with rabbitmq_prometheus
         #: on ``prometheus_port``), or None.
-        self.management_port = _free_port() if management else None
-        self.prometheus_port = _free_port() if management else None
+        self.management_port = (management_port or _free_port(host)) if management else None
+        self.prometheus_port = _free_port(host) if management else None
         self.name = f"recovery-{uuid.uuid4().hex[:8]}@localhost"
-        self.port = _free_port()
-        self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/?connection_timeout=10000"
+        self.port = port or _free_port(host)
+        self.url = f"amqp://guest:guest@{host}:{self.port}/?connection_timeout=10000"
         for sub in ("home", "mnesia", "log"):
             (root / sub).mkdir(parents=True, exist_ok=True)
         plugins = "rabbitmq_management,rabbitmq_prometheus" if management else ""
         (root / "enabled_plugins").write_text(f"[{plugins}].")  # the trailing dot is required
-        conf = f"listeners.tcp.1 = 127.0.0.1:{self.port}\n"
+        conf = f"listeners.tcp.1 = {host}:{self.port}\n"
         if management:
             conf += (
                 f"management.tcp.port = {self.management_port}\n"
-                "management.tcp.ip = 127.0.0.1\n"
+                f"management.tcp.ip = {host}\n"
                 f"prometheus.tcp.port = {self.prometheus_port}\n"
-                "prometheus.tcp.ip = 127.0.0.1\n"
+                f"prometheus.tcp.ip = {host}\n"
             )
-        (root / "rabbitmq.conf").write_text(conf)
+        (root / "rabbitmq.conf").write_text(conf + extra_conf)
         self.env = {
             **os.environ,
             "HOME": str(root / "home"),
             "RABBITMQ_NODENAME": self.name,
-            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_IP_ADDRESS": host,
             "RABBITMQ_NODE_PORT": str(self.port),
             "RABBITMQ_DIST_PORT": str(_free_port()),
             "RABBITMQ_MNESIA_BASE": str(root / "mnesia"),
@@ -89,7 +100,7 @@ class RabbitMQNode:
                 raise AssertionError(f"rabbitmq-server exited with {process.returncode}")
             with contextlib.suppress(OSError):
                 for port in ports:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    socket.create_connection((self.host, port), timeout=1).close()
                 return
             time.sleep(0.2)
         self.kill()
@@ -134,11 +145,27 @@ class RabbitMQNode:
 
 
 @contextlib.contextmanager
-def rabbitmq_node(*, management: bool = False) -> Iterator[RabbitMQNode]:
+def rabbitmq_node(
+    *,
+    management: bool = False,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    management_port: int | None = None,
+    extra_conf: str = "",
+) -> Iterator[RabbitMQNode]:
     """A node that is killed and whose data is removed on the way out; *management* enables
-    rabbitmq_management and rabbitmq_prometheus on ports of their own."""
+    rabbitmq_management and rabbitmq_prometheus on ports of their own. *host*, *port* and
+    *management_port* pin where it listens (default: 127.0.0.1, free ports); *extra_conf* is
+    added to its rabbitmq.conf."""
     root = Path(tempfile.mkdtemp(prefix="recovery-rmq-", dir="/tmp"))
-    node = RabbitMQNode(root, management=management)
+    node = RabbitMQNode(
+        root,
+        management=management,
+        host=host,
+        port=port,
+        management_port=management_port,
+        extra_conf=extra_conf,
+    )
     try:
         node.start()
         yield node
