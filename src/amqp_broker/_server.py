@@ -473,13 +473,20 @@ async def running(
     host: str = "127.0.0.1",
     options: BrokerOptions | None = None,
     ssl_context: ssl.SSLContext | None = None,
+    data_dir: str | Path | None = None,
 ) -> AsyncIterator[str]:
     """Run a broker on a free port for the duration of the block; yields its
     ``amqp://user:password@host:port/`` URL (the first user's credentials), or with
     *ssl_context* an ``amqps://`` URL of a TLS listener. Leaving the block closes every
-    connection with 320 CONNECTION_FORCED (see :func:`shutdown`)."""
+    connection with 320 CONNECTION_FORCED (see :func:`shutdown`). With *data_dir* the broker
+    keeps durable definitions and persistent messages there (:doc:`/durability`)."""
     async with serving_broker(
-        users=users, vhosts=vhosts, host=host, options=options, ssl_context=ssl_context
+        users=users,
+        vhosts=vhosts,
+        host=host,
+        options=options,
+        ssl_context=ssl_context,
+        data_dir=data_dir,
     ) as (_, url):
         yield url
 
@@ -493,12 +500,29 @@ async def serving_broker(
     options: BrokerOptions | None = None,
     ssl_context: ssl.SSLContext | None = None,
     management: bool = False,
+    data_dir: str | Path | None = None,
 ) -> AsyncIterator[tuple[Broker, str]]:
     """:func:`running`, yielding the :class:`Broker` with the URL (to inspect it with
     :func:`inspect`, or change it while it serves). *management* serves the management API
     on a free port too (:func:`management_url`)."""
     accounts = _accounts(users)
-    broker = make_broker(vhosts, options=options, users=accounts)
+    broker = make_broker(vhosts, options=options, users=accounts, data_dir=data_dir)
+    try:
+        async with _serving(broker, host, ssl_context, management, accounts) as url:
+            yield broker, url
+    finally:
+        if broker.store is not None:
+            broker.store.close()
+
+
+@asynccontextmanager
+async def _serving(
+    broker: Broker,
+    host: str,
+    ssl_context: ssl.SSLContext | None,
+    management: bool,
+    accounts: dict[str, str | User],
+) -> AsyncIterator[str]:
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(
             functools.partial(
@@ -516,7 +540,7 @@ async def serving_broker(
         password = first[1] if isinstance(first[1], str) else first[1].password
         scheme = "amqp" if ssl_context is None else "amqps"
         try:
-            yield broker, _url(scheme, host, port, [(first[0], password)])
+            yield _url(scheme, host, port, [(first[0], password)])
         finally:
             with trio.CancelScope(shield=True):
                 await shutdown(broker)
@@ -541,12 +565,18 @@ def run_in_thread(
     host: str = "127.0.0.1",
     options: BrokerOptions | None = None,
     ssl_context: ssl.SSLContext | None = None,
+    data_dir: str | Path | None = None,
 ) -> Iterator[str]:
     """Like :func:`running`, for synchronous code: the broker runs in its own thread (with
     its own Trio loop) until the block ends; yields the URL. :class:`BrokerThread` gives the
     broker too."""
     with BrokerThread(
-        users=users, vhosts=vhosts, host=host, options=options, ssl_context=ssl_context
+        users=users,
+        vhosts=vhosts,
+        host=host,
+        options=options,
+        ssl_context=ssl_context,
+        data_dir=data_dir,
     ) as thread:
         yield thread.url
 
@@ -558,7 +588,8 @@ class BrokerThread:
     starts it (or :meth:`start`), leaving the block stops it as :func:`running` does.
 
     The model belongs to the broker's thread: read it with :meth:`snapshot`, change it with
-    :meth:`call`.
+    :meth:`call`. With *data_dir* it keeps durable definitions and persistent messages there,
+    as ``--data-dir`` does; the store is closed when the thread stops.
     """
 
     def __init__(
@@ -570,9 +601,11 @@ class BrokerThread:
         options: BrokerOptions | None = None,
         ssl_context: ssl.SSLContext | None = None,
         management: bool = False,
+        data_dir: str | Path | None = None,
     ) -> None:
         self._settings = (users, tuple(vhosts), host, options, ssl_context)
         self._management = management
+        self._data_dir = data_dir
         self._ready: list[tuple[Broker, str, trio.lowlevel.TrioToken, trio.Event]] = []
         self._thread: threading.Thread | None = None
 
@@ -622,6 +655,7 @@ class BrokerThread:
                 options=options,
                 ssl_context=ssl_context,
                 management=self._management,
+                data_dir=self._data_dir,
             ) as (broker, url):
                 stop = trio.Event()
                 self._ready.append((broker, url, trio.lowlevel.current_trio_token(), stop))

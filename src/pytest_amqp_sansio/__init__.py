@@ -49,7 +49,15 @@ __all__ = [
 ]
 
 #: The keywords the ``amqp_broker`` marker takes (those of :class:`amqp_broker.BrokerThread`).
-MARKER_KEYWORDS: Final = ("users", "vhosts", "host", "options", "ssl_context", "management")
+MARKER_KEYWORDS: Final = (
+    "users",
+    "vhosts",
+    "host",
+    "options",
+    "ssl_context",
+    "management",
+    "data_dir",
+)
 
 _NEEDS_TRIO: Final = (
     "the {fixture} fixture runs the embedded broker, which needs Trio: "
@@ -61,8 +69,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "amqp_broker(users=None, vhosts=('/',), host='127.0.0.1', options=None, "
-        "ssl_context=None, management=False): how the amqp_broker fixture starts its broker "
-        "(see amqp_broker.BrokerThread)",
+        "ssl_context=None, management=False, data_dir=None): how the amqp_broker fixture "
+        "starts its broker (see amqp_broker.BrokerThread)",
     )
 
 

@@ -94,3 +94,32 @@ def test_recovery_logs_in_with_what_the_provider_gives_now(tmp_path: Path) -> No
         broker.kill()
     assert calls[0] == "p1"
     assert calls[-1] == "p2"  # asked again before the attempt that recovered
+
+
+def test_credentials_inside_the_margin_are_refreshed_once_a_second_not_in_a_loop() -> None:
+    updates: list[bytes] = []
+
+    def accept(user: str, secret: bytes) -> bool:
+        updates.append(secret)
+        return True
+
+    def record(broker: Broker) -> None:
+        broker.secret_check = accept
+
+    expires_at = time.time() + 30  # within the margin from the start, like a cached token
+
+    def provider() -> Credentials:
+        return Credentials(password="token", expires_at=expires_at)
+
+    with BrokerThread(users={"guest": "token"}) as broker:
+        broker.call(record)
+        with amqp_blocking.connect(broker.url, credentials=provider, refresh_margin=60):
+            deadline = time.monotonic() + 30
+            while not updates and time.monotonic() < deadline:
+                time.sleep(0.05)
+            first = time.monotonic()
+            time.sleep(0.5)
+            elapsed = time.monotonic() - first
+            count = len(updates)
+    # about one a second (a loaded machine makes fewer); in a loop, hundreds
+    assert 1 <= count <= 2 + elapsed

@@ -6,8 +6,9 @@ aio-pika, py-amqp through kombu, and Node's amqplib (``tests/amqp_broker/node``,
 
 Each client declares and binds, publishes with confirms, consumes with acks, uses basic.get,
 makes an RPC round trip and sees a server-sent cancel. The broker runs in a thread
-(:func:`amqp_broker.run_in_thread`), one per module. amqplib also closes a connection with
-publishes still queued in its socket, against RabbitMQ and the embedded broker alike.
+(:func:`amqp_broker.run_in_thread`), one per module, in memory and then with a store. amqplib
+also closes a connection with publishes still queued in its socket, against RabbitMQ and the
+embedded broker alike.
 """
 
 from __future__ import annotations
@@ -40,9 +41,12 @@ if TYPE_CHECKING:
 NODE_DIR = Path(__file__).parent / "node"
 
 
-@pytest.fixture(scope="module")
-def url() -> Iterator[str]:
-    with amqp_broker.run_in_thread(users={"guest": "guest"}) as broker_url:
+@pytest.fixture(scope="module", params=["in-memory", "data-dir"])
+def url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Every client against the in-memory broker and against one keeping a store
+    (``--data-dir``): durability must change nothing a client sees."""
+    data_dir = tmp_path_factory.mktemp("store") if request.param == "data-dir" else None
+    with amqp_broker.run_in_thread(users={"guest": "guest"}, data_dir=data_dir) as broker_url:
         yield broker_url
 
 
@@ -59,11 +63,14 @@ def test_pika_blocking_connection(url: str) -> None:
         ch = connection.channel()
         ch.confirm_delivery()
         exchange, queue = unique("pika-x"), unique("pika-q")
-        ch.exchange_declare(exchange, "direct")
-        ch.queue_declare(queue)
+        # durable and persistent: with a store, each confirm waits for its write
+        ch.exchange_declare(exchange, "direct", durable=True)
+        ch.queue_declare(queue, durable=True)
         ch.queue_bind(queue, exchange, "key")
+        persistent = pika.BasicProperties(delivery_mode=2)
         for index in range(3):
-            ch.basic_publish(exchange, "key", b"m%d" % index)  # confirmed: raises on a nack
+            # confirmed: raises on a nack
+            ch.basic_publish(exchange, "key", b"m%d" % index, properties=persistent)
         with pytest.raises(pika.exceptions.UnroutableError):
             ch.basic_publish(exchange, "nobody", b"lost", mandatory=True)
 
@@ -150,11 +157,16 @@ async def _aio_pika_scenario(url: str) -> None:
     connection = await aio_pika.connect(url)
     async with connection:
         channel = await connection.channel(publisher_confirms=True)
-        exchange = await channel.declare_exchange(unique("aio-x"), aio_pika.ExchangeType.TOPIC)
-        queue = await channel.declare_queue(unique("aio-q"))
+        exchange = await channel.declare_exchange(
+            unique("aio-x"), aio_pika.ExchangeType.TOPIC, durable=True
+        )
+        queue = await channel.declare_queue(unique("aio-q"), durable=True)
         await queue.bind(exchange, "a.#")
         for index in range(3):
-            await exchange.publish(aio_pika.Message(b"m%d" % index), routing_key="a.b")
+            persistent = aio_pika.Message(
+                b"m%d" % index, delivery_mode=aio_pika.DeliveryMode.PERSISTENT
+            )
+            await exchange.publish(persistent, routing_key="a.b")
         # aiormq answers a returned mandatory publish with the basic.return (as with RabbitMQ)
         returned = await exchange.publish(
             aio_pika.Message(b"lost"), routing_key="z", mandatory=True

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, final
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
 _START_TIMEOUT: Final = 120.0
 #: The server script itself (``/usr/sbin/rabbitmq-server`` is a wrapper that changes user).
@@ -34,7 +34,10 @@ def _free_port(host: str = "127.0.0.1") -> int:
 
 @final
 class RabbitMQNode:
-    """The node; :meth:`kill` and :meth:`start` it."""
+    """The node; :meth:`kill` and :meth:`start` it. It listens on *host* (a loopback address),
+    *port* and *management_port* (free ones when not given); *plugins* are enabled besides
+    *management*'s, *extra_conf* is appended to its ``rabbitmq.conf`` and *advanced_config*,
+    when given, is its ``advanced.config``."""
 
     def __init__(
         self,
@@ -44,7 +47,9 @@ class RabbitMQNode:
         host: str = "127.0.0.1",
         port: int | None = None,
         management_port: int | None = None,
+        plugins: Sequence[str] = (),
         extra_conf: str = "",
+        advanced_config: str | None = None,
     ) -> None:
         self.root = root
         #: The address every listener binds (a loopback one: 127.0.0.0/8).
@@ -58,8 +63,9 @@ class RabbitMQNode:
         self.url = f"amqp://guest:guest@{host}:{self.port}/?connection_timeout=10000"
         for sub in ("home", "mnesia", "log"):
             (root / sub).mkdir(parents=True, exist_ok=True)
-        plugins = "rabbitmq_management,rabbitmq_prometheus" if management else ""
-        (root / "enabled_plugins").write_text(f"[{plugins}].")  # the trailing dot is required
+        enabled = ["rabbitmq_management", "rabbitmq_prometheus"] if management else []
+        # enabled offline: the node reads the file at boot; the trailing dot is required
+        (root / "enabled_plugins").write_text(f"[{','.join([*enabled, *plugins])}].")
         conf = f"listeners.tcp.1 = {host}:{self.port}\n"
         if management:
             conf += (
@@ -81,6 +87,9 @@ class RabbitMQNode:
             "RABBITMQ_CONFIG_FILE": str(root / "rabbitmq"),
             "RABBITMQ_ENABLED_PLUGINS_FILE": str(root / "enabled_plugins"),
         }
+        if advanced_config is not None:  # what rabbitmq.conf cannot say (Erlang terms)
+            (root / "advanced.config").write_text(advanced_config)
+            self.env["RABBITMQ_ADVANCED_CONFIG_FILE"] = str(root / "advanced.config")
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -151,12 +160,15 @@ def rabbitmq_node(
     host: str = "127.0.0.1",
     port: int | None = None,
     management_port: int | None = None,
+    plugins: Sequence[str] = (),
     extra_conf: str = "",
+    advanced_config: str | None = None,
 ) -> Iterator[RabbitMQNode]:
     """A node that is killed and whose data is removed on the way out; *management* enables
     rabbitmq_management and rabbitmq_prometheus on ports of their own. *host*, *port* and
-    *management_port* pin where it listens (default: 127.0.0.1, free ports); *extra_conf* is
-    added to its rabbitmq.conf."""
+    *management_port* pin where it listens (default: 127.0.0.1, free ports); *plugins*,
+    *extra_conf* (``rabbitmq.conf`` lines) and *advanced_config* (its text) go to
+    :class:`RabbitMQNode`."""
     root = Path(tempfile.mkdtemp(prefix="recovery-rmq-", dir="/tmp"))
     node = RabbitMQNode(
         root,
@@ -164,7 +176,9 @@ def rabbitmq_node(
         host=host,
         port=port,
         management_port=management_port,
+        plugins=plugins,
         extra_conf=extra_conf,
+        advanced_config=advanced_config,
     )
     try:
         node.start()

@@ -20,9 +20,14 @@ __all__ = [
     "refresh_delay",
 ]
 
-#: Seconds before a secret's expiry that the client sends the next one (RabbitMQ closes a
-#: connection whose token expired; a minute covers a slow provider and a busy broker).
+#: Seconds before a secret's expiry that the client sends the next one (RabbitMQ refuses
+#: every permission check once a token expired; a minute covers a slow provider and a busy
+#: broker).
 DEFAULT_REFRESH_MARGIN: Final = 60.0
+#: When what the provider gave expires within the margin already: ask again this much later,
+#: not at once. A provider whose tokens live less than the margin, or that hands out its cached
+#: token until it renews it, would otherwise be asked in a loop, each answer an update-secret.
+_INSIDE_MARGIN_DELAY: Final = 1.0
 
 
 def _check_expiry(
@@ -60,7 +65,9 @@ def check_refresh_margin(margin: float) -> float:
 
 def refresh_delay(credentials: Credentials, wall_now: float, margin: float) -> float | None:
     """Seconds from *wall_now* (``time.time()``) until the provider is asked again: *margin*
-    before ``expires_at`` (at once when that passed already); None when they never expire."""
+    before ``expires_at``, or a second from now when that moment passed already (so such
+    credentials are refreshed once a second, not in a loop); None when they never expire."""
     if credentials.expires_at is None:
         return None
-    return max(0.0, credentials.expires_at - margin - wall_now)
+    delay = credentials.expires_at - margin - wall_now
+    return delay if delay > 0 else _INSIDE_MARGIN_DELAY
