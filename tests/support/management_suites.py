@@ -40,6 +40,7 @@ ROOT: Final = Path(__file__).resolve().parents[2]
 CACHE_ROOT: Final = ROOT / ".cache"
 
 AMQPSTORM_VERSION: Final = "3.1.4"
+AMQPSTORM_CACHE: Final = CACHE_ROOT / f"amqpstorm-{AMQPSTORM_VERSION}"
 #: amqpstorm's test that connects to 192.168.1.50 (to see a connection fail): never run here,
 #: where nothing but loopback addresses may be the target of a test.
 AMQPSTORM_DESELECTED: Final = "not test_api_with_inaccessible"
@@ -160,13 +161,44 @@ def aioamqp_python() -> Path:
     return python
 
 
+def amqpstorm_path() -> str | None:
+    """Where amqpstorm 3.1.4 is imported from: None when this interpreter has it (the test
+    group installs it), else ``.cache/amqpstorm-3.1.4``, pip-installed there (without its
+    dependencies: pamqp and requests come with the test group) if needed, for a venv synced
+    before the pin."""
+    try:
+        import amqpstorm
+    except ImportError:
+        pass
+    else:
+        if amqpstorm.__version__ != AMQPSTORM_VERSION:
+            raise RuntimeError(f"amqpstorm {amqpstorm.__version__} is installed, not the pin")
+        return None
+    target = AMQPSTORM_CACHE
+    CACHE_ROOT.mkdir(parents=True, exist_ok=True)
+    with open(CACHE_ROOT / f"amqpstorm-{AMQPSTORM_VERSION}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (target / "amqpstorm" / "tests" / "functional" / "management").is_dir():
+            shutil.rmtree(target, ignore_errors=True)
+            done = subprocess.run(
+                [
+                    *(sys.executable, "-m", "pip", "install", "--quiet"),
+                    *("--disable-pip-version-check", "--no-deps", "--target", str(target)),
+                    f"amqpstorm=={AMQPSTORM_VERSION}",
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if done.returncode != 0:
+                raise RuntimeError(f"installing amqpstorm {AMQPSTORM_VERSION} failed:\n{done}")
+    return str(target)
+
+
 def amqpstorm_command(address: str, junit: Path) -> tuple[list[str], dict[str, str]]:
     """The command and environment running amqpstorm's management tests against the broker
     at *address* (AMQP on 5672, the API on 15672, guest/guest)."""
-    import amqpstorm
-
-    if amqpstorm.__version__ != AMQPSTORM_VERSION:
-        raise RuntimeError(f"amqpstorm {amqpstorm.__version__} is installed, not the pinned one")
+    path = amqpstorm_path()
     env = {
         **os.environ,
         "AMQP_HOST": address,
@@ -175,6 +207,8 @@ def amqpstorm_command(address: str, junit: Path) -> tuple[list[str], dict[str, s
         "AMQP_URI": f"amqp://guest:guest@{address}:5672/%2F",
         "AMQP_HTTP_URL": f"http://{address}:15672",
     }
+    if path is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (path, env.get("PYTHONPATH")) if p)
     command = [
         *(sys.executable, "-m", "pytest", "-c", os.devnull, "--rootdir", str(junit.parent)),
         *("-p", "no:cacheprovider", "-p", "no:pytest_amqp_sansio", "-q"),
