@@ -378,6 +378,7 @@ async def serve(
                 address = http[0].socket.getsockname()
                 serving.management_host = str(address[0])
                 serving.management_port = int(address[1])
+                api.listening = (serving.management_host, serving.management_port)
             task_status.started(listeners)
     finally:
         if _SERVING.get(broker) is serving:
