@@ -115,8 +115,16 @@ if os.environ.get("AMQP_SANSIO_TESTS") == "portable":
     hypothesis.settings.load_profile("portable")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+#: Opt-in tests: skipped unless ``-m`` names their marker.
+_OPT_IN: Final = ("management_suites_rabbitmq",)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    asked = str(config.option.markexpr)
     for item in items:
+        for marker in _OPT_IN:
+            if item.get_closest_marker(marker) is not None and marker not in asked:
+                item.add_marker(pytest.mark.skip(reason=f"opt-in: pytest -m {marker}"))
         callspec = getattr(item, "callspec", None)
         on_rabbitmq = callspec is not None and callspec.params.get("amqp_url") == "rabbitmq"
         if on_rabbitmq or "rabbitmq_url" in getattr(item, "fixturenames", ()):
