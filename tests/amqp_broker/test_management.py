@@ -766,6 +766,7 @@ def test_nodes_and_overview_contexts_show_what_the_broker_has(amqp_management_ur
             "port": port,
         }
     ]
+    assert call(amqp_management_url + "api/cluster-name") == (200, {"name": "rabbit@localhost"})
     assert call(amqp_management_url + "api/healthchecks/node/rabbit@localhost") == (
         200,
         {"status": "ok"},
@@ -806,6 +807,14 @@ def test_users_show_password_hashes_and_take_them(
     assert call(base + "m-hashed")[0] == 200  # nothing deleted
     assert call(base + "bulk-delete", "POST", {"users": ["m-hashed"]})[0] == 204
     assert call(base + "m-hashed")[0] == 404
+    _, exported = call(amqp_management_url + "api/definitions")
+    assert isinstance(exported, dict)
+    assert [u["password_hash"] for u in exported["users"]] == [guest["password_hash"]]
+    imported = {"users": [{"name": "m-imported", "password_hash": HASH, "tags": ""}]}
+    assert call(amqp_management_url + "api/definitions", "POST", imported)[0] == 204
+    _, shown = call(base + "m-imported")
+    assert isinstance(shown, dict)
+    assert shown["password_hash"] == HASH
 
 
 def test_granting_one_vhost_keeps_the_others(amqp_management_url: str) -> None:

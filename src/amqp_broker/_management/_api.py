@@ -291,6 +291,8 @@ class ManagementApi:
             if rest[1:] not in ([], [_NODE]):
                 return _error(404, *_NOT_FOUND)
             return _json(200, {"status": "ok"})
+        if head == "cluster-name" and not rest and read_only:
+            return _json(200, {"name": _NODE})
         if head == "nodes" and len(rest) <= 1 and read_only:
             if rest not in ([], [_NODE]):
                 # RabbitMQ 3.10 answers a 500 (its node lookup crashes)
@@ -371,6 +373,7 @@ class ManagementApi:
             "aliveness-test",
             "nodes",
             "permissions",
+            "cluster-name",
         ):
             return _error(405, *_NOT_ALLOWED)
         return _error(404, *_NOT_FOUND)
@@ -751,8 +754,9 @@ class ManagementApi:
         return Response(204 if explicit else 201)
 
     def _import(self, name: str, body: bytes) -> Response:
-        """``POST /api/definitions``: vhosts, users (with a ``password``: hashes cannot be
-        read back), permissions, policies, exchanges, queues, bindings, in that order."""
+        """``POST /api/definitions``: vhosts, users (with a ``password`` or a
+        ``password_hash``), permissions, policies, exchanges, queues, bindings, in that
+        order."""
         try:
             document = json.loads(body or b"{}")
         except (ValueError, UnicodeDecodeError):
@@ -764,13 +768,19 @@ class ManagementApi:
             for vhost in _items(document, "vhosts"):
                 broker.add_vhost(str(vhost["name"]))
             for user in _items(document, "users"):
-                password = user.get("password")
-                if isinstance(password, str):
+                password, password_hash = user.get("password"), user.get("password_hash")
+                if isinstance(password, str) or isinstance(password_hash, str):
                     tags = user.get("tags", [])
                     names = tags.split(",") if isinstance(tags, str) else _strings(tags)
                     broker.users.add(
                         str(user["name"]),
-                        UserRecord(password, {}, tuple(str(t) for t in names if t)),
+                        UserRecord(
+                            password if isinstance(password, str) else "",
+                            {},
+                            tuple(str(t) for t in names if t),
+                            # an export's hash stands for the password it hashes
+                            password_hash=None if isinstance(password, str) else str(password_hash),
+                        ),
                     )
             for grant in _items(document, "permissions"):
                 broker.set_permissions(
@@ -1340,7 +1350,7 @@ class ManagementApi:
             users.append(
                 {
                     "name": user_name,
-                    "password_hash": "",
+                    "password_hash": user.password_hash or "",
                     "hashing_algorithm": "rabbit_password_hashing_sha256",
                     "tags": list(user.tags),
                     "limits": {},
