@@ -382,8 +382,8 @@ def _comparable(ours: object, theirs: object) -> tuple[object, object]:
         keys = set(ours) - NODE_FIELDS - TIMED_FIELDS
         assert keys <= set(theirs), f"keys RabbitMQ does not have: {keys - set(theirs)}"
         keys -= SALTED_FIELDS
-        pairs = {k: _comparable(ours[k], theirs[k]) for k in keys}
-        return {k: p[0] for k, p in pairs.items()}, {k: p[1] for k, p in pairs.items()}
+        fields = {k: _comparable(ours[k], theirs[k]) for k in keys}
+        return {k: p[0] for k, p in fields.items()}, {k: p[1] for k, p in fields.items()}
     if isinstance(ours, list) and isinstance(theirs, list) and len(ours) == len(theirs):
         pairs = [_comparable(o, t) for o, t in zip(ours, theirs, strict=True)]
         return [p[0] for p in pairs], [p[1] for p in pairs]
