@@ -94,9 +94,11 @@ _SPARK_MODULES: Final = ("amqp_spark/*", "project/test_bench_spark.py")
 #: (Python 2.7 drives them; about 100 s, run once in ``make test``), the API reference's,
 #: which needs Sphinx and imports every package (PySpark too), and kombu's suite and the Celery
 #: workers on our kombu transport (two minutes of waiting on third-party code, which the
-#: interpreter does not change).
+#: interpreter does not change), and amqpstorm's and aioamqp's management suites (half a
+#: minute, the broker's HTTP API as they see it).
 _MAIN_RUN_ONLY: Final = (
     "amqp_broker/test_qpid_suites.py",
+    "amqp_broker/test_management_suites.py",
     "project/test_api_docs.py",
     "amqp_kombu/test_kombu_suite.py",
     "amqp_kombu/test_celery.py",
