@@ -98,9 +98,11 @@ _SPARK_MODULES: Final = ("amqp_spark/*", "project/test_bench_spark.py")
 #: (Python 2.7 drives them; about 100 s, run once in ``make test``), the API reference's,
 #: which needs Sphinx and imports every package (PySpark too), and kombu's suite and the Celery
 #: workers on our kombu transport (two minutes of waiting on third-party code, which the
-#: interpreter does not change).
+#: interpreter does not change), and amqpstorm's and aioamqp's management suites (half a
+#: minute, the broker's HTTP API as they see it).
 _MAIN_RUN_ONLY: Final = (
     "amqp_broker/test_qpid_suites.py",
+    "amqp_broker/test_management_suites.py",
     "project/test_api_docs.py",
     "amqp_kombu/test_kombu_suite.py",
     "amqp_kombu/test_celery.py",
@@ -128,16 +130,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+#: Opt-in tests: deselected unless ``-m`` names their marker.
+_OPT_IN: Final = ("management_suites_rabbitmq",)
+
+
+def _opted_out(config: pytest.Config, item: pytest.Item) -> bool:
     # The cluster failover test runs with amqp_blocking only by default (each adapter costs
-    # about 45 s); the others are deselected, not skipped, unless --cluster-all.
-    opted_out = [
-        item
-        for item in items
-        if (marker := item.get_closest_marker("rabbitmq_cluster")) is not None
-        and marker.kwargs.get("opt_in")
-        and not config.getoption("--cluster-all")
-    ]
+    # about 45 s) unless --cluster-all; the opt-in markers' tests only when -m names them.
+    cluster = item.get_closest_marker("rabbitmq_cluster")
+    if cluster is not None and cluster.kwargs.get("opt_in"):
+        return not config.getoption("--cluster-all")
+    asked = str(config.option.markexpr)
+    return any(item.get_closest_marker(m) is not None and m not in asked for m in _OPT_IN)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # deselected, not skipped: a skip in make test reads as something not done
+    opted_out = [item for item in items if _opted_out(config, item)]
     if opted_out:
         config.hook.pytest_deselected(items=opted_out)
         items[:] = [item for item in items if item not in opted_out]

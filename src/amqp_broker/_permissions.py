@@ -9,6 +9,11 @@ binding). A user given without permissions may use every virtual host and everyt
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
+import hmac
+import os
 import re
 from typing import TYPE_CHECKING, Final, final
 
@@ -19,7 +24,15 @@ from ._errors import BrokerError
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["FULL_ACCESS", "Permission", "User", "UserRegistry", "check", "resource_name"]
+__all__ = [
+    "FULL_ACCESS",
+    "Permission",
+    "User",
+    "UserRegistry",
+    "check",
+    "hash_password",
+    "resource_name",
+]
 
 _MATCH_ALL: Final = ".*"
 
@@ -61,6 +74,23 @@ class Permission:
 FULL_ACCESS: Final = Permission()
 
 
+def hash_password(password: str, salt: bytes | None = None) -> str:
+    """RabbitMQ's ``rabbit_password_hashing_sha256``: base64 of a 4-byte salt followed by
+    SHA-256 of the salt and the UTF-8 password."""
+    salt = os.urandom(4) if salt is None else salt
+    return base64.b64encode(salt + hashlib.sha256(salt + password.encode()).digest()).decode()
+
+
+def _hash_matches(password_hash: str, password: str) -> bool:
+    try:
+        raw = base64.b64decode(password_hash, validate=True)
+    except binascii.Error:
+        return False
+    if len(raw) != 4 + hashlib.sha256().digest_size:  # "" too: no password logs in
+        return False
+    return hmac.compare_digest(raw, base64.b64decode(hash_password(password, raw[:4])))
+
+
 @final
 @attrs.frozen
 class User:
@@ -72,6 +102,10 @@ class User:
     #: ``monitoring`` and ``administrator``. A user given without tags is an administrator,
     #: as guest is in RabbitMQ.
     tags: tuple[str, ...] = ("administrator",)
+    #: The password as RabbitMQ stores it (:func:`hash_password`); None: not hashed yet
+    #: (:meth:`UserRegistry.add` hashes *password*). A user given a hash alone (the
+    #: management API's ``password_hash``) logs in with whatever password matches it.
+    password_hash: str | None = attrs.field(default=None, eq=False, repr=False)
 
 
 @final
@@ -100,7 +134,10 @@ class UserRegistry:
         """Add (or replace) user *name*; a bare password means full access everywhere."""
         if not name:
             raise ValueError("a user needs a name")
-        self._users[name] = User(user) if isinstance(user, str) else user
+        record = User(user) if isinstance(user, str) else user
+        if record.password_hash is None:
+            record = attrs.evolve(record, password_hash=hash_password(record.password))
+        self._users[name] = record
 
     def delete(self, name: str) -> None:
         """Remove user *name* (open connections stay open, as in RabbitMQ)."""
@@ -114,6 +151,15 @@ class UserRegistry:
         """The password of *name*, or None."""
         user = self._users.get(name)
         return None if user is None else user.password
+
+    def authenticate(self, name: str, password: str) -> bool:
+        """Whether *password* is *name*'s (checked against its hash, as RabbitMQ does)."""
+        user = self._users.get(name)
+        if user is None:
+            return False
+        if user.password_hash is None:
+            return user.password == password
+        return _hash_matches(user.password_hash, password)
 
     def set_permissions(
         self,
@@ -130,7 +176,7 @@ class UserRegistry:
             raise KeyError(f"no user {name!r}")
         permissions = dict(user.permissions or {})
         permissions[vhost] = Permission(configure, write, read)
-        self._users[name] = User(user.password, permissions, user.tags)
+        self._users[name] = attrs.evolve(user, permissions=permissions)
 
     def clear_permissions(self, name: str, vhost: str) -> None:
         """Like ``rabbitmqctl clear_permissions``: *name* may no longer use *vhost*."""
@@ -139,7 +185,7 @@ class UserRegistry:
             raise KeyError(f"no user {name!r}")
         permissions = dict(user.permissions or {})
         permissions.pop(vhost, None)
-        self._users[name] = User(user.password, permissions, user.tags)
+        self._users[name] = attrs.evolve(user, permissions=permissions)
 
     def permission(self, name: str, vhost: str) -> Permission | None:
         """What *name* may do in *vhost*; None when it may not use the vhost at all."""

@@ -114,6 +114,8 @@ class _Serving:
         self.stopping = False
         #: The management API's port, once it listens (None: not served).
         self.management_port: int | None = None
+        #: The address it listens on (the broker's host).
+        self.management_host = "127.0.0.1"
         self.idle = trio.Event()
         self.idle.set()
 
@@ -373,7 +375,10 @@ async def serve(
                 http = await nursery.start(
                     functools.partial(serve_management, api, host, management_port)
                 )
-                serving.management_port = int(http[0].socket.getsockname()[1])
+                address = http[0].socket.getsockname()
+                serving.management_host = str(address[0])
+                serving.management_port = int(address[1])
+                api.listening = (serving.management_host, serving.management_port)
             task_status.started(listeners)
     finally:
         if _SERVING.get(broker) is serving:
@@ -435,12 +440,17 @@ def _close_session(serving: _Serving, session: Session, reply_text: str) -> None
 
 
 def management_url(broker: Broker) -> str | None:
-    """``http://127.0.0.1:PORT/`` of *broker*'s management API, or None when :func:`serve`
-    serves none. Call it on the broker's thread."""
+    """``http://HOST:PORT/`` of *broker*'s management API (the address it listens on), or
+    None when :func:`serve` serves none. Call it on the broker's thread."""
     serving = _SERVING.get(broker)
     if serving is None or serving.management_port is None:
         return None
-    return f"http://127.0.0.1:{serving.management_port}/"
+    host = serving.management_host
+    if host in ("0.0.0.0", "::"):  # every address: loopback among them
+        host = "127.0.0.1"
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{serving.management_port}/"
 
 
 def _url(scheme: str, host: str, port: int, users: Iterable[tuple[str, str]]) -> str:

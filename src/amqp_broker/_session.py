@@ -337,7 +337,7 @@ class Session:
             except LocalProtocolError as exc:
                 logger.info("client %s keeps RabbitMQ's 0-8: %s", self.peer, exc)
         credentials = parse_credentials(event.mechanism, event.response)
-        if credentials is None or self.users.password(credentials[0]) != credentials[1]:
+        if credentials is None or not self.users.authenticate(*credentials):
             self.core.refuse_authentication(_LOGIN_REFUSED.format(event.mechanism))
             if self.core.state is ConnectionState.CLOSED:
                 # it did not advertise authentication_failure_close: no close, as from RabbitMQ

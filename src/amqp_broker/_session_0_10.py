@@ -298,7 +298,7 @@ class Session010:
             credentials: tuple[str, str] | None = ("guest", users.password("guest") or "")
         else:
             credentials = parse_credentials(event.mechanism, event.response)
-        if credentials is None or users.password(credentials[0]) != credentials[1]:
+        if credentials is None or not users.authenticate(*credentials):
             self.core.refuse_authentication(f"login refused using {event.mechanism}")
             return
         self.username = credentials[0]

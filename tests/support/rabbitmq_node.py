@@ -26,15 +26,16 @@ _SERVER: Final = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 _CTL: Final = "/usr/lib/rabbitmq/bin/rabbitmqctl"
 
 
-def _free_port() -> int:
+def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
 
 @final
 class RabbitMQNode:
-    """The node; :meth:`kill` and :meth:`start` it. *plugins* are enabled besides
+    """The node; :meth:`kill` and :meth:`start` it. It listens on *host* (a loopback address),
+    *port* and *management_port* (free ones when not given); *plugins* are enabled besides
     *management*'s, *extra_conf* is appended to its ``rabbitmq.conf`` and *advanced_config*,
     when given, is its ``advanced.config``."""
 
@@ -43,37 +44,42 @@ class RabbitMQNode:
         root: Path,
         *,
         management: bool = False,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        management_port: int | None = None,
         plugins: Sequence[str] = (),
         extra_conf: str = "",
         advanced_config: str | None = None,
     ) -> None:
         self.root = root
+        #: The address every listener binds (a loopback one: 127.0.0.0/8).
+        self.host = host
         #: The management plugin's HTTP port (``management=True``: with rabbitmq_prometheus
         #: on ``prometheus_port``), or None.
-        self.management_port = _free_port() if management else None
-        self.prometheus_port = _free_port() if management else None
+        self.management_port = (management_port or _free_port(host)) if management else None
+        self.prometheus_port = _free_port(host) if management else None
         self.name = f"recovery-{uuid.uuid4().hex[:8]}@localhost"
-        self.port = _free_port()
-        self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/?connection_timeout=10000"
+        self.port = port or _free_port(host)
+        self.url = f"amqp://guest:guest@{host}:{self.port}/?connection_timeout=10000"
         for sub in ("home", "mnesia", "log"):
             (root / sub).mkdir(parents=True, exist_ok=True)
         enabled = ["rabbitmq_management", "rabbitmq_prometheus"] if management else []
         # enabled offline: the node reads the file at boot; the trailing dot is required
         (root / "enabled_plugins").write_text(f"[{','.join([*enabled, *plugins])}].")
-        conf = f"listeners.tcp.1 = 127.0.0.1:{self.port}\n"
+        conf = f"listeners.tcp.1 = {host}:{self.port}\n"
         if management:
             conf += (
                 f"management.tcp.port = {self.management_port}\n"
-                "management.tcp.ip = 127.0.0.1\n"
+                f"management.tcp.ip = {host}\n"
                 f"prometheus.tcp.port = {self.prometheus_port}\n"
-                "prometheus.tcp.ip = 127.0.0.1\n"
+                f"prometheus.tcp.ip = {host}\n"
             )
         (root / "rabbitmq.conf").write_text(conf + extra_conf)
         self.env = {
             **os.environ,
             "HOME": str(root / "home"),
             "RABBITMQ_NODENAME": self.name,
-            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_IP_ADDRESS": host,
             "RABBITMQ_NODE_PORT": str(self.port),
             "RABBITMQ_DIST_PORT": str(_free_port()),
             "RABBITMQ_MNESIA_BASE": str(root / "mnesia"),
@@ -103,7 +109,7 @@ class RabbitMQNode:
                 raise AssertionError(f"rabbitmq-server exited with {process.returncode}")
             with contextlib.suppress(OSError):
                 for port in ports:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    socket.create_connection((self.host, port), timeout=1).close()
                 return
             time.sleep(0.2)
         self.kill()
@@ -151,17 +157,25 @@ class RabbitMQNode:
 def rabbitmq_node(
     *,
     management: bool = False,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    management_port: int | None = None,
     plugins: Sequence[str] = (),
     extra_conf: str = "",
     advanced_config: str | None = None,
 ) -> Iterator[RabbitMQNode]:
     """A node that is killed and whose data is removed on the way out; *management* enables
-    rabbitmq_management and rabbitmq_prometheus on ports of their own; *plugins*, *extra_conf*
-    (``rabbitmq.conf`` lines) and *advanced_config* (its text) go to :class:`RabbitMQNode`."""
+    rabbitmq_management and rabbitmq_prometheus on ports of their own. *host*, *port* and
+    *management_port* pin where it listens (default: 127.0.0.1, free ports); *plugins*,
+    *extra_conf* (``rabbitmq.conf`` lines) and *advanced_config* (its text) go to
+    :class:`RabbitMQNode`."""
     root = Path(tempfile.mkdtemp(prefix="recovery-rmq-", dir="/tmp"))
     node = RabbitMQNode(
         root,
         management=management,
+        host=host,
+        port=port,
+        management_port=management_port,
         plugins=plugins,
         extra_conf=extra_conf,
         advanced_config=advanced_config,

@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
+import math
+import os
+import re
+import time
 from typing import TYPE_CHECKING, Final, final
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
 
 import attrs
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -17,8 +22,10 @@ from prometheus_client.registry import Collector
 from amqp_sansio import BasicProperties
 
 from .._errors import BrokerError
+from .._permissions import FULL_ACCESS, Permission, hash_password
 from .._permissions import User as UserRecord
 from .._queues import Queue
+from .._routing import EXCHANGE_TYPES
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -54,11 +61,22 @@ def _json(status: int, value: object) -> Response:
     return Response(status, json.dumps(value).encode(), [_JSON])
 
 
-def _error(status: int, error: str, reason: str) -> Response:
+def _error(status: int, error: str, reason: object) -> Response:
     return _json(status, {"error": error, "reason": reason})
 
 
 _NOT_FOUND: Final = ("Object Not Found", "Not Found")
+_NOT_ALLOWED: Final = ("Method Not Allowed", "Method Not Allowed")
+#: RabbitMQ's page size when ``page`` comes without one, and the largest it takes.
+_PAGE_SIZE: Final = 100
+_MAX_PAGE_SIZE: Final = 500
+#: What rabbit_exchange_type_* say of themselves in /api/nodes.
+_EXCHANGE_TYPES: Final = {
+    "direct": "AMQP direct exchange, as per the AMQP specification",
+    "fanout": "AMQP fanout exchange, as per the AMQP specification",
+    "headers": "AMQP headers exchange, as per the AMQP specification",
+    "topic": "AMQP topic exchange, as per the AMQP specification",
+}
 
 
 def _flag(value: object) -> object:
@@ -97,6 +115,46 @@ def _table(value: object) -> FieldTable:
 
 def _describe(vhost: str) -> str:
     return "Default virtual host" if vhost == "/" else ""
+
+
+def _sort_key(value: object) -> tuple[int, object]:
+    """Erlang's term order, which RabbitMQ sorts by: numbers < atoms (booleans, a missing
+    field) < maps < lists < binaries (bytewise: code points)."""
+    if isinstance(value, bool) or value is None:
+        return 1, str(value)
+    if isinstance(value, int | float):
+        return 0, value
+    if isinstance(value, dict):
+        return 2, json.dumps(value, sort_keys=True)
+    if isinstance(value, list):
+        return 3, json.dumps(value)
+    return 4, str(value)
+
+
+def _field(item: dict[str, object], path: str) -> object:
+    """A ``sort`` key: a field, or one inside nested objects (``a.b``)."""
+    value: object = item
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _args_hash(arguments: object) -> str:
+    """The suffix a binding with arguments gets in its properties key. RabbitMQ's is
+    erlang:phash2 of the arguments' Erlang terms; this is 4 bytes of SHA-256 of their JSON,
+    in the same URL-safe base64 without padding."""
+    digest = hashlib.sha256(json.dumps(arguments, sort_keys=True).encode()).digest()[:4]
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def _properties_key(routing_key: str, arguments: object) -> str:
+    """RabbitMQ's ``properties_key``: the routing key quote_plus'd (Erlang's escapes ``~``
+    too; ``~`` alone stands for an empty key), then ``~`` and the arguments' hash when there
+    are any."""
+    key = quote_plus(routing_key, safe="").replace("~", "%7E")
+    if arguments:
+        return f"{key}~{_args_hash(arguments)}"
+    return key or "~"
 
 
 class _Refusal(Exception):
@@ -154,20 +212,34 @@ class ManagementApi:
         self.broker = broker
         self._sessions = sessions
         self._close = close
+        #: Where the API listens (host, port), once it does: the node's ``contexts``.
+        self.listening: tuple[str, int] | None = None
+        self._started = time.monotonic()
+        # the request being answered (one at a time: the API runs on the broker's loop)
+        self._query: dict[str, str] = {}
+        self._user_name = ""
+        self._sees_all = False
 
     # --- entry --------------------------------------------------------------------------------
 
     def handle(self, method: str, target: str, headers: dict[str, str], body: bytes) -> Response:
         """The answer to one request."""
-        path = urlsplit(target).path
+        split = urlsplit(target)
+        path = split.path
         if path == "/metrics":
             return self._metrics()
         if not path.startswith("/api/"):
             return _error(404, *_NOT_FOUND)
         parts = [unquote(p) for p in path[len("/api/") :].rstrip("/").split("/")]
+        self._query = dict(parse_qsl(split.query, keep_blank_values=True))
         try:
             user_name, user = self._authenticate(headers)
-            return self._route(method, parts, user_name, user, body)
+            self._user_name = user_name
+            self._sees_all = bool({"administrator", "monitoring"} & set(user.tags))
+            response = self._route(method, parts, user_name, user, body)
+            if isinstance(response, list):
+                return self._paged(response)
+            return response
         except _Refusal as refusal:
             return refusal.response
         except BrokerError as exc:
@@ -185,7 +257,7 @@ class ManagementApi:
         except (binascii.Error, UnicodeDecodeError):
             raise _Refusal(failed) from None
         user = self.broker.users.get(name)
-        if user is None or user.password != password:
+        if user is None or not self.broker.users.authenticate(name, password):
             raise _Refusal(failed)
         if not MANAGEMENT_TAGS & set(user.tags):
             raise _Refusal(_error(401, "not_authorized", "Not management user"))
@@ -194,6 +266,9 @@ class ManagementApi:
     def _broker_error(self, exc: BrokerError) -> Response:
         if exc.reply_code == 404:
             return _error(404, *_NOT_FOUND)
+        if exc.reply_code == 403 and "amq." in exc.reply_text:
+            # the reserved amq.* names (declare, delete): RabbitMQ's answer is terser
+            return _error(401, "not_authorised", "Access refused.")
         if exc.reply_code in (403, 530):
             return _error(401, "not_authorized", exc.reply_text)
         # The management API gives the text without AMQP's "NAME - " prefix.
@@ -203,38 +278,78 @@ class ManagementApi:
 
     def _route(  # one table of endpoints
         self, method: str, parts: list[str], name: str, user: User, body: bytes
-    ) -> Response:
+    ) -> Response | list[dict[str, object]]:
+        """The answer, or a listing that ``page``, ``name``, ``sort`` and the rest of the
+        query apply to (:meth:`_paged`)."""
         head, rest = parts[0], parts[1:]
         read_only = method in ("GET", "HEAD")
         if head == "overview" and not rest and read_only:
             return _json(200, self._overview())
         if head == "whoami" and not rest and read_only:
             return _json(200, {"name": name, "tags": list(user.tags)})
-        if head == "healthchecks" and rest == ["node"] and read_only:
+        if head == "healthchecks" and rest[:1] == ["node"] and len(rest) <= 2 and read_only:
+            if rest[1:] not in ([], [_NODE]):
+                return _error(404, *_NOT_FOUND)
             return _json(200, {"status": "ok"})
+        if head == "cluster-name" and not rest and read_only:
+            return _json(200, {"name": _NODE})
+        if head == "nodes" and len(rest) <= 1 and read_only:
+            if rest not in ([], [_NODE]):
+                # RabbitMQ 3.10 answers a 500 (its node lookup crashes)
+                return _error(404, *_NOT_FOUND)
+            return _json(200, self._node() if rest else [self._node()])
         if head == "aliveness-test" and len(rest) == 1 and read_only:
             return self._aliveness(rest[0], name)
         if head == "vhosts" and len(rest) == 1 and method in ("PUT", "DELETE"):
             self._require(user, "administrator")
-            return self._change_vhost(method, rest[0])
+            return self._change_vhost(method, rest[0], name)
+        if head == "vhosts" and len(rest) == 2 and rest[1] == "permissions" and read_only:
+            self._require(user, "administrator")
+            self._vhost_known(rest[0])
+            return self._grants(vhost=rest[0])
         if head == "users":
             self._require(user, "administrator")
             return self._users(method, rest, body)
+        if head == "permissions" and not rest and read_only:
+            self._require(user, "administrator")
+            return self._grants()
         if head == "permissions" and len(rest) == 2:
             self._require(user, "administrator")
             return self._permissions(method, rest[0], rest[1], body)
         if head == "policies" and read_only and len(rest) <= 2:
             return self._listing(self._policies(name), rest, "policy")
         if head == "vhosts" and read_only:
-            return self._vhosts(rest, name, user)
+            return self._vhosts(rest, user)
         if head == "queues":
             return self._queues(method, rest, name, user, body)
         if head == "exchanges" and method == "POST" and len(rest) == 3 and rest[2] == "publish":
             return self._publish(rest[0], rest[1], name, body)
         if head == "exchanges" and read_only and len(rest) <= 2:
             return self._listing(self._exchanges(name), rest, "exchange")
+        if head == "exchanges" and len(rest) == 2 and method in ("PUT", "DELETE"):
+            return self._change_exchange(method, rest[0], rest[1], name, body)
+        if (
+            head == "exchanges"
+            and len(rest) == 4
+            and rest[2] == "bindings"
+            and rest[3] in ("source", "destination")
+            and read_only
+        ):
+            self._vhost_of(rest[0], name)
+            if rest[1] not in self.broker.vhosts[rest[0]].exchanges:
+                return _error(404, *_NOT_FOUND)
+            end = "source" if rest[3] == "source" else "destination"
+            return [
+                b
+                for b in self._bindings(name)
+                if b["vhost"] == rest[0]
+                and b[end] == rest[1]
+                and (end == "source" or b["destination_type"] == "exchange")
+            ]
         if head == "bindings" and read_only and len(rest) <= 1:
             return self._listing(self._bindings(name), rest, None)
+        if head == "bindings" and len(rest) in (5, 6) and rest[1] == "e" and rest[3] in "qe":
+            return self._binding_between(method, rest, name, body)
         if head == "channels" and read_only and not rest:
             return _json(200, self._channel_list(name, user))
         if head == "consumers" and read_only and len(rest) <= 1:
@@ -256,9 +371,67 @@ class ManagementApi:
             "bindings",
             "definitions",
             "aliveness-test",
+            "nodes",
+            "permissions",
+            "cluster-name",
         ):
-            return _error(405, "Method Not Allowed", "Method Not Allowed")
+            return _error(405, *_NOT_ALLOWED)
         return _error(404, *_NOT_FOUND)
+
+    def _paged(self, items: list[dict[str, object]]) -> Response:
+        """RabbitMQ's listing query: sorted (``sort``, ``sort_reverse``; by vhost and name
+        when not asked), and with ``page`` (``page_size``, ``name``, ``use_regex``) one page
+        of what matches ``name`` (case-insensitive: a substring, or a regular expression)
+        in RabbitMQ's paged object."""
+        query = self._query
+        total = len(items)
+        # RabbitMQ's sort_list: the asked key first, vhost and name break ties
+        keys = [*([query["sort"]] if query.get("sort") else []), "vhost", "name"]
+        items = sorted(items, key=lambda i: [_sort_key(_field(i, k)) for k in keys])
+        if query.get("sort_reverse") == "true":
+            items.reverse()
+        if "page" not in query:
+            return _json(200, items)
+        page, size = query["page"], query.get("page_size")
+        pattern = query.get("name")
+        try:
+            if not page.isdigit() or (size is not None and not size.isdigit()):
+                raise ValueError(page)
+            if pattern and query.get("use_regex") == "true":
+                matcher = re.compile(pattern, re.IGNORECASE)
+                items = [i for i in items if matcher.search(str(i.get("name", "")))]
+            elif pattern:
+                items = [i for i in items if pattern.lower() in str(i.get("name", "")).lower()]
+        except (ValueError, re.error):
+            return _error(400, "bad_request", "Pagination parameters are invalid")
+        number, per_page = int(page), _PAGE_SIZE if size is None else int(size)
+        if number < 1 or not 1 <= per_page <= _MAX_PAGE_SIZE:
+            return _error(
+                400,
+                "invalid_pagination_parameters",
+                f"Invalid pagination parameters: page number {number}, "
+                f"page size {'undefined' if size is None else per_page}",
+            )
+        start = (number - 1) * per_page
+        if start > len(items):
+            return _error(
+                400,
+                "page_out_of_range",
+                f"Page out of range, page: {number} page size: {per_page}, len: {len(items)}",
+            )
+        shown = items[start : start + per_page]
+        return _json(
+            200,
+            {
+                "filtered_count": len(items),
+                "item_count": len(shown),
+                "items": shown,
+                "page": number,
+                "page_count": math.ceil(len(items) / per_page),
+                "page_size": per_page,
+                "total_count": total,
+            },
+        )
 
     @staticmethod
     def _require(user: User, tag: str) -> None:
@@ -266,17 +439,21 @@ class ManagementApi:
             raise _Refusal(_error(401, "not_authorized", "Not administrator user"))
 
     def _visible(self, name: str, vhost: str) -> bool:
+        """Whether *vhost*'s objects are listed to *name*: RabbitMQ's list_visible_vhosts
+        shows administrators and monitoring users every vhost, others those they may use."""
+        if name == self._user_name and self._sees_all:
+            return True
         return self.broker.users.permission(name, vhost) is not None
 
     def _vhost_of(self, vhost: str, name: str) -> None:
         if vhost not in self.broker.vhosts:
             raise _Refusal(_error(404, *_NOT_FOUND))
-        if not self._visible(name, vhost):
+        if self.broker.users.permission(name, vhost) is None:  # acting needs permission
             raise _Refusal(_error(401, "not_authorized", "Not_Authorized"))
 
     def _listing(
         self, items: list[dict[str, object]], rest: list[str], kind: str | None
-    ) -> Response:
+    ) -> Response | list[dict[str, object]]:
         if rest:
             self._vhost_known(rest[0])
             items = [i for i in items if i["vhost"] == rest[0]]
@@ -285,13 +462,48 @@ class ManagementApi:
                 if item["name"] == rest[1]:
                     return _json(200, item)
             return _error(404, *_NOT_FOUND)
-        return _json(200, items)
+        return items
 
     def _vhost_known(self, vhost: str) -> None:
         if vhost not in self.broker.vhosts:
             raise _Refusal(_error(404, *_NOT_FOUND))
 
     # --- endpoints ----------------------------------------------------------------------------
+
+    def _contexts(self, node: bool) -> list[dict[str, object]]:
+        """The node's HTTP listeners (the management API's: no Prometheus one here)."""
+        if self.listening is None:
+            return []
+        host, port = self.listening
+        shown: dict[str, object] = {"node": _NODE} if node else {}
+        # RabbitMQ gives the port as a string here
+        return [
+            {
+                **shown,
+                "description": "RabbitMQ Management",
+                "path": "/",
+                "ip": host,
+                "port": str(port),
+            }
+        ]
+
+    def _node(self) -> dict[str, object]:
+        """What the embedded broker has of /api/nodes/NAME: no memory, disk, file descriptor
+        or Erlang statistics (it is one Python process, not a cluster member)."""
+        return {
+            "name": _NODE,
+            "running": True,
+            "os_pid": str(os.getpid()),
+            "processors": os.cpu_count() or 1,
+            "uptime": int((time.monotonic() - self._started) * 1000),
+            "partitions": [],
+            "cluster_links": [],
+            "exchange_types": [
+                {"name": t, "description": _EXCHANGE_TYPES[t], "enabled": True}
+                for t in sorted(EXCHANGE_TYPES)
+            ],
+            "contexts": self._contexts(node=False),
+        }
 
     def _overview(self) -> dict[str, object]:
         queues = [q for v in self.broker.vhosts.values() for q in v.queues.values()]
@@ -306,6 +518,7 @@ class ManagementApi:
             "product_version": options.server_version,
             "cluster_name": _NODE,
             "node": _NODE,
+            "contexts": self._contexts(node=True),
             "object_totals": {
                 "connections": len(sessions),
                 "channels": sum(self._channels(s) for s in sessions),
@@ -324,7 +537,7 @@ class ManagementApi:
         self._vhost_of(vhost, name)
         return _json(200, {"status": "ok"})
 
-    def _vhosts(self, rest: list[str], name: str, user: User) -> Response:
+    def _vhosts(self, rest: list[str], user: User) -> Response | list[dict[str, object]]:
         shown = [
             {
                 "name": v,
@@ -335,20 +548,22 @@ class ManagementApi:
                 "tracing": False,
             }
             for v in self.broker.vhosts
-            if self._visible(name, v)
+            if self._visible(self._user_name, v)
         ]
         if not rest:
-            return _json(200, shown)
+            return shown
         for vhost in shown:
             if vhost["name"] == rest[0] and len(rest) == 1:
                 return _json(200, vhost)
         return _error(404, *_NOT_FOUND)
 
-    def _change_vhost(self, method: str, vhost: str) -> Response:
+    def _change_vhost(self, method: str, vhost: str, name: str) -> Response:
         broker = self.broker
         if method == "PUT":
             existed = vhost in broker.vhosts
             broker.add_vhost(vhost)
+            if not existed:  # RabbitMQ gives the user who creates it full permissions
+                self._grant(name, vhost, ".*", ".*", ".*")
             return Response(204 if existed else 201)
         host = broker.vhosts.get(vhost)
         if host is None:
@@ -360,16 +575,80 @@ class ManagementApi:
         for queue in list(host.queues.values()):
             host.delete_queue(queue)
         del broker.vhosts[vhost]
+        for user_name in broker.users.names():  # its permissions go with it, as in RabbitMQ
+            user = broker.users.get(user_name)
+            if user is not None and user.permissions is not None and vhost in user.permissions:
+                broker.clear_permissions(user_name, vhost)
         return Response(204)
 
-    def _user_json(self, user_name: str, user: User) -> dict[str, object]:
+    @staticmethod
+    def _user_json(user_name: str, user: User) -> dict[str, object]:
         return {
             "name": user_name,
+            "password_hash": user.password_hash or "",
+            "hashing_algorithm": "rabbit_password_hashing_sha256",
             "tags": list(user.tags),
             "limits": {},
         }
 
-    def _users(self, method: str, rest: list[str], body: bytes) -> Response:
+    def _grant(self, user_name: str, vhost: str, configure: str, write: str, read: str) -> None:
+        """Set one vhost's permissions. A user with access everywhere implicitly (given
+        without permissions) keeps it to the other vhosts there are: in RabbitMQ each vhost's
+        permissions stand alone, so granting one takes nothing away."""
+        broker = self.broker
+        Permission(configure, write, read)  # a bad pattern's ValueError before any change
+        user = broker.users.get(user_name)
+        if user is not None and user.permissions is None:
+            for other in broker.vhosts:
+                if other != vhost:
+                    broker.set_permissions(
+                        user_name, other, FULL_ACCESS.configure, FULL_ACCESS.write, FULL_ACCESS.read
+                    )
+        broker.set_permissions(user_name, vhost, configure, write, read)
+
+    def _grants(
+        self, *, vhost: str | None = None, user: str | None = None
+    ) -> list[dict[str, object]]:
+        """/api/permissions, optionally one vhost's or one user's."""
+        shown: list[dict[str, object]] = []
+        users = self.broker.users
+        for user_name in users.names():
+            if user is not None and user_name != user:
+                continue
+            for v in self.broker.vhosts:
+                permission = users.permission(user_name, v)
+                if permission is not None and vhost in (None, v):
+                    shown.append(
+                        {
+                            "user": user_name,
+                            "vhost": v,
+                            "configure": permission.configure,
+                            "write": permission.write,
+                            "read": permission.read,
+                        }
+                    )
+        return shown
+
+    def _bulk_delete(self, body: bytes) -> Response:
+        request = self._body(body)
+        if "users" not in request:
+            return _error(400, "bad_request", "[{key_missing,users}]")
+        names = request["users"]
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            # RabbitMQ 3.10 answers a 500 for anything but a list of names
+            return _error(400, "bad_request", "bad_request")
+        for user_name in names:
+            # all checked first: RabbitMQ deletes the names before a missing one, this
+            # deletes none
+            if user_name not in self.broker.users:
+                return _error(400, "bad_request", ["no_such_user", user_name])
+        for user_name in names:
+            self.broker.delete_user(user_name)
+        return Response(204)
+
+    def _users(
+        self, method: str, rest: list[str], body: bytes
+    ) -> Response | list[dict[str, object]]:
         users = self.broker.users
         if not rest and method in ("GET", "HEAD"):
             shown = []
@@ -377,7 +656,15 @@ class ManagementApi:
                 user = users.get(user_name)
                 assert user is not None
                 shown.append(self._user_json(user_name, user))
-            return _json(200, shown)
+            return shown
+        if rest == ["bulk-delete"]:
+            if method != "POST":
+                return Response(405)
+            return self._bulk_delete(body)
+        if len(rest) == 2 and rest[1] == "permissions" and method in ("GET", "HEAD"):
+            if rest[0] not in users:
+                return _error(404, *_NOT_FOUND)
+            return self._grants(user=rest[0])
         if len(rest) != 1:
             return _error(404, *_NOT_FOUND)
         user_name = rest[0]
@@ -394,14 +681,33 @@ class ManagementApi:
         if method != "PUT":
             return _error(405, "Method Not Allowed", "Method Not Allowed")
         request = self._body(body)
-        password = request.get("password", None if found is None else found.password)
-        tags = request.get("tags", "")
-        if not isinstance(password, str) or not isinstance(tags, str | list):
+        if "tags" not in request:
+            return _error(400, "bad_request", "tags_not_present")
+        tags = request["tags"]
+        if not isinstance(tags, str | list):
             return _error(400, "bad_request", "bad_request")
         names = tags.split(",") if isinstance(tags, str) else [str(t) for t in tags]
+        if "password" in request and "password_hash" in request:
+            return _error(400, "bad_request", "both_password_and_password_hash_are_provided")
+        password, password_hash = request.get("password"), request.get("password_hash")
+        if password is None and password_hash is None:
+            # RabbitMQ: an existing user keeps its password; a new one gets a random one
+            # (no password logs it in)
+            if found is None:
+                password_hash = hash_password(base64.b64encode(os.urandom(24)).decode())
+            else:
+                password, password_hash = found.password, found.password_hash
+        if not isinstance(password, str | None) or not isinstance(password_hash, str | None):
+            return _error(400, "bad_request", "bad_request")
+        if password_hash is not None and password is None:
+            try:
+                base64.b64decode(password_hash, validate=True)
+            except binascii.Error:
+                return _error(400, "bad_request", ["not_base64", password_hash])
         new = attrs.evolve(
-            found or UserRecord(password, {}),
-            password=password,
+            found or UserRecord("", {}),
+            password=password or "",
+            password_hash=password_hash if password is None else hash_password(password),
             tags=tuple(t.strip() for t in names if t.strip()),
         )
         users.add(user_name, new)
@@ -431,6 +737,8 @@ class ManagementApi:
                 },
             )
         if method == "DELETE":
+            if user.permissions is None:  # the others stay, as in _grant
+                self._grant(user_name, vhost, ".*", ".*", ".*")
             broker.clear_permissions(user_name, vhost)
             return Response(204)
         if method != "PUT":
@@ -440,14 +748,15 @@ class ManagementApi:
         if not all(isinstance(p, str) for p in patterns):
             return _error(400, "bad_request", "bad_request")
         try:
-            broker.set_permissions(user_name, vhost, *[str(p) for p in patterns])
+            self._grant(user_name, vhost, *[str(p) for p in patterns])
         except ValueError as exc:
             return _error(400, "bad_request", str(exc))
         return Response(204 if explicit else 201)
 
     def _import(self, name: str, body: bytes) -> Response:
-        """``POST /api/definitions``: vhosts, users (with a ``password``: hashes cannot be
-        read back), permissions, policies, exchanges, queues, bindings, in that order."""
+        """``POST /api/definitions``: vhosts, users (with a ``password`` or a
+        ``password_hash``), permissions, policies, exchanges, queues, bindings, in that
+        order."""
         try:
             document = json.loads(body or b"{}")
         except (ValueError, UnicodeDecodeError):
@@ -459,13 +768,19 @@ class ManagementApi:
             for vhost in _items(document, "vhosts"):
                 broker.add_vhost(str(vhost["name"]))
             for user in _items(document, "users"):
-                password = user.get("password")
-                if isinstance(password, str):
+                password, password_hash = user.get("password"), user.get("password_hash")
+                if isinstance(password, str) or isinstance(password_hash, str):
                     tags = user.get("tags", [])
                     names = tags.split(",") if isinstance(tags, str) else _strings(tags)
                     broker.users.add(
                         str(user["name"]),
-                        UserRecord(password, {}, tuple(str(t) for t in names if t)),
+                        UserRecord(
+                            password if isinstance(password, str) else "",
+                            {},
+                            tuple(str(t) for t in names if t),
+                            # an export's hash stands for the password it hashes
+                            password_hash=None if isinstance(password, str) else str(password_hash),
+                        ),
                     )
             for grant in _items(document, "permissions"):
                 broker.set_permissions(
@@ -605,7 +920,11 @@ class ManagementApi:
         ]
 
     def _unacked(self) -> dict[tuple[str, str], int]:
-        counts: dict[tuple[str, str], int] = {}
+        return {key: count for key, (count, _) in self._unacked_sizes().items()}
+
+    def _unacked_sizes(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """(vhost, queue) -> how many deliveries wait for their ack, and their body octets."""
+        sizes: dict[tuple[str, str], tuple[int, int]] = {}
         for session in self._sessions():
             connection = session.connection
             if connection is None:
@@ -613,16 +932,18 @@ class ManagementApi:
             for channel in connection.channels.values():
                 for record in channel.unacked.values():
                     key = (record.queue.vhost_name, record.queue.name)
-                    counts[key] = counts.get(key, 0) + 1
-        return counts
+                    count, octets = sizes.get(key, (0, 0))
+                    sizes[key] = (count + 1, octets + record.entry.message.size)
+        return sizes
 
     @staticmethod
     def _channels(session: Session) -> int:
         return 0 if session.connection is None else len(session.connection.channels)
 
-    def _queue_json(self, queue: Queue, unacked: int) -> dict[str, object]:
+    def _queue_json(self, queue: Queue, unacked: tuple[int, int]) -> dict[str, object]:
         ready = queue.message_count
-        return {
+        unacked_count, unacked_bytes = unacked
+        shown: dict[str, object] = {
             "name": queue.name,
             "vhost": queue.vhost_name,
             "durable": queue.durable,
@@ -634,23 +955,41 @@ class ManagementApi:
             "state": "running",
             "policy": queue.policy,
             "consumers": len(queue.consumers),
-            "messages": ready + unacked,
+            "messages": ready + unacked_count,
             "messages_ready": ready,
-            "messages_unacknowledged": unacked,
+            "messages_unacknowledged": unacked_count,
         }
+        if queue.log is None:  # a stream's retained log has no byte counts here
+            shown["message_bytes"] = queue.ready_bytes + unacked_bytes
+            shown["message_bytes_ready"] = queue.ready_bytes
+            shown["message_bytes_unacknowledged"] = unacked_bytes
+        return shown
 
     def _all_queues(self, name: str) -> list[dict[str, object]]:
-        unacked = self._unacked()
+        unacked = self._unacked_sizes()
         return [
-            self._queue_json(q, unacked.get((v.name, q.name), 0))
+            self._queue_json(q, unacked.get((v.name, q.name), (0, 0)))
             for v in self.broker.vhosts.values()
             if self._visible(name, v.name)
             for q in v.queues.values()
         ]
 
-    def _queues(self, method: str, rest: list[str], name: str, user: User, body: bytes) -> Response:
+    def _queues(
+        self, method: str, rest: list[str], name: str, user: User, body: bytes
+    ) -> Response | list[dict[str, object]]:
         if len(rest) <= 2 and method in ("GET", "HEAD"):
             return self._listing(self._all_queues(name), rest, "queue")
+        if len(rest) == 3 and rest[2] == "bindings" and method in ("GET", "HEAD"):
+            self._vhost_of(rest[0], name)
+            if rest[1] not in self.broker.vhosts[rest[0]].queues:
+                return _error(404, *_NOT_FOUND)
+            return [
+                b
+                for b in self._bindings(name)
+                if b["vhost"] == rest[0]
+                and b["destination"] == rest[1]
+                and b["destination_type"] == "queue"
+            ]
         if len(rest) == 2 and method == "PUT":
             return self._declare(rest[0], rest[1], name, body)
         if len(rest) == 2 and method == "DELETE":
@@ -707,6 +1046,109 @@ class ManagementApi:
                 queue, durable=durable, auto_delete=auto_delete, arguments=arguments
             )
         return Response(204 if existed else 201)
+
+    def _change_exchange(
+        self, method: str, vhost: str, exchange: str, name: str, body: bytes
+    ) -> Response:
+        """PUT declares (201, or 204 when an equivalent one exists), DELETE deletes
+        (``if-unused=true``: only without bindings from it)."""
+        if vhost not in self.broker.vhosts:
+            if method == "PUT":
+                return _error(404, "not_found", "vhost_not_found")
+            return _error(404, *_NOT_FOUND)
+        self._vhost_of(vhost, name)
+        if exchange in ("", "amq.default"):
+            return _error(401, "not_authorised", "Access refused.")
+        exists = exchange in self.broker.vhosts[vhost].exchanges
+        if method == "DELETE":
+            if not exists:
+                return _error(404, *_NOT_FOUND)
+            with self._channel(vhost, name) as channel:
+                channel.exchange_delete(exchange, if_unused=self._query.get("if-unused") == "true")
+            return Response(204)
+        request = self._body(body)
+        type_ = request.get("type", "direct")
+        flags = [_flag(request.get(k, False)) for k in ("durable", "auto_delete", "internal")]
+        arguments = request.get("arguments", {})
+        if (
+            not isinstance(type_, str)
+            or not all(isinstance(f, bool) for f in flags)
+            or not isinstance(arguments, dict)
+        ):
+            return _error(400, "bad_request", "bad_request")
+        durable, auto_delete, internal = (bool(f) for f in flags)
+        with self._channel(vhost, name) as channel:
+            channel.exchange_declare(
+                exchange,
+                type_,
+                durable=durable,
+                auto_delete=auto_delete,
+                internal=internal,
+                arguments=arguments,
+            )
+        return Response(204 if exists else 201)
+
+    def _binding_between(
+        self, method: str, rest: list[str], name: str, body: bytes
+    ) -> Response | list[dict[str, object]]:
+        """``/api/bindings/VHOST/e/SOURCE/{q,e}/DESTINATION[/PROPERTIES_KEY]``: GET lists the
+        bindings between the two (or shows one), POST binds (201 with the new binding's
+        Location), DELETE unbinds one by its properties key."""
+        vhost, source, kind, destination = rest[0], rest[2], rest[3], rest[4]
+        self._vhost_of(vhost, name)
+        host = self.broker.vhosts[vhost]
+        kind_name = "queue" if kind == "q" else "exchange"
+        between = [
+            b
+            for b in self._bindings(name)
+            if b["vhost"] == vhost
+            and b["source"] == source
+            and b["destination"] == destination
+            and b["destination_type"] == kind_name
+        ]
+        read_only = method in ("GET", "HEAD")
+        if len(rest) == 6:
+            found = [b for b in between if b["properties_key"] == rest[5]]
+            if read_only or method == "DELETE":
+                if not found:
+                    return _error(404, *_NOT_FOUND)
+                if read_only:
+                    return _json(200, found[0])
+                with self._channel(vhost, name) as channel:
+                    unbind = channel.queue_unbind if kind == "q" else channel.exchange_unbind
+                    unbind(
+                        destination,
+                        source,
+                        str(found[0]["routing_key"]),
+                        _table(found[0]["arguments"]),
+                    )
+                return Response(204)
+            return _error(405, *_NOT_ALLOWED)
+        if read_only:
+            if source not in host.exchanges:
+                return _error(404, *_NOT_FOUND)
+            ends = host.queues if kind == "q" else host.exchanges
+            if destination not in ends:
+                return _error(404, *_NOT_FOUND)
+            return between
+        if method != "POST":
+            return _error(405, *_NOT_ALLOWED)
+        request = self._body(body)
+        routing_key = request.get("routing_key", "")
+        arguments = request.get("arguments", {})
+        if not isinstance(routing_key, str) or not isinstance(arguments, dict):
+            return _error(400, "bad_request", "bad_request")
+        if source not in host.exchanges:
+            return _error(404, "not_found", f"no exchange '{source}' in vhost '{vhost}'")
+        if destination not in (host.queues if kind == "q" else host.exchanges):
+            return _error(404, "not_found", f"no {kind_name} '{destination}' in vhost '{vhost}'")
+        with self._channel(vhost, name) as channel:
+            bind = channel.queue_bind if kind == "q" else channel.exchange_bind
+            bind(destination, source, routing_key, arguments)
+        # relative to the request's URL, as RabbitMQ's: DESTINATION/PROPERTIES_KEY, quoted
+        key = _properties_key(routing_key, _plain(arguments))
+        location = f"{quote_plus(destination, safe='')}/{quote(key, safe='')}"
+        return Response(201, b"", [("location", location)])
 
     def _get(self, vhost: str, queue: str, name: str, body: bytes) -> Response:
         self._vhost_of(vhost, name)
@@ -834,6 +1276,13 @@ class ManagementApi:
                             v.name, e.name, b.destination.name, kind, b.routing_key, b.arguments
                         )
                     )
+        # RabbitMQ's order for bindings (rabbit_mgmt_wm_bindings' sort keys)
+        shown.sort(
+            key=lambda b: [
+                _sort_key(b[k])
+                for k in ("vhost", "source", "destination", "routing_key", "properties_key")
+            ]
+        )
         return shown
 
     @staticmethod
@@ -847,7 +1296,7 @@ class ManagementApi:
             "destination_type": kind,
             "routing_key": key,
             "arguments": _plain(arguments),
-            "properties_key": key.replace("%", "%25") or "~",
+            "properties_key": _properties_key(key, _plain(arguments)),
         }
 
     def _connection_json(self, session: Session) -> dict[str, object]:
@@ -871,11 +1320,13 @@ class ManagementApi:
     def _connection_name(session: Session) -> str:
         return session.connection_name or session.peer
 
-    def _connections(self, method: str, rest: list[str], name: str, user: User) -> Response:
+    def _connections(
+        self, method: str, rest: list[str], name: str, user: User
+    ) -> Response | list[dict[str, object]]:
         admin = "administrator" in user.tags or "monitoring" in user.tags
         mine = [s for s in self._sessions() if admin or s.username == name]
         if not rest and method in ("GET", "HEAD"):
-            return _json(200, [self._connection_json(s) for s in mine])
+            return [self._connection_json(s) for s in mine]
         if len(rest) != 1:
             return _error(404, *_NOT_FOUND)
         found = [s for s in mine if self._connection_name(s) == rest[0]]
@@ -899,7 +1350,7 @@ class ManagementApi:
             users.append(
                 {
                     "name": user_name,
-                    "password_hash": "",
+                    "password_hash": user.password_hash or "",
                     "hashing_algorithm": "rabbit_password_hashing_sha256",
                     "tags": list(user.tags),
                     "limits": {},

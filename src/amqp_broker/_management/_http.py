@@ -4,6 +4,7 @@ hand-written parsing; one request at a time per connection, keep-alive honoured.
 from __future__ import annotations
 
 import functools
+import http
 import logging
 from typing import TYPE_CHECKING, Final
 
@@ -20,6 +21,7 @@ logger: Final = logging.getLogger("amqp_broker.management")
 #: The largest request body read (definitions imports are the big ones).
 MAX_BODY: Final = 16 * 1024 * 1024
 _READ: Final = 65536
+_KNOWN_STATUSES: Final = frozenset(s.value for s in http.HTTPStatus)
 
 
 async def _respond(
@@ -30,7 +32,11 @@ async def _respond(
     body: bytes,
 ) -> None:
     headers = [*headers, ("content-length", str(len(body))), ("server", "amqp_broker")]
-    await stream.send_all(conn.send(h11.Response(status_code=status, headers=headers)) or b"")
+    # The reason phrase as RabbitMQ's (cowboy) gives it: clients put it in their errors
+    # (requests: "401 Client Error: Unauthorized for url: ...").
+    reason = http.HTTPStatus(status).phrase.encode() if status in _KNOWN_STATUSES else b""
+    response = h11.Response(status_code=status, headers=headers, reason=reason)
+    await stream.send_all(conn.send(response) or b"")
     await stream.send_all(conn.send(h11.Data(data=body)) or b"")
     await stream.send_all(conn.send(h11.EndOfMessage()) or b"")
 
