@@ -282,9 +282,13 @@ class Workload:
         self.stale = 0
         self.left = 0
         self.recoveries: list[Recovered] = []
-        self.port_opened: float | None = None
-        self.recovery_times: list[float] = []
-        self.resume_times: list[float] = []
+        # Per fault, when its port opened (None: the broker stayed up), when Recovered came and
+        # when the consumer's next delivery came. Kept apart and paired by index at the end: a
+        # client can recover before the restart's probe saw the port open (the probe polls),
+        # and then the fault has not returned yet when Recovered comes.
+        self.port_opens: list[float | None] = []
+        self.recovered_at: list[float] = []
+        self.resumed_at: list[float] = []
         self.next_ident = FIRST_BATCH
         self._recovered = threading.Semaphore(0)
         self.closing = threading.Thread(target=self._close_repeatedly, daemon=True)
@@ -299,8 +303,7 @@ class Workload:
 
     def on_event(self, event: RecoveryEvent) -> None:
         if isinstance(event, Recovered):
-            if self.port_opened is not None:
-                self.recovery_times.append(time.monotonic() - self.port_opened)
+            self.recovered_at.append(time.monotonic())
             self.recoveries.append(event)
             self.moves.append((self._before, event.address))
             self._recovered.release()
@@ -309,8 +312,8 @@ class Workload:
         """The consumer got message *ident*; the first delivery after a restart times the
         resume."""
         now = time.monotonic()
-        if self.port_opened is not None and len(self.resume_times) < len(self.recovery_times):
-            self.resume_times.append(now - self.port_opened)
+        if len(self.resumed_at) < len(self.recovered_at):
+            self.resumed_at.append(now)
         self.deliveries += 1
         self.last_delivery = now
         self.received.add(ident)
@@ -330,13 +333,29 @@ class Workload:
                 while self.published < mark + self.gap:
                     time.sleep(0.01)
                 self._before = self.where()
-                opened = self.fault(self.name)
-                if opened is not None:
-                    self.port_opened = opened
+                self.port_opens.append(self.fault(self.name))
                 if not self._recovered.acquire(timeout=300):
                     raise RuntimeError(f"no recovery after close {done + 1}")
         except BaseException as exc:
             self.closer_error = exc
+
+    def _since_port_opened(self, times: Sequence[float]) -> list[float]:
+        # 0 when the client was back before the probe saw the port: within one probe interval
+        return [
+            max(0.0, at - opened)
+            for opened, at in zip(self.port_opens, times, strict=False)
+            if opened is not None
+        ]
+
+    @property
+    def recovery_times(self) -> list[float]:
+        """From each restart's port opening to ``Recovered``."""
+        return self._since_port_opened(self.recovered_at)
+
+    @property
+    def resume_times(self) -> list[float]:
+        """From each restart's port opening to the consumer's next delivery."""
+        return self._since_port_opened(self.resumed_at)
 
     @property
     def closing_ended(self) -> bool:

@@ -26,6 +26,34 @@ _SERVER: Final = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 _CTL: Final = "/usr/lib/rabbitmq/bin/rabbitmqctl"
 
 
+def _group(pgid: int) -> list[int]:
+    """The processes of process group *pgid* (from /proc)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                # after the command's closing parenthesis: state, ppid, pgrp
+                if int(stat.rsplit(")", 1)[1].split()[2]) == pgid:
+                    pids.append(int(entry))
+    return pids
+
+
+def _exited(pid: int) -> bool:
+    """Whether every thread of *pid* has exited (gone, or a zombie), so its sockets are closed.
+    A multithreaded process's leader shows ``Z`` while its other threads still run."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for task in tasks:
+        with contextlib.suppress(OSError, IndexError):
+            state = Path(f"/proc/{pid}/task/{task}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            if state not in ("Z", "X"):
+                return False
+    return True
+
+
 def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
@@ -111,7 +139,7 @@ class RabbitMQNode:
                 for port in ports:
                     socket.create_connection((self.host, port), timeout=1).close()
                 return
-            time.sleep(0.2)
+            time.sleep(0.02)  # the time it returns is when recovery is timed from
         self.kill()
         raise AssertionError(f"the node {self.name} did not start within {_START_TIMEOUT} s")
 
@@ -144,13 +172,24 @@ class RabbitMQNode:
 
     def kill(self) -> None:
         """SIGKILL the node's process group (its beam.smp and helpers; epmd is shared and
-        stays)."""
+        stays) and wait until every process of it has exited.
+
+        The server script runs the VM as a background child, so reaping the script is not
+        enough: the VM can take a few hundred ms longer to die, and meanwhile the kernel still
+        completes TCP handshakes on its listening socket (then resets them). A :meth:`start`
+        right after would take that for the new node's port opening."""
         process, self._process = self._process, None
         if process is None:
             return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
+        members = _group(process.pid)  # dying or zombies, not reaped yet: all still listed
         process.wait()
+        deadline = time.monotonic() + _START_TIMEOUT
+        while not all(_exited(pid) for pid in members):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the node {self.name} outlived SIGKILL by {_START_TIMEOUT} s")
+            time.sleep(0.005)
 
 
 @contextlib.contextmanager
