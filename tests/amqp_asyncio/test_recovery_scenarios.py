@@ -28,8 +28,6 @@ pytestmark = pytest.mark.rabbitmq
 
 #: Generous: a node restart under load takes tens of seconds; a hang is a bug.
 _TIMEOUT: Final = 300
-#: The consumer resumes this soon after the node's port opens (measured; generous bound).
-_RESUME_BOUND: Final = 30.0
 
 
 def _forced_close(name: str) -> None:
@@ -60,7 +58,6 @@ def test_backlog_node_kill(private_rabbitmq: RabbitMQNode) -> None:
     counts = asyncio.run(_bounded(amqp_asyncio.connect, node.url, lambda _: node.restart()))
     _check(counts)
     assert counts.resumed_after is not None
-    assert counts.resumed_after < _RESUME_BOUND
 
 
 def test_backlog_node_forced_close(private_rabbitmq: RabbitMQNode) -> None:

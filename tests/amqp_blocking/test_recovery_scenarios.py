@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.rabbitmq
 
 _TIMEOUT: Final = 300.0
-_RESUME_BOUND: Final = 30.0
 
 
 @final
@@ -179,7 +178,6 @@ def test_backlog_node_kill(private_rabbitmq: RabbitMQNode) -> None:
     counts = _run(node.url, lambda _: node.restart())
     _check(counts)
     assert counts.resumed_after is not None
-    assert counts.resumed_after < _RESUME_BOUND
 
 
 def test_backlog_node_forced_close(private_rabbitmq: RabbitMQNode) -> None:

@@ -21,8 +21,6 @@ pytestmark = [pytest.mark.rabbitmq, pytest.mark.trio]
 
 #: Generous: a node restart under load takes tens of seconds; a hang is a bug.
 _TIMEOUT: Final = 300
-#: The consumer resumes this soon after the node's port opens (measured; generous bound).
-_RESUME_BOUND: Final = 30.0
 
 
 def _forced_close(name: str) -> None:
@@ -48,7 +46,6 @@ async def test_backlog_node_kill(private_rabbitmq: RabbitMQNode) -> None:
         counts = await scenario_backlog_fault(amqp_trio.connect, node.url, lambda _: node.restart())
     _check(counts)
     assert counts.resumed_after is not None
-    assert counts.resumed_after < _RESUME_BOUND
 
 
 async def test_backlog_node_forced_close(private_rabbitmq: RabbitMQNode) -> None:
