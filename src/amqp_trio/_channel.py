@@ -549,7 +549,14 @@ class Channel(ChannelMethods):
         except LocalProtocolError as exc:
             self._raise_refused(exc)
             raise
-        await self._wire.queue_output(urgent=True)
+        try:
+            await self._wire.queue_output(urgent=True)
+        except ConnectionLostError:
+            # Under recovery it is lost with the connection, as amqp_asyncio's and
+            # amqp_blocking's queued output is: an ack's delivery comes again, redelivered,
+            # on the new connection. Without recovery the caller sees the loss.
+            if self._conn._policy is None:
+                raise
 
     def _raise_refused(self, exc: LocalProtocolError) -> None:
         """After the core refused a send: raise the connection's or the channel's error when
