@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Final, final
 
 from ._channel import ModelConnection
 from ._clock import ModelClock
+from ._counters import MessageCounters
 from ._errors import BrokerError
 from ._fields import freeze
 from ._memory import MemoryMonitor
@@ -84,6 +85,8 @@ class Broker:
         self._clock = ModelClock(clock, wall_clock)
         #: Flow control: the octets held against the memory high watermark.
         self.memory = MemoryMonitor(self.options.watermark)
+        #: Messages published, delivered, acknowledged, ... since the start (``/metrics``).
+        self.counters = MessageCounters()
         #: The users and their permissions (see :meth:`set_permissions`).
         self.users = UserRegistry(DEFAULT_USERS if users is None else users)
         self.vhosts: dict[str, VirtualHost] = {}
@@ -115,7 +118,9 @@ class Broker:
         """Create the virtual host *name* (with its predeclared exchanges) if it is new."""
         vhost = self.vhosts.get(name)
         if vhost is None:
-            vhost = self.vhosts[name] = VirtualHost(name, self._clock, self.memory, self.store)
+            vhost = self.vhosts[name] = VirtualHost(
+                name, self._clock, self.memory, self.store, self.counters
+            )
             vhost.max_connections = self.options.vhost_max_connections.get(name)
             vhost.quorum_delivery_limit = self.options.quorum_delivery_limit
             if self.store is not None:

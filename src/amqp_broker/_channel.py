@@ -797,10 +797,16 @@ class ModelChannel:
         tag = self.next_tag
         self.next_tag = tag + 1
         stream = queue.log is not None
-        if not consumer.no_ack:
+        counters = self.vhost.counters
+        if consumer.no_ack:
+            counters.delivered += 1
+        else:
+            counters.delivered_ack += 1
             self._outstanding(_Unacked(tag, queue, entry, consumer, now))
             consumer.unacked += 1
             self.consumer_unacked += 1
+        if entry.redelivered:
+            counters.redelivered += 1
         self.connection.sink.deliver(
             self.number,
             consumer.tag,
@@ -858,12 +864,22 @@ class ModelChannel:
             )
         if properties.expiration is not None:
             parse_expiration(properties.expiration)
+        counters = self.vhost.counters
+        counters.published += 1
         if self.transactional:
             self.tx_publishes.append(
                 _TxPublish(exchange, routing_key, mandatory, properties, body, skip)
             )
             return None
-        return self._route(source, routing_key, properties, body, skip)
+        outcome = self._route(source, routing_key, properties, body, skip)
+        if not outcome.routed:
+            if mandatory:
+                counters.unroutable_returned += 1
+            else:
+                counters.unroutable_dropped += 1
+        if self.confirm and not outcome.rejected:
+            counters.confirmed += 1
+        return outcome
 
     def _route(
         self,
@@ -923,9 +939,17 @@ class ModelChannel:
             raise BrokerError(540, f"basic.get not supported by stream queues {_resource(queue)}")
         self.vhost.touch(queue)
         self.vhost.expire_head(queue, self.vhost.clock.now())
+        counters = self.vhost.counters
         if not queue.ready:
+            counters.get_empty += 1
             return None
         entry = queue.pop(keep_held=not no_ack)
+        if no_ack:
+            counters.get += 1
+        else:
+            counters.get_ack += 1
+        if entry.redelivered:
+            counters.redelivered += 1
         self.vhost.stored_delivered(queue, entry, no_ack=no_ack)
         tag = self.next_tag
         self.next_tag = tag + 1
@@ -961,6 +985,7 @@ class ModelChannel:
     def ack(self, delivery_tag: int, *, multiple: bool = False) -> None:
         """``basic.ack``: 406 for a tag that is not outstanding on this channel."""
         records = self._take(delivery_tag, multiple)
+        self.vhost.counters.acked += len(records)
         if self.transactional:
             self.tx_acks.append((records, None))
             return

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, final
 
+from ._counters import MessageCounters
 from ._deadletter import dead_lettered, may_reach
 from ._errors import BrokerError
 from ._message import expiry
@@ -45,10 +46,13 @@ class VirtualHost:
         clock: ModelClock,
         memory: MemoryMonitor,
         store: DurableStore | None = None,
+        counters: MessageCounters | None = None,
     ) -> None:
         self.name = name
         self.clock = clock
         self.memory = memory
+        #: The broker's message counters (shared by its virtual hosts).
+        self.counters = MessageCounters() if counters is None else counters
         #: Where durable definitions and persistent messages are kept (None: in memory only).
         self.store = store
         #: Open connections on this virtual host, and how many it admits (None: no limit).

@@ -11,6 +11,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING, Final
@@ -22,13 +23,19 @@ import amqp_blocking
 from amqp_broker import BrokerThread, User
 from amqp_broker._cli import parse_args
 
-from ..support.rabbitmq_node import rabbitmq_node
+from ..support.rabbitmq_node import RabbitMQNode, rabbitmq_node
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
 GUEST: Final = ("guest", "guest")
+SIDE_POLICY: Final = {
+    "pattern": "^p",
+    "definition": {"max-length": 5},
+    "priority": 1,
+    "apply-to": "queues",
+}
 WAIT: Final = 30.0
 
 
@@ -312,6 +319,15 @@ SCENARIO: Final[list[tuple[str, str, object]]] = [
     ("GET", "api/users/side-user", None),
     ("DELETE", "api/users/side-user", None),
     ("GET", "api/policies/side-vh", None),
+    ("PUT", "api/policies/side-vh/side-pol", SIDE_POLICY),
+    ("PUT", "api/policies/side-vh/side-pol", {**SIDE_POLICY, "priority": 2}),
+    ("GET", "api/policies/side-vh", None),
+    ("GET", "api/policies/side-vh/side-pol", None),
+    ("GET", "api/queues/side-vh/pa", None),
+    ("PUT", "api/policies/nope/side-pol", SIDE_POLICY),
+    ("DELETE", "api/policies/side-vh/side-pol", None),
+    ("DELETE", "api/policies/side-vh/side-pol", None),
+    ("GET", "api/policies/side-vh/side-pol", None),
     ("DELETE", "api/vhosts/side-vh", None),
     ("DELETE", "api/vhosts/side-vh", None),
     (
@@ -391,9 +407,20 @@ def _comparable(ours: object, theirs: object) -> tuple[object, object]:
 
 
 @pytest.fixture(scope="module")
-def rabbitmq_management() -> Iterator[str]:
+def management_node() -> Iterator[RabbitMQNode]:
     with rabbitmq_node(management=True) as node:
-        yield f"http://127.0.0.1:{node.management_port}/"
+        yield node
+
+
+@pytest.fixture(scope="module")
+def rabbitmq_management(management_node: RabbitMQNode) -> str:
+    return f"http://127.0.0.1:{management_node.management_port}/"
+
+
+@pytest.fixture(scope="module")
+def rabbitmq_metrics(management_node: RabbitMQNode) -> tuple[str, str]:
+    """The node's AMQP URL and its rabbitmq_prometheus ``/metrics`` URL."""
+    return management_node.url, f"http://127.0.0.1:{management_node.prometheus_port}/metrics"
 
 
 @pytest.fixture(scope="module")
@@ -840,3 +867,121 @@ def test_granting_one_vhost_keeps_the_others(amqp_management_url: str) -> None:
         {"user": "guest", "vhost": "/", **grant},
         {"user": "guest", "vhost": "m-new", **grant},
     ]
+
+
+def test_policies_are_set_and_cleared_through_the_api(
+    amqp_broker: BrokerThread, amqp_management_url: str
+) -> None:
+    url = amqp_management_url + "api/policies/%2F/m-cap"
+    with amqp_blocking.connect(amqp_broker.url) as conn, conn.channel() as ch:
+        ch.queue_declare("m-capped")
+        for n in range(5):
+            ch.basic_publish(b"%d" % n, routing_key="m-capped")
+        cap = {"pattern": "^m-capped$", "definition": {"max-length": 2}, "apply-to": "queues"}
+        assert call(url, "PUT", cap) == (201, None)
+        # applied to the queue at once, as rabbitmqctl set_policy is: the heads are dropped
+        assert [m.body for m in amqp_broker.peek("m-capped")] == [b"3", b"4"]
+        status, shown = call(url)
+        assert status == 200
+        assert shown == {
+            "vhost": "/",
+            "name": "m-cap",
+            "pattern": "^m-capped$",
+            "apply-to": "queues",
+            "definition": {"max-length": 2},
+            "priority": 0,
+        }
+        # refused, and nothing changed: a bad setting, a bad type, a user without the tag
+        bad = {**cap, "definition": {"max-length": -1}}
+        status, error = call(url, "PUT", bad)
+        assert status == 400
+        assert isinstance(error, dict)
+        assert error["error"] == "bad_request"
+        assert "max-length" in str(error["reason"])
+        assert call(url, "PUT", {**cap, "priority": True})[0] == 400
+        amqp_broker.call(lambda b: b.users.add("watcher", User("pw", tags=("monitoring",))))
+        assert call(url, "DELETE", auth=("watcher", "pw")) == (
+            401,
+            {"error": "not_authorized", "reason": "Not policymaker user"},
+        )
+        assert call(url)[1] == shown
+        assert call(url, "DELETE") == (204, None)
+        assert call(url, "DELETE")[0] == 404
+        assert amqp_broker.call(lambda b: b.list_policies()) == []
+        ch.queue_delete("m-capped")
+
+
+#: A known workload's effect on rabbitmq_prometheus's aggregated channel counters.
+COUNTED: Final = {
+    "rabbitmq_channel_messages_published_total": 5,
+    "rabbitmq_channel_messages_confirmed_total": 5,  # the unroutable ones are confirmed too
+    "rabbitmq_channel_messages_unroutable_returned_total": 1,
+    "rabbitmq_channel_messages_unroutable_dropped_total": 1,
+    "rabbitmq_channel_get_ack_total": 1,
+    "rabbitmq_channel_get_total": 1,
+    "rabbitmq_channel_get_empty_total": 1,
+    "rabbitmq_channel_messages_delivered_ack_total": 2,
+    "rabbitmq_channel_messages_delivered_total": 0,
+    "rabbitmq_channel_messages_redelivered_total": 1,
+    "rabbitmq_channel_messages_acked_total": 2,
+}
+
+
+def _counters(metrics_url: str) -> dict[str, float]:
+    with urllib.request.urlopen(metrics_url, timeout=WAIT) as got:
+        text = got.read().decode()
+    return {
+        s.name: s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name in COUNTED
+    }
+
+
+def _counted_workload(url: str) -> None:
+    with amqp_blocking.connect(url) as conn, conn.channel() as ch:
+        queue = ch.queue_declare("", exclusive=True).queue
+        ch.confirm_select()
+        for body in (b"0", b"1", b"2"):
+            ch.basic_publish(body, routing_key=queue)
+        with pytest.raises(amqp_blocking.MessageReturnedError):
+            ch.basic_publish(b"x", routing_key="m-nowhere", mandatory=True)
+        ch.basic_publish(b"y", routing_key="m-nowhere")
+        first = ch.basic_get(queue, no_ack=False)
+        assert first is not None
+        first.ack()
+        assert ch.basic_get(queue, no_ack=True) is not None
+        for tries, message in enumerate(ch.consume(queue, timeout=WAIT)):
+            if tries == 0:
+                message.nack(requeue=True)  # comes again, redelivered
+            else:
+                assert message.redelivered
+                message.ack()
+                break
+        assert ch.basic_get(queue) is None
+
+
+def _counted_after(metrics_url: str, before: dict[str, float]) -> dict[str, float]:
+    after = _counters(metrics_url)
+    return {name: after.get(name, 0) - before.get(name, 0) for name in COUNTED}
+
+
+@pytest.mark.rabbitmq
+def test_published_delivered_and_acked_counters_as_rabbitmq(
+    amqp_broker: BrokerThread, amqp_management_url: str, rabbitmq_metrics: tuple[str, str]
+) -> None:
+    ours = amqp_management_url + "metrics"
+    before = _counters(ours)
+    _counted_workload(amqp_broker.url)
+    assert _counted_after(ours, before) == COUNTED
+    # RabbitMQ's node, the same workload: its counters come from stats emitted every few
+    # seconds, so they are read until they move (bounded), then compared
+    amqp_url, theirs = rabbitmq_metrics
+    before = _counters(theirs)
+    _counted_workload(amqp_url)
+    deadline = time.monotonic() + WAIT
+    seen = _counted_after(theirs, before)
+    while seen != COUNTED and time.monotonic() < deadline:
+        time.sleep(0.5)
+        seen = _counted_after(theirs, before)
+    assert seen == COUNTED

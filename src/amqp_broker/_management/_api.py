@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
 
 import attrs
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
 from amqp_sansio import BasicProperties
@@ -318,6 +318,10 @@ class ManagementApi:
             return self._permissions(method, rest[0], rest[1], body)
         if head == "policies" and read_only and len(rest) <= 2:
             return self._listing(self._policies(name), rest, "policy")
+        if head == "policies" and len(rest) == 2 and method in ("PUT", "DELETE"):
+            if not {"policymaker", "administrator"} & set(user.tags):
+                return _error(401, "not_authorized", "Not policymaker user")
+            return self._change_policy(method, rest[0], rest[1], name, body)
         if head == "vhosts" and read_only:
             return self._vhosts(rest, user)
         if head == "queues":
@@ -1088,6 +1092,43 @@ class ManagementApi:
             )
         return Response(204 if exists else 201)
 
+    def _change_policy(
+        self, method: str, vhost: str, policy: str, name: str, body: bytes
+    ) -> Response:
+        """PUT sets (201, or 204 when it replaces one) as ``rabbitmqctl set_policy`` does,
+        DELETE clears (204; 404 when there is none)."""
+        if vhost not in self.broker.vhosts:
+            if method == "PUT":
+                return _error(404, "not_found", "vhost_not_found")
+            return _error(404, *_NOT_FOUND)
+        self._vhost_of(vhost, name)
+        exists = policy in self.broker.vhosts[vhost].policies
+        if method == "DELETE":
+            if not exists:
+                return _error(404, *_NOT_FOUND)
+            self.broker.clear_policy(policy, vhost=vhost)
+            return Response(204)
+        request = self._body(body)
+        pattern, definition = request.get("pattern"), request.get("definition")
+        priority, apply_to = request.get("priority", 0), request.get("apply-to", "all")
+        if isinstance(priority, str) and priority.isdigit():  # rabbitmqadmin sends strings
+            priority = int(priority)
+        if (
+            not isinstance(pattern, str)
+            or not isinstance(definition, dict)
+            or not isinstance(priority, int)
+            or isinstance(priority, bool)
+            or not isinstance(apply_to, str)
+        ):
+            return _error(400, "bad_request", "bad_request")
+        try:
+            self.broker.set_policy(
+                policy, pattern, definition, vhost=vhost, priority=priority, apply_to=apply_to
+            )
+        except ValueError as exc:  # an unknown key, a bad value or pattern: nothing changed
+            return _error(400, "bad_request", f"Validation failed\n\n{exc}\n")
+        return Response(204 if exists else 201)
+
     def _binding_between(
         self, method: str, rest: list[str], name: str, body: bytes
     ) -> Response | list[dict[str, object]]:
@@ -1501,6 +1542,69 @@ class _Collector(Collector):
         yield gauge(
             "rabbitmq_queue_messages", "Sum of ready and unacknowledged messages", ready + unacked
         )
+        counts = broker.counters
+        for name, text, value in (
+            (
+                "messages_published",
+                "Total number of messages published into an exchange on a channel",
+                counts.published,
+            ),
+            (
+                "messages_confirmed",
+                "Total number of messages published into an exchange and confirmed on the channel",
+                counts.confirmed,
+            ),
+            (
+                "messages_unroutable_returned",
+                (
+                    "Total number of messages published as mandatory into an exchange and "
+                    "returned to the publisher as unroutable"
+                ),
+                counts.unroutable_returned,
+            ),
+            (
+                "messages_unroutable_dropped",
+                (
+                    "Total number of messages published as non-mandatory into an exchange and "
+                    "dropped as unroutable"
+                ),
+                counts.unroutable_dropped,
+            ),
+            (
+                "get_ack",
+                "Total number of messages fetched with basic.get in manual acknowledgement mode",
+                counts.get_ack,
+            ),
+            (
+                "get",
+                "Total number of messages fetched with basic.get in automatic acknowledgement mode",
+                counts.get,
+            ),
+            (
+                "messages_delivered_ack",
+                "Total number of messages delivered to consumers in manual acknowledgement mode",
+                counts.delivered_ack,
+            ),
+            (
+                "messages_delivered",
+                "Total number of messages delivered to consumers in automatic acknowledgement mode",
+                counts.delivered,
+            ),
+            (
+                "messages_redelivered",
+                "Total number of messages redelivered to consumers",
+                counts.redelivered,
+            ),
+            ("messages_acked", "Total number of messages acknowledged by consumers", counts.acked),
+            (
+                "get_empty",
+                "Total number of times basic.get operations fetched no message",
+                counts.get_empty,
+            ),
+        ):
+            # rabbitmq_prometheus's aggregated channel counters (the _total suffix is the
+            # client library's)
+            yield CounterMetricFamily(f"rabbitmq_channel_{name}", text, value=value)
         yield InfoMetricFamily(
             "rabbitmq_build",
             "RabbitMQ & Erlang/OTP version info",
