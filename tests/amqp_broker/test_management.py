@@ -985,3 +985,51 @@ def test_published_delivered_and_acked_counters_as_rabbitmq(
         time.sleep(0.5)
         seen = _counted_after(theirs, before)
     assert seen == COUNTED
+
+
+def _per_queue(text: str, queue: str) -> dict[str, float]:
+    return {
+        s.name: s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.labels == {"vhost": "/", "queue": queue}
+    }
+
+
+#: The per-object queue gauges the broker has, and their values after the workload below.
+PER_QUEUE: Final = {
+    "rabbitmq_queue_messages_ready": 2,
+    "rabbitmq_queue_messages_unacked": 1,
+    "rabbitmq_queue_messages": 3,
+    "rabbitmq_queue_consumers": 0,
+    "rabbitmq_queue_messages_bytes": 9,
+    "rabbitmq_queue_messages_ready_bytes": 6,
+    "rabbitmq_queue_messages_unacked_bytes": 3,
+}
+
+
+@pytest.mark.rabbitmq
+def test_per_object_metrics_label_each_queue_as_rabbitmq(
+    amqp_broker: BrokerThread, amqp_management_url: str, rabbitmq_metrics: tuple[str, str]
+) -> None:
+    amqp_url, their_metrics = rabbitmq_metrics
+    for url, metrics in (
+        (amqp_broker.url, amqp_management_url + "metrics"),
+        (amqp_url, their_metrics),
+    ):
+        with amqp_blocking.connect(url) as conn, conn.channel() as ch:
+            ch.queue_declare("m-per-queue")
+            for body in (b"one", b"two", b"333"):
+                ch.basic_publish(body, routing_key="m-per-queue")
+            held = ch.basic_get("m-per-queue", no_ack=False)  # one unacked, 3 octets
+            assert held is not None
+            deadline = time.monotonic() + WAIT  # RabbitMQ's stats come every few seconds
+            while True:
+                with urllib.request.urlopen(metrics + "/per-object", timeout=WAIT) as got:
+                    seen = _per_queue(got.read().decode(), "m-per-queue")
+                if seen == PER_QUEUE or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+            ch.queue_delete("m-per-queue")
+        # RabbitMQ has more per queue (memory, reductions, ...); these are the same
+        assert {k: v for k, v in seen.items() if k in PER_QUEUE} == PER_QUEUE, url

@@ -228,6 +228,8 @@ class ManagementApi:
         path = split.path
         if path == "/metrics":
             return self._metrics()
+        if path == "/metrics/per-object":
+            return self._metrics(per_object=True)
         if not path.startswith("/api/"):
             return _error(404, *_NOT_FOUND)
         parts = [unquote(p) for p in path[len("/api/") :].rstrip("/").split("/")]
@@ -1496,9 +1498,11 @@ class ManagementApi:
 
     # --- /metrics -----------------------------------------------------------------------------
 
-    def _metrics(self) -> Response:
+    def _metrics(self, *, per_object: bool = False) -> Response:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Collector(self))
+        if per_object:
+            registry.register(_PerQueue(self))
         return Response(200, generate_latest(registry), [("content-type", CONTENT_TYPE_LATEST)])
 
 
@@ -1639,3 +1643,48 @@ class _ApiChannel:
 
 if TYPE_CHECKING:
     from .._channel import ModelChannel
+
+
+@final
+class _PerQueue(Collector):
+    """rabbitmq_prometheus's ``/metrics/per-object`` queue gauges, labelled ``vhost`` and
+    ``queue`` (the aggregated ones come too, as on RabbitMQ)."""
+
+    def __init__(self, api: ManagementApi) -> None:
+        self._api = api
+
+    def collect(self) -> Iterator[Metric]:
+        api = self._api
+        unacked = api._unacked_sizes()
+        families = {
+            name: GaugeMetricFamily(f"rabbitmq_queue_{name}", text, labels=("vhost", "queue"))
+            for name, text in (
+                ("messages_ready", "Messages ready to be delivered to consumers"),
+                ("messages_unacked", "Messages delivered to consumers but not yet acknowledged"),
+                ("messages", "Sum of ready and unacknowledged messages"),
+                ("consumers", "Consumers on a queue"),
+                ("messages_bytes", "Size in bytes of ready and unacknowledged messages"),
+                ("messages_ready_bytes", "Size in bytes of ready messages"),
+                ("messages_unacked_bytes", "Size in bytes of all unacknowledged messages"),
+            )
+        }
+        for vhost in api.broker.vhosts.values():
+            for queue in vhost.queues.values():
+                labels = (vhost.name, queue.name)
+                count, octets = unacked.get(labels, (0, 0))
+                ready = queue.message_count
+                values: list[tuple[str, int]] = [
+                    ("messages_ready", ready),
+                    ("messages_unacked", count),
+                    ("messages", ready + count),
+                    ("consumers", len(queue.consumers)),
+                ]
+                if queue.log is None:  # a stream's retained log has no byte counts here
+                    values += [
+                        ("messages_bytes", queue.ready_bytes + octets),
+                        ("messages_ready_bytes", queue.ready_bytes),
+                        ("messages_unacked_bytes", octets),
+                    ]
+                for name, value in values:
+                    families[name].add_metric(labels, value)
+        yield from families.values()
