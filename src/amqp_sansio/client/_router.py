@@ -204,6 +204,7 @@ class ChannelBook:
         "pausing",
         "prefetch_count",
         "qos",
+        "restore_consumes",
         "return_sink",
         "rpcs",
         "superseded",
@@ -228,6 +229,10 @@ class ChannelBook:
         #: Paused consumers (cancel-ok came), by tag: consumed again by
         #: :meth:`Router.resume_consumer`.
         self.paused: dict[str, ConsumerSink] = {}
+        #: Set when the connection was lost (:meth:`Router.suspend`): the ``basic.consume`` of
+        #: each consumer the topology does not hold (paused, pausing, or being consumed again
+        #: by the router), by tag, for the restore to consume again.
+        self.restore_consumes: dict[str, BasicConsume] = {}
         #: Consumers over their bound that are not paused, by tag: their prefetch bounds them,
         #: or pausing them is unsafe (warned about once).
         self.unbounded: set[str] = set()
@@ -683,6 +688,19 @@ class Router:
         error, publishes kept for republish stay pending and the other unconfirmed ones end
         unknown (how many is returned), consumers are kept, unfinished."""
         consumers, book.consumers = book.consumers, {}
+        # Not in the topology (their cancel-ok came, or their consume-ok did not yet): the
+        # restore consumes them again itself, or their iterators would wait for ever.
+        restore = book.paused_consumes()
+        for waiter, sink, sent in book.rpcs:
+            consume = None if sent is None else AMQP_0_9_1.adapt(sent)
+            if waiter is _KEEP and sink is not None and isinstance(consume, BasicConsume):
+                # consumed again by the router (a resume, a server cancel): it was in flight
+                tag = next(
+                    (t for t, c in book.consumes.items() if c == consume), consume.consumer_tag
+                )
+                consumers[tag] = sink
+                restore.setdefault(tag, book.consumes.get(tag, consume))
+        book.restore_consumes = restore
         consumers.update(book.paused)  # restored consuming: their buffers start again
         book.paused = {}
         book.pausing = {}

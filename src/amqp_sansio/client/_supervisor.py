@@ -669,11 +669,12 @@ class LostChannels:
         self.books: Final[dict[int, ChannelBook]] = books
         self.topology: Final = router.core.topology
         self.unknown: Final = router.unknown
-        #: Consumers paused for their buffer at the loss (not in the topology): restored too.
+        #: Consumers paused for their buffer at the loss, or being consumed again (not in the
+        #: topology): restored too.
         self.paused: Final[dict[tuple[int, str], BasicConsume]] = {
             (number, tag): consume
             for number, book in books.items()
-            for tag, consume in book.paused_consumes().items()
+            for tag, consume in book.restore_consumes.items()
         }
 
     def __repr__(self) -> str:
