@@ -475,8 +475,9 @@ def scenario_id(scenario: object) -> str:
 # --- against RabbitMQ ---------------------------------------------------------------------------
 
 #: Forced closes: each costs two rabbitmqctl calls (find the connection, close it), about a
-#: second of CPU each.
-CLOSES: Final = 20
+#: second of CPU each; eight per adapter in make test, `bench/recovery.py --forced-closes`
+#: does a hundred.
+CLOSES: Final = 8
 MESSAGES: Final = 2000
 
 
