@@ -44,7 +44,7 @@ PYTEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,--tx '$(PYTEST_WORKERS)*popen//python=$(BIN)/python -bb' --dist loadgroup)
 
 pytest: $(STAMP) $(NODE_PEER)
-	$(BIN)/python -bb -m pytest $(XDIST) --cov --cov-report= $(PYTEST_ARGS)
+	$(BIN)/python -bb -m pytest $(XDIST) --cov --cov-report= --durations=30 $(PYTEST_ARGS)
 	$(BIN)/python -m coverage report --include='src/*'
 
 # The tests that need neither RabbitMQ nor Spark nor Node, on the other interpreters pyenv holds
