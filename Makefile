@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo lint typecheck gencheck pytest pytest-other-pythons package-check docs bench clean
+.PHONY: test demo lint typecheck gencheck pytest coverage pytest-other-pythons package-check docs bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,7 +44,12 @@ PYTEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,--tx '$(PYTEST_WORKERS)*popen//python=$(BIN)/python -bb' --dist loadgroup)
 
 pytest: $(STAMP) $(NODE_PEER)
-	$(BIN)/python -bb -m pytest $(XDIST) --cov --cov-report= --durations=30 $(PYTEST_ARGS)
+	$(BIN)/python -bb -m pytest $(XDIST) --durations=30 $(PYTEST_ARGS)
+
+# The same run under branch coverage, with its report. Not part of `make test`: tracing every
+# line and branch made the run several minutes longer than the budget allows.
+coverage: $(STAMP) $(NODE_PEER)
+	$(BIN)/python -bb -m pytest $(XDIST) --cov --cov-report= $(PYTEST_ARGS)
 	$(BIN)/python -m coverage report --include='src/*'
 
 # The tests that need neither RabbitMQ nor Spark nor Node, on the other interpreters pyenv holds
