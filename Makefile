@@ -15,7 +15,14 @@ $(STAMP): pyproject.toml hatch_build.py src/amqp_sansio/_speedups.c | $(BIN)/pyt
 	$(BIN)/python -m pip install --quiet -e '.[trio,spark,tools]' --group dev
 	touch $(STAMP)
 
-test: $(STAMP) lint typecheck gencheck pytest pytest-other-pythons package-check docs
+# The checks side by side where they share nothing: lint, types and the generators' freshness
+# at once, then the main test run, then the other interpreters' venvs, then their tests beside
+# the package check and the docs (each of those mostly waits or runs one core).
+test: $(STAMP)
+	$(MAKE) --no-print-directory -j3 lint typecheck gencheck
+	$(MAKE) --no-print-directory pytest
+	$(MAKE) --no-print-directory -j2 .venv-3.12/.installed .venv-3.13/.installed
+	$(MAKE) --no-print-directory -j4 pytest-other-pythons package-check docs
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests tools bench examples fuzz hatch_build.py
