@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from .._broker import Broker
     from .._message import Message
     from .._permissions import User
+    from .._policies import Policy
+    from .._routing import Exchange
     from .._session import Session
 
 __all__ = ["ManagementApi", "Response"]
@@ -912,14 +914,7 @@ class ManagementApi:
 
     def _policies(self, name: str) -> list[dict[str, object]]:
         return [
-            {
-                "vhost": v.name,
-                "name": p.name,
-                "pattern": p.pattern,
-                "apply-to": p.apply_to,
-                "definition": _plain(p.definition),
-                "priority": p.priority,
-            }
+            _policy_json(v.name, p)
             for v in self.broker.vhosts.values()
             if self._visible(name, v.name)
             for p in v.policies.values()
@@ -1285,15 +1280,7 @@ class ManagementApi:
             if not self._visible(name, v.name):
                 continue
             for e in v.exchanges.values():
-                item: dict[str, object] = {
-                    "name": e.name,
-                    "vhost": v.name,
-                    "type": e.type,
-                    "durable": e.durable,
-                    "auto_delete": e.auto_delete,
-                    "internal": e.internal,
-                    "arguments": _plain(e.arguments),
-                }
+                item = _exchange_json(v.name, e)
                 if e.name.startswith("amq.") or not e.name:
                     # who declared the others is not recorded, so it is left out
                     item["user_who_performed_action"] = "rmq-internal"
@@ -1424,31 +1411,14 @@ class ManagementApi:
             if q.exclusive_owner is None
         ]
         exchanges = [
-            {
-                "name": e.name,
-                "vhost": v.name,
-                "type": e.type,
-                "durable": e.durable,
-                "auto_delete": e.auto_delete,
-                "internal": e.internal,
-                "arguments": _plain(e.arguments),
-            }
+            _exchange_json(v.name, e)
             for v in broker.vhosts.values()
             for e in v.exchanges.values()
             if e.name and not e.name.startswith("amq.")
         ]
         bindings = [b for b in self._bindings_unfiltered() if b["source"]]
         policies = [
-            {
-                "vhost": v.name,
-                "name": p.name,
-                "pattern": p.pattern,
-                "apply-to": p.apply_to,
-                "definition": _plain(p.definition),
-                "priority": p.priority,
-            }
-            for v in broker.vhosts.values()
-            for p in v.policies.values()
+            _policy_json(v.name, p) for v in broker.vhosts.values() for p in v.policies.values()
         ]
         return {
             "rabbit_version": broker.options.server_version,
@@ -1643,6 +1613,31 @@ class _ApiChannel:
 
 if TYPE_CHECKING:
     from .._channel import ModelChannel
+
+
+def _exchange_json(vhost: str, exchange: Exchange[Queue]) -> dict[str, object]:
+    """An exchange as ``/api/exchanges`` and the definitions show it."""
+    return {
+        "name": exchange.name,
+        "vhost": vhost,
+        "type": exchange.type,
+        "durable": exchange.durable,
+        "auto_delete": exchange.auto_delete,
+        "internal": exchange.internal,
+        "arguments": _plain(exchange.arguments),
+    }
+
+
+def _policy_json(vhost: str, policy: Policy) -> dict[str, object]:
+    """A policy as ``/api/policies`` and the definitions show it."""
+    return {
+        "vhost": vhost,
+        "name": policy.name,
+        "pattern": policy.pattern,
+        "apply-to": policy.apply_to,
+        "definition": _plain(policy.definition),
+        "priority": policy.priority,
+    }
 
 
 @final
