@@ -893,9 +893,7 @@ async def _connect(
         if conn is not None:
             break
     assert conn is not None
-    conn._supervisor.endpoints = endpoints
-    if callable(url_or_params):  # asked again at every round of recovery
-        conn._supervisor.resolver = url_or_params
+    conn._supervisor.use_endpoints(endpoints, url_or_params)
     refresher = None
     if credentials is not None:
         conn._credentials_provider = credentials

@@ -230,9 +230,7 @@ def connect(
         opened.sock, opened.core, opened.opened, params, telemetry, recovery, ssl_context
     )
     with conn._lock:
-        conn._supervisor.endpoints = endpoints
-        if callable(url_or_params):  # asked again at every round of recovery
-            conn._supervisor.resolver = url_or_params
+        conn._supervisor.use_endpoints(endpoints, url_or_params)
     error = conn.close_error
     if error is not None:  # closed in the read that brought open-ok, as the other adapters say
         conn.close()

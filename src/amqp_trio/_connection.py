@@ -702,9 +702,7 @@ async def _connect(
                     stream, params, deadline, tracer_provider, meter_provider, recovery, reopen
                 ) as conn:
                     entered = True
-                    conn._supervisor.endpoints = endpoints
-                    if callable(url_or_params):  # asked again at every round of recovery
-                        conn._supervisor.resolver = url_or_params
+                    conn._supervisor.use_endpoints(endpoints, url_or_params)
                     if credentials is not None:
                         conn._credentials_provider = credentials
                         conn._credentials = fresh

@@ -74,7 +74,7 @@ if TYPE_CHECKING:
     from .. import BasicConsume
     from ._instrument import Telemetry
     from ._params import ConnectionParameters
-    from ._requests import EndpointResolver
+    from ._requests import EndpointResolver, Endpoints
     from ._router import ChannelBook, Router
 
 __all__ = [
@@ -512,6 +512,12 @@ class RecoverySupervisor(Generic[N, B]):
         used = self.in_use.address
         start = addresses.index(used) if used in addresses else -1
         return endpoints[(start + self._attempt) % len(endpoints)]
+
+    def use_endpoints(self, endpoints: tuple[ConnectionParameters, ...], given: Endpoints) -> None:
+        """The endpoints the first connect walked; when ``connect()`` was *given* a resolver,
+        recovery asks it again at the start of every round (:meth:`_resolve`)."""
+        self.endpoints = endpoints
+        self.resolver = given if callable(given) else None
 
     def _resolve(self) -> None:
         """Ask the resolver for this round's endpoints; on failure walk the last ones again
