@@ -127,7 +127,8 @@ class Channel(ChannelMethods):
         outcome instead (its confirm raises it) and never reaches *handler*. The handler
         stays set when the connection recovers.
 
-        *handler* runs on the connection's I/O thread: it must not block or call the
+        *handler* runs on the thread reading the socket (the connection's I/O thread, or an
+        application thread waiting for the broker): it must not block or call the
         connection (put the returns into a :class:`queue.Queue` and take them from your
         thread, see :doc:`/blocking`). An exception from it is logged and dropped.
         """
@@ -518,7 +519,7 @@ class Consumer:
         """Messages received from the broker and not handed out yet."""
         return len(self._buffer)
 
-    # called by the I/O thread (connection lock held): must not block
+    # called by the reading thread (connection lock held): must not block
 
     def deliver(self, event: MessageReceived, book: ChannelBook, /) -> bool:
         if self._inbox is not None:  # bounded by the prefetch, shared with other consumers
@@ -780,7 +781,7 @@ class Publisher(PublisherCounts):
         self._waiting = 0
 
     def _settled(self, outcome: AMQPError | None) -> None:
-        # The I/O thread, connection lock held; once per publish number (a multiple ack
+        # The reading thread, connection lock held; once per publish number (a multiple ack
         # settles many). Waiters wait for room in the window, for none in flight, or for an
         # error: wake them as one of those may have come true, not for every plain ack.
         self._count_settled(outcome)

@@ -4,8 +4,8 @@ Threading model
 ---------------
 * ``_lock`` guards the core, the :class:`~amqp_sansio.client.Router` and the outbound buffer.
   Every public call takes it for a few microseconds: it asks the core for the method's bytes,
-  registers a waiter, tries one non-blocking ``send`` and releases the lock; then it sleeps on its
-  waiter (with the call's timeout) while the I/O thread reads the reply.
+  registers a waiter, tries one non-blocking ``send`` and releases the lock; then it waits for
+  the reply (with the call's timeout), reading it itself when nobody else reads (below).
 * The I/O thread sleeps in ``select`` on the socket (and, while bytes are left over, on its
   writability), on a wake-up socketpair, and until the core's next heartbeat deadline. It reads
   with the lock held only long enough to feed the core and route the events: it never runs
