@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 __all__ = ["Channel", "Consumer", "Message", "PublishTicket", "Publisher"]
 
 _NO_PROPERTIES: Final = BasicProperties()
+#: A publisher reads the confirms that came every this many publishes (a non-blocking read).
+_READ_EVERY: Final = 32
 _bound_message: Final = client.bound_message
 
 logger = logging.getLogger("amqp_blocking")
@@ -779,6 +781,8 @@ class Publisher(PublisherCounts):
         self._channel = channel
         self._cond = threading.Condition(channel._connection._lock)
         self._waiting = 0
+        # Publishes until this thread reads the confirms that came meanwhile (see publish).
+        self._unread = _READ_EVERY
 
     def _settled(self, outcome: AMQPError | None) -> None:
         # The reading thread, connection lock held; once per publish number (a multiple ack
@@ -845,6 +849,12 @@ class Publisher(PublisherCounts):
                 book.keep(number, method, properties or _NO_PROPERTIES, body)
             self._count_published()
             conn._flush_locked()
+            self._unread -= 1
+            if not self._unread:
+                # Read the confirms here every few publishes instead of the I/O thread waking
+                # (and taking the GIL) for them while this thread publishes.
+                self._unread = _READ_EVERY
+                conn._read_now_locked()
         return ticket
 
     def _wait_locked(self, ready: _Predicate, timeout: float | None) -> None:

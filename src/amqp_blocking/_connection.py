@@ -26,8 +26,9 @@ given back under ``_lock``, and the I/O thread reads only while nobody holds it.
 The I/O thread stays the reader of last resort: while an application thread holds the role it
 watches only its wake-up socket (and the socket's writability); when the role is let go it
 leaves the socket alone for ``_HAND_BACK`` seconds (the thread that let go is usually back at
-once, with its next wait) and then reads again, so heartbeats, closes, cancels and returns are
-seen whether or not the application calls in. A waiter that finds another thread reading
+once, with its next wait) and then reads again (within ``_LOOK_AGAIN_MAX`` more while the role
+went back and forth), so heartbeats, closes, cancels and returns are seen whether or not the
+application calls in. A waiter that finds another thread reading
 counts itself a follower: the reader wakes the I/O thread as it lets go, so a follower's reply is
 read at once.
 """
@@ -126,6 +127,10 @@ _HIGH_WATER: Final = 4 * 1024 * 1024
 _LOW_WATER: Final = 1024 * 1024
 #: How long the I/O thread leaves the socket to an application thread that just read it.
 _HAND_BACK: Final = 0.005
+#: While application threads take the role and let go of it in turn, the I/O thread looks at
+#: the socket again after _HAND_BACK, twice that, ... up to this (then it reads within
+#: _LOOK_AGAIN_MAX + _HAND_BACK of the last let-go).
+_LOOK_AGAIN_MAX: Final = 0.02
 _WOULD_BLOCK: Final = (
     BlockingIOError,
     InterruptedError,
@@ -778,6 +783,30 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
             if not self._serving:
                 self._writable.notify_all()  # the I/O thread waits to leave _serve
 
+    def _read_now_locked(self) -> None:
+        """Read and route what already came, in this thread and without waiting, while nobody
+        else reads: a publisher calls this every few publishes, so its confirms are read
+        between its publishes and the I/O thread stays off the socket."""
+        if (
+            self._reader is not None
+            or not self._serving
+            or self._stopping()
+            or self._recovering
+            or threading.current_thread() is self._thread
+        ):
+            return
+        self._reader = threading.current_thread()
+        self._takes += 1
+        try:
+            self._step_locked(True, False)
+        finally:
+            self._reader = None
+            self._released_at = time.monotonic()
+            if self._followers or self._io_parked or self._stopping():
+                self._wake_locked()
+            if not self._serving:
+                self._writable.notify_all()
+
     def _wait_reply(self, waiter: Waiter, timeout: float | None) -> Reply:
         """*waiter*'s result (see :meth:`Waiter.wait`), reading the socket in this thread
         while nobody else does."""
@@ -858,6 +887,7 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
         sock = self._sock
         mask = 0
         seen_takes = -1
+        look_again = _HAND_BACK
         try:
             if self._finished:  # closed by the frames that came with open-ok (see __init__)
                 return
@@ -873,18 +903,23 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
                     deadline = self._core.next_deadline()
                     self._wake_pending = False
                     reading = self._reader is None
+                    cycling = self._takes != seen_takes
+                    seen_takes = self._takes
                     if reading and not self._followers:
                         # Let go of just now: its thread is usually back with its next wait.
                         grace = self._released_at + _HAND_BACK - time.monotonic()
                         if grace > 0:
                             reading = False
-                            wait = grace
+                            wait = look_again if cycling else grace
+                    elif not reading and not cycling:
+                        # Held since the last look: its reader wakes us as it lets go.
+                        self._io_parked = True
                     elif not reading:
-                        if self._takes != seen_takes:  # taken and let go in turn: look again
-                            seen_takes = self._takes
-                            wait = _HAND_BACK
-                        else:  # held since the last look: its reader wakes us as it lets go
-                            self._io_parked = True
+                        wait = look_again  # taken and let go in turn: look again later
+                    if reading:
+                        look_again = _HAND_BACK
+                    elif wait == look_again:
+                        look_again = min(look_again * 2, _LOOK_AGAIN_MAX)
                 want = (selectors.EVENT_READ if reading else 0) | (
                     selectors.EVENT_WRITE if want_write else 0
                 )
@@ -909,7 +944,10 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
                         writable = bool(events & selectors.EVENT_WRITE)
                 with self._lock:
                     self._io_parked = False
-                    # An application thread may have taken the role since the select.
+                    # An application thread may have taken the role (or read and let go of
+                    # it) since the select: then the socket is left to it a while longer.
+                    if readable and self._reader is None and not self._followers:
+                        readable = self._released_at + _HAND_BACK <= time.monotonic()
                     self._step_locked(readable and self._reader is None, writable)
         except BaseException:  # a bug: fail every waiter instead of hanging them
             logger.exception("the I/O thread of %s failed", self._params.address)
