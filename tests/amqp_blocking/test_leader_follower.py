@@ -101,3 +101,45 @@ def test_heartbeats_go_on_while_the_application_reads_and_while_it_never_calls_i
         ch.confirm_select()
         ch.basic_publish(b"alive", routing_key=queue)  # returns once confirmed
         assert ch.queue_declare(queue, passive=True).message_count == 1
+
+
+def test_threads_that_wait_at_once_each_get_what_they_wait_for(amqp_url: str) -> None:
+    # Consumers, confirming publishers and plain calls on one connection, all waiting at
+    # once: whoever reads routes for the others, and the role moves between them.
+    per_queue = 300
+    with amqp_blocking.connect(amqp_url) as conn, conn.channel() as setup:
+        queues = [setup.queue_declare(exclusive=True).queue for _ in range(3)]
+        bodies: dict[str, list[bytes]] = {queue: [] for queue in queues}
+        errors: list[BaseException] = []
+
+        def consume(queue: str) -> None:
+            try:
+                with conn.channel() as ch, ch.basic_consume(queue, no_ack=True) as consumer:
+                    while len(bodies[queue]) < per_queue:
+                        message = consumer.get(timeout=WAIT)
+                        assert message is not None, f"{queue}: no message within {WAIT} s"
+                        bodies[queue].append(message.body)
+            except BaseException as exc:
+                errors.append(exc)
+
+        def publish(queue: str) -> None:
+            try:
+                with conn.channel() as ch, ch.publisher(window=20) as publisher:
+                    for n in range(per_queue):
+                        publisher.publish(b"%d" % n, routing_key=queue)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=consume, args=(queue,)) for queue in queues]
+        threads += [threading.Thread(target=publish, args=(queue,)) for queue in queues]
+        for thread in threads:
+            thread.start()
+        with conn.channel() as ch:
+            while any(thread.is_alive() for thread in threads[len(queues) :]):
+                assert ch.queue_declare(queues[0], passive=True).queue == queues[0]
+        for thread in threads:
+            thread.join(WAIT)
+        assert not errors
+        assert not any(thread.is_alive() for thread in threads)
+        for queue in queues:
+            assert bodies[queue] == [b"%d" % n for n in range(per_queue)]
