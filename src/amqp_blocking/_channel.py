@@ -461,7 +461,8 @@ class Consumer:
     prefetch count) until taken. The connection never stops reading for a full buffer (the
     I/O thread reads whenever no waiting thread does: a close, a heartbeat, a cancel is seen
     at once): with a prefetch the broker sends no more than that, and a consumer without one
-    is paused (``basic.cancel``) while it holds more than ``buffer_size`` and resumed once the application took half (see :doc:`/recovery`).
+    is paused (``basic.cancel``) while it holds more than ``buffer_size`` and resumed once
+    the application took half (see :doc:`/recovery`).
     Cancelling never rejects a buffered delivery: on a classic queue it returns to the queue
     when the channel closes; a stream queue's offsets stay untouched.
     """

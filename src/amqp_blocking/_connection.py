@@ -737,6 +737,12 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
             or threading.current_thread() is self._thread
         ):
             return None
+        if done():
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            # Only looking (a timeout of 0): not a read, so it must not keep the I/O thread
+            # off the socket either.
+            return False
         fd = self._sock.fileno()
         poll = self._rpoll
         if fd != self._rpoll_fd:

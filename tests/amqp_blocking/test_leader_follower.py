@@ -143,3 +143,35 @@ def test_threads_that_wait_at_once_each_get_what_they_wait_for(amqp_url: str) ->
         assert not any(thread.is_alive() for thread in threads)
         for queue in queues:
             assert bodies[queue] == [b"%d" % n for n in range(per_queue)]
+
+
+def test_a_thread_only_looking_does_not_keep_the_socket_from_being_read(amqp_url: str) -> None:
+    # get(timeout=0) reads nothing itself: the I/O thread must go on reading for it.
+    with (
+        amqp_blocking.connect(amqp_url) as conn,
+        conn.channel() as ch,
+        amqp_blocking.connect(amqp_url) as publishing,
+        publishing.channel() as other,
+    ):
+        queue = ch.queue_declare(exclusive=True).queue
+        other.confirm_select()
+        looking = threading.Event()
+        got: list[amqp_blocking.Message] = []
+        with ch.basic_consume(queue) as consumer:
+
+            def look() -> None:
+                deadline = time.monotonic() + WAIT
+                while (message := consumer.get(timeout=0)) is None:
+                    looking.set()
+                    if time.monotonic() > deadline:
+                        return
+                got.append(message)
+
+            thread = threading.Thread(target=look)
+            thread.start()
+            assert looking.wait(WAIT)
+            other.basic_publish(b"looked for", routing_key=queue)  # from another connection
+            thread.join(WAIT + 5)
+            [message] = got
+            assert message.body == b"looked for"
+            message.ack()
