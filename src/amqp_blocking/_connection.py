@@ -478,15 +478,16 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
         self._rpoll.register(self._rwake_r, select.POLLIN)
         self._rpoll_fd = -1
         sock.setblocking(False)
+        # Made before the events below are routed: a close among them wakes it (to stop).
+        self._thread = threading.Thread(
+            target=self._run, name=f"amqp_blocking I/O {params.address}", daemon=True
+        )
         # Frames that came in the read that brought open-ok (a connection.blocked, a close)
         # are in the core already: the I/O thread would not look before the socket stirs.
         with self._lock:
             self._process_events_locked()
             if not self._finished:
                 self._flush_locked()
-        self._thread = threading.Thread(
-            target=self._run, name=f"amqp_blocking I/O {params.address}", daemon=True
-        )
         self._thread.start()
 
     def __repr__(self) -> str:
