@@ -14,8 +14,8 @@ medians reported:
   20,000 would have it),
   with its ratio to C=1 (goal, issue 20: at most 1.2x from 1 to 1,000 channels). Libraries:
   core (``bench/_core_client.py``), amqp_trio, amqp_asyncio (a task per consumer), amqp_blocking
-  (one thread takes from every consumer's buffer in turn, sleeping 0.2 ms when all are empty:
-  its API has no wait-on-many) and pika (``BlockingConnection``, callbacks).
+  (one thread waits on one ``Inbox`` that every consumer delivers into) and pika
+  (``BlockingConnection``, callbacks).
 * **queues**: declare Q (10,000) exclusive classic queues and bind each to ``amq.direct``,
   pipelined where the API allows (core: every request sent before the replies are read, in
   batches of 1,000; amqp_trio and amqp_asyncio: concurrent tasks on one channel, at most 1,000
@@ -238,30 +238,24 @@ def consume_amqp_blocking(url: str, layout: list[list[str]], total: int) -> floa
     import amqp_blocking
 
     with amqp_blocking.connect(url) as conn, ExitStack() as stack:
-        consumers = []
+        inbox = amqp_blocking.Inbox()
+        channels = {}
         per_channel = total // len(layout)
         for queues in layout:
             ch = stack.enter_context(conn.channel())
             ch.basic_qos(prefetch_count=PREFETCH)
-            acks = Acks(per_channel)
+            channels[ch.number] = (ch, Acks(per_channel))
             for queue in queues:
-                consumer = stack.enter_context(ch.basic_consume(queue))
-                consumers.append((ch, acks, consumer, iter(consumer)))
+                stack.enter_context(ch.basic_consume(queue, inbox=inbox))
         ready()
         cpu = time.process_time()
-        received = 0
-        while received < total:
-            took = 0
-            for ch, acks, consumer, messages in consumers:
-                for _ in range(consumer.buffered):
-                    message = next(messages)
-                    took += 1
-                    tag = acks.delivered(message.delivery_tag)
-                    if tag:
-                        ch.basic_ack(tag, multiple=True)
-            received += took
-            if not took:
-                time.sleep(0.0002)
+        for _ in range(total):
+            message = inbox.get()
+            assert message is not None
+            ch, acks = channels[message.channel]
+            tag = acks.delivered(message.delivery_tag)
+            if tag:
+                ch.basic_ack(tag, multiple=True)
         return time.process_time() - cpu
 
 

@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 __all__ = ["Channel", "Consumer", "Message", "PublishTicket", "Publisher"]
 
 _NO_PROPERTIES: Final = BasicProperties()
+#: A publisher reads the confirms that came every this many publishes (a non-blocking read).
+_READ_EVERY: Final = 32
 _bound_message: Final = client.bound_message
 
 logger = logging.getLogger("amqp_blocking")
@@ -127,7 +129,8 @@ class Channel(ChannelMethods):
         outcome instead (its confirm raises it) and never reaches *handler*. The handler
         stays set when the connection recovers.
 
-        *handler* runs on the connection's I/O thread: it must not block or call the
+        *handler* runs on the thread reading the socket (the connection's I/O thread, or an
+        application thread waiting for the broker): it must not block or call the
         connection (put the returns into a :class:`queue.Queue` and take them from your
         thread, see :doc:`/blocking`). An exception from it is logged and dropped.
         """
@@ -181,7 +184,7 @@ class Channel(ChannelMethods):
                 conn._core.close_channel(self._number)
                 self._book.close_waiter = waiter
                 conn._flush_locked()
-        waiter.wait(timeout, conn._lock)
+        conn._wait_reply(waiter, timeout)
 
     # --- plumbing -----------------------------------------------------------------------------
 
@@ -230,7 +233,7 @@ class Channel(ChannelMethods):
             conn._core.send_method(self._number, method)
             self._book.expect(method, waiter, consumer)
             conn._flush_locked()
-        return waiter.wait(timeout, conn._lock)
+        return conn._wait_reply(waiter, timeout)
 
     def _call(self, method: Method, timeout: float | None) -> Reply:
         telemetry = self._connection._telemetry
@@ -361,7 +364,7 @@ class Channel(ChannelMethods):
                     book.keep(number, method, properties or _NO_PROPERTIES, body)
             conn._flush_locked()
         if waiter is not None:
-            waiter.wait(timeout, conn._lock)
+            conn._wait_reply(waiter, timeout)
 
     def publisher(self, window: int = 1000) -> Publisher:
         """A pipelined publisher keeping at most *window* publishes unconfirmed (puts the
@@ -431,6 +434,8 @@ class Channel(ChannelMethods):
         tag = client.consumer_tag(consumer_tag, "amqp-blocking", ())
         size = client.consumer_buffer_size(buffer_size, self._book.prefetch_count)
         consumer = Consumer(self, tag, no_ack, inactivity_timeout, queue, inbox, buffer_size=size)
+        if inbox is not None:
+            inbox._attach(self._connection)
         method = BasicConsume(
             queue=queue,
             consumer_tag=tag,
@@ -453,10 +458,11 @@ class Consumer:
     :meth:`cancel` works from any thread.
 
     Messages wait in a local buffer of ``buffer_size`` messages (by default the channel's
-    prefetch count) until taken. The I/O thread never stops reading for a full buffer (a close,
-    a heartbeat, a cancel is always seen at once): with a prefetch the broker sends no more than
-    that, and a consumer without one is paused (``basic.cancel``) while it holds more than
-    ``buffer_size`` and resumed once the application took half (see :doc:`/recovery`).
+    prefetch count) until taken. The connection never stops reading for a full buffer (the
+    I/O thread reads whenever no waiting thread does: a close, a heartbeat, a cancel is seen
+    at once): with a prefetch the broker sends no more than that, and a consumer without one
+    is paused (``basic.cancel``) while it holds more than ``buffer_size`` and resumed once
+    the application took half (see :doc:`/recovery`).
     Cancelling never rejects a buffered delivery: on a classic queue it returns to the queue
     when the channel closes; a stream queue's offsets stay untouched.
     """
@@ -516,7 +522,7 @@ class Consumer:
         """Messages received from the broker and not handed out yet."""
         return len(self._buffer)
 
-    # called by the I/O thread (connection lock held): must not block
+    # called by the reading thread (connection lock held): must not block
 
     def deliver(self, event: MessageReceived, book: ChannelBook, /) -> bool:
         if self._inbox is not None:  # bounded by the prefetch, shared with other consumers
@@ -592,9 +598,27 @@ class Consumer:
             if self._over:
                 self._taken()
             return message if self._telemetry is None else self._process(message)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        # Read the socket in this thread while nobody else does (leader/follower): no wake-up
+        # from the I/O thread per batch of deliveries.
+        conn = self._channel._connection
+        with conn._lock:
+            led = conn._lead_locked(lambda: buffer or self._ended, deadline)
+            if led is None:
+                conn._followers += 1
+        try:
+            return self._wait(deadline)
+        finally:
+            if led is None:
+                with conn._lock:
+                    conn._followers -= 1
+
+    def _wait(self, deadline: float | None) -> Message | None:
+        """The rest of :meth:`get` once the buffer was empty: wait on the buffer (at once
+        after leading, which filled it, ended the consumer, or reached the deadline)."""
+        buffer = self._buffer
         with self._cond:
             try:
-                deadline = None if timeout is None else time.monotonic() + timeout
                 while True:
                     # Set before the buffer is looked at (deliver appends, then looks at it):
                     # a delivery either is seen here or wakes us.
@@ -693,11 +717,11 @@ class PublishTicket(PublishTicketState):
     """One publish made through a :class:`Publisher`: its number, and its outcome once the
     broker settled it. :meth:`wait` waits for this publish alone."""
 
-    __slots__ = ("_event", "_lock")
+    __slots__ = ("_connection", "_event")
 
-    def __init__(self, number: int, owner: Publisher, lock: threading.Lock) -> None:
+    def __init__(self, number: int, owner: Publisher, connection: Connection) -> None:
         super().__init__(number, owner)
-        self._lock = lock
+        self._connection = connection
         self._event: threading.Event | None = None
 
     def wait(self, timeout: float | None = None) -> None:
@@ -709,17 +733,32 @@ class PublishTicket(PublishTicketState):
             :class:`ChannelClosedError`, :class:`ConnectionLostError`).
         :raises TimeoutError: *timeout* passed first.
         """
-        with self._lock:
-            if not self._done and self._event is None:
-                self._event = threading.Event()
-            event = self._event
-        if event is not None and not event.wait(timeout):
-            raise TimeoutError(f"publish {self.number} not confirmed within {timeout} s")
+        conn = self._connection
+        deadline = None if timeout is None else time.monotonic() + timeout
+        event: threading.Event | None = None
+        with conn._lock:
+            if not self._done:
+                led = conn._lead_locked(lambda: self._done, deadline)
+                if led is False:
+                    raise TimeoutError(f"publish {self.number} not confirmed within {timeout} s")
+                if led is None and not self._done:
+                    if self._event is None:
+                        self._event = threading.Event()
+                    event = self._event
+                    conn._followers += 1
+        if event is not None:
+            try:
+                confirmed = event.wait(_remaining(deadline))
+            finally:
+                with conn._lock:
+                    conn._followers -= 1
+            if not confirmed:
+                raise TimeoutError(f"publish {self.number} not confirmed within {timeout} s")
         if self._error is not None:
             raise self._error
 
     def settle(self, publish_number: int, error: AMQPError | None, /) -> None:
-        # The I/O thread, connection lock held.
+        # The reading thread, connection lock held.
         if self._record(error) and self._event is not None:
             self._event.set()
 
@@ -743,9 +782,11 @@ class Publisher(PublisherCounts):
         self._channel = channel
         self._cond = threading.Condition(channel._connection._lock)
         self._waiting = 0
+        # Publishes until this thread reads the confirms that came meanwhile (see publish).
+        self._unread = _READ_EVERY
 
     def _settled(self, outcome: AMQPError | None) -> None:
-        # The I/O thread, connection lock held; once per publish number (a multiple ack
+        # The reading thread, connection lock held; once per publish number (a multiple ack
         # settles many). Waiters wait for room in the window, for none in flight, or for an
         # error: wake them as one of those may have come true, not for every plain ack.
         self._count_settled(outcome)
@@ -802,37 +843,50 @@ class Publisher(PublisherCounts):
                 )
             if number is None:
                 raise RuntimeError("the channel is not in confirm mode: call confirm_select()")
-            ticket = PublishTicket(number, self, conn._lock)
+            ticket = PublishTicket(number, self, conn)
             book = channel._book
             book.confirms[number] = ticket
             if book.kept is not None:
                 book.keep(number, method, properties or _NO_PROPERTIES, body)
             self._count_published()
             conn._flush_locked()
+            self._unread -= 1
+            if not self._unread:
+                # Read the confirms here every few publishes instead of the I/O thread waking
+                # (and taking the GIL) for them while this thread publishes.
+                self._unread = _READ_EVERY
+                conn._read_now_locked()
         return ticket
 
     def _wait_locked(self, ready: _Predicate, timeout: float | None) -> None:
         book = self._channel._book
+        if not self._wait_confirms_locked(lambda: ready() or book.error is not None, timeout):
+            raise TimeoutError(f"the broker did not confirm within {timeout} s")
+        self._channel._check_locked()
+
+    def _wait_confirms_locked(self, ready: _Predicate, timeout: float | None) -> bool:
+        """Wait (connection lock held) until *ready()*: reading the confirms in this thread
+        while nobody else reads, else woken by the thread that does. False on a timeout."""
+        conn = self._channel._connection
+        deadline = None if timeout is None else time.monotonic() + timeout
+        led = conn._lead_locked(ready, deadline)
+        if led is not None:
+            return led
         self._waiting += 1
+        conn._followers += 1
         try:
-            if not self._cond.wait_for(lambda: ready() or book.error is not None, timeout):
-                raise TimeoutError(f"the broker did not confirm within {timeout} s")
+            return self._cond.wait_for(ready, _remaining(deadline))
         finally:
             self._waiting -= 1
-        self._channel._check_locked()
+            conn._followers -= 1
 
     def wait_for_confirms(self, timeout: float | None = None) -> None:
         """Wait until every publish so far is settled (failures are kept, not raised)."""
         with self._channel._connection._lock:
-            if self._in_flight:
-                self._waiting += 1
-                try:
-                    if not self._cond.wait_for(lambda: not self._in_flight, timeout):
-                        raise TimeoutError(
-                            f"{self._in_flight} publishes not confirmed within {timeout} s"
-                        )
-                finally:
-                    self._waiting -= 1
+            if self._in_flight and not self._wait_confirms_locked(
+                lambda: not self._in_flight, timeout
+            ):
+                raise TimeoutError(f"{self._in_flight} publishes not confirmed within {timeout} s")
 
     def take_failures(self) -> list[AMQPError]:
         """The failures kept so far, oldest first; they are forgotten here."""

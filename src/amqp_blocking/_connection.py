@@ -4,20 +4,41 @@ Threading model
 ---------------
 * ``_lock`` guards the core, the :class:`~amqp_sansio.client.Router` and the outbound buffer.
   Every public call takes it for a few microseconds: it asks the core for the method's bytes,
-  registers a waiter, tries one non-blocking ``send`` and releases the lock; then it sleeps on its
-  waiter (with the call's timeout) while the I/O thread reads the reply.
+  registers a waiter, tries one non-blocking ``send`` and releases the lock; then it waits for
+  the reply (with the call's timeout), reading it itself when nobody else reads (below).
 * The I/O thread sleeps in ``select`` on the socket (and, while bytes are left over, on its
   writability), on a wake-up socketpair, and until the core's next heartbeat deadline. It reads
   with the lock held only long enough to feed the core and route the events: it never runs
   application code, so heartbeats are answered however long a message handler takes.
 * Socket reads and writes both happen under ``_lock``: an ``ssl.SSLSocket`` must not be used by
   two threads at once.
+
+Leader/follower reads
+---------------------
+Waking an application thread from the I/O thread costs a thread switch and a GIL hand-over per
+wake. So an application thread that waits for the broker (a consumer with an empty buffer, a
+publisher waiting for confirms, a call waiting for its reply) reads the socket itself when
+nobody else does (:meth:`Connection._lead_locked`): it holds the read role (``_reader``), polls
+the socket, feeds the core and routes what came (to itself and to every other waiter), and lets
+go of the role once it has what it waited for. Exactly one thread reads: the role is taken and
+given back under ``_lock``, and the I/O thread reads only while nobody holds it.
+
+The I/O thread stays the reader of last resort: while an application thread holds the role it
+watches only its wake-up socket (and the socket's writability); when the role is let go it
+leaves the socket alone for ``_HAND_BACK`` seconds (the thread that let go is usually back at
+once, with its next wait) and then reads again (within ``_LOOK_AGAIN_MAX`` more while the role
+went back and forth), so heartbeats, closes, cancels and returns are seen whether or not the
+application calls in. A waiter that finds another thread reading
+counts itself a follower: the reader wakes the I/O thread as it lets go, so a follower's reply is
+read at once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
+import select
 import selectors
 import socket
 import ssl
@@ -91,7 +112,7 @@ if TYPE_CHECKING:
 
     from amqp_sansio import Event, FieldTable, ProtocolVersion
     from amqp_sansio.client import ConnectionParameters as Params
-    from amqp_sansio.client import Credentials, CredentialsProvider, Endpoints, Telemetry
+    from amqp_sansio.client import Credentials, CredentialsProvider, Endpoints, Reply, Telemetry
 
     from ._v0_10 import Connection010
 
@@ -104,6 +125,12 @@ _READ_SIZE: Final = 256 * 1024
 _HIGH_WATER: Final = 4 * 1024 * 1024
 #: ... until the I/O thread drained the queue below this.
 _LOW_WATER: Final = 1024 * 1024
+#: How long the I/O thread leaves the socket to an application thread that just read it.
+_HAND_BACK: Final = 0.005
+#: While application threads take the role and let go of it in turn, the I/O thread looks at
+#: the socket again after _HAND_BACK, twice that, ... up to this (then it reads within
+#: _LOOK_AGAIN_MAX + _HAND_BACK of the last let-go).
+_LOOK_AGAIN_MAX: Final = 0.02
 _WOULD_BLOCK: Final = (
     BlockingIOError,
     InterruptedError,
@@ -433,16 +460,34 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
+        # Leader/follower (see the module's docstring): the application thread holding the read
+        # role, whether the I/O thread serves the socket (else nobody may lead), how often the
+        # role was taken, when it was last let go, whether the I/O thread sleeps until woken,
+        # how many waiters wait for another thread's reads, and the reader's own wake-up.
+        self._reader: threading.Thread | None = None
+        self._serving = False
+        self._takes = 0
+        self._released_at = 0.0
+        self._io_parked = False
+        self._followers = 0
+        self._rwake_r, self._rwake_w = socket.socketpair()
+        self._rwake_r.setblocking(False)
+        self._rwake_w.setblocking(False)
+        self._rwake_pending = False
+        self._rpoll = select.poll()
+        self._rpoll.register(self._rwake_r, select.POLLIN)
+        self._rpoll_fd = -1
         sock.setblocking(False)
+        # Made before the events below are routed: a close among them wakes it (to stop).
+        self._thread = threading.Thread(
+            target=self._run, name=f"amqp_blocking I/O {params.address}", daemon=True
+        )
         # Frames that came in the read that brought open-ok (a connection.blocked, a close)
         # are in the core already: the I/O thread would not look before the socket stirs.
         with self._lock:
             self._process_events_locked()
             if not self._finished:
                 self._flush_locked()
-        self._thread = threading.Thread(
-            target=self._run, name=f"amqp_blocking I/O {params.address}", daemon=True
-        )
         self._thread.start()
 
     def __repr__(self) -> str:
@@ -518,7 +563,7 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
             book = self._book.channel_opening(number, waiter)
             channel = self._channel_objs[number] = Channel(self, book)
             self._flush_locked()
-        waiter.wait(timeout, self._lock)
+        self._wait_reply(waiter, timeout)
         return channel
 
     def update_secret(self, secret: str, reason: str = "", *, timeout: float | None = None) -> None:
@@ -537,7 +582,7 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
             request = self._core.update_secret(secret.encode(), reason)
             self._book.expect(0, request, waiter)
             self._flush_locked()
-        waiter.wait(timeout, self._lock)
+        self._wait_reply(waiter, timeout)
         with self._lock:
             self._supervisor.secret = secret
 
@@ -601,7 +646,7 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
                 waiter = self._close_waiter
         if waiter is not None:
             try:
-                waiter.wait(timeout, self._lock)
+                self._wait_reply(waiter, timeout)
             except TimeoutError:
                 logger.warning("no close-ok from %s within %s s", self._params.address, timeout)
                 self._abort()
@@ -678,6 +723,132 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
             raise TimeoutError(f"the socket did not drain within {timeout} s")
         self._check_open()
 
+    # --- leader/follower reads ---------------------------------------------------------------
+
+    def _lead_locked(self, done: Callable[[], object], deadline: float | None) -> bool | None:
+        """Wait (lock held; released while polling) until *done()*, reading the socket in this
+        thread: True once done, False when *deadline* (``time.monotonic``) passed first, None
+        when another thread reads (or the connection is finishing or recovering): then wait as
+        before, as a follower, for the thread that reads."""
+        if (
+            self._reader is not None
+            or not self._serving
+            or self._stopping()
+            or self._recovering
+            or threading.current_thread() is self._thread
+        ):
+            return None
+        if done():
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            # Only looking (a timeout of 0): not a read, so it must not keep the I/O thread
+            # off the socket either.
+            return False
+        fd = self._sock.fileno()
+        poll = self._rpoll
+        if fd != self._rpoll_fd:
+            if self._rpoll_fd >= 0:
+                poll.unregister(self._rpoll_fd)
+            poll.register(fd, select.POLLIN)
+            self._rpoll_fd = fd
+        lock = self._lock
+        self._reader = threading.current_thread()
+        self._takes += 1
+        try:
+            while not done():
+                if self._stopping():
+                    return None
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    return False
+                until = self._core.next_deadline()
+                if until is None or (deadline is not None and deadline < until):
+                    until = deadline
+                ms = -1 if until is None else max(math.ceil((until - now) * 1000), 0)
+                lock.release()
+                try:
+                    ready = poll.poll(ms)
+                finally:
+                    lock.acquire()
+                readable = False
+                for ready_fd, _ in ready:
+                    if ready_fd == fd:
+                        readable = True
+                    else:
+                        self._rwake_pending = False
+                        with contextlib.suppress(*_WOULD_BLOCK):
+                            self._rwake_r.recv(4096)
+                if self._stopping():  # the socket may be closed already
+                    return None
+                self._step_locked(readable, False)
+            return True
+        finally:
+            self._reader = None
+            self._released_at = time.monotonic()
+            if self._followers or self._io_parked or self._stopping():
+                self._wake_locked()  # the I/O thread reads for them (or stops) at once
+            if not self._serving:
+                self._writable.notify_all()  # the I/O thread waits to leave _serve
+
+    def _read_now_locked(self) -> None:
+        """Read and route what already came, in this thread and without waiting, while nobody
+        else reads: a publisher calls this every few publishes, so its confirms are read
+        between its publishes and the I/O thread stays off the socket."""
+        if (
+            self._reader is not None
+            or not self._serving
+            or self._stopping()
+            or self._recovering
+            or threading.current_thread() is self._thread
+        ):
+            return
+        self._reader = threading.current_thread()
+        self._takes += 1
+        try:
+            self._step_locked(True, False)
+        finally:
+            self._reader = None
+            self._released_at = time.monotonic()
+            if self._followers or self._io_parked or self._stopping():
+                self._wake_locked()
+            if not self._serving:
+                self._writable.notify_all()
+
+    def _wait_reply(self, waiter: Waiter, timeout: float | None) -> Reply:
+        """*waiter*'s result (see :meth:`Waiter.wait`), reading the socket in this thread
+        while nobody else does."""
+        if waiter.done():
+            return waiter.wait(timeout, self._lock)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            led = self._lead_locked(waiter.done, deadline)
+            if led is None:
+                self._followers += 1
+        if led is not None:
+            return waiter.wait(0, self._lock)  # done, or a timeout (raised)
+        try:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            return waiter.wait(remaining, self._lock)
+        finally:
+            with self._lock:
+                self._followers -= 1
+
+    def _wake_reader_locked(self) -> None:
+        """Wake the application thread polling the socket, to look at the connection's state."""
+        if (
+            self._reader is not None
+            and not self._rwake_pending
+            and self._reader is not threading.current_thread()
+        ):
+            self._rwake_pending = True
+            with contextlib.suppress(OSError):
+                self._rwake_w.send(b"\0")
+
+    def _wake_reader(self) -> None:
+        """:meth:`_wake_reader_locked` from a thread that holds another connection's lock."""
+        with contextlib.suppress(OSError):
+            self._rwake_w.send(b"\0")
+
     def _wake_locked(self) -> None:
         if not self._wake_pending and threading.current_thread() is not self._thread:
             self._wake_pending = True
@@ -691,6 +862,7 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
             if self._send_error is None:
                 self._send_error = OSError("closed by the application")
             self._wake_locked()
+            self._wake_reader_locked()
 
     # --- the I/O thread -----------------------------------------------------------------------
 
@@ -704,8 +876,11 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
                 if not self._recover():
                     break
         finally:
-            self._wake_r.close()
-            self._wake_w.close()
+            with self._lock:
+                self._wake_r.close()
+                self._wake_w.close()
+                self._rwake_r.close()
+                self._rwake_w.close()
 
     def _stopping(self) -> bool:
         """Whether the connection finished or waits to be recovered (another thread may have
@@ -713,37 +888,74 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
         return self._finished or self._suspend_pending
 
     def _serve(self) -> None:
-        """Serve the current socket until the connection finishes or is suspended."""
+        """Serve the current socket until the connection finishes or is suspended: read it
+        while no application thread does (see the module's docstring), write what is left."""
         selector = selectors.DefaultSelector()
         sock = self._sock
-        writing = False
+        mask = 0
+        seen_takes = -1
+        look_again = _HAND_BACK
         try:
             if self._finished:  # closed by the frames that came with open-ok (see __init__)
                 return
-            selector.register(sock, selectors.EVENT_READ)
             selector.register(self._wake_r, selectors.EVENT_READ)
+            with self._lock:
+                self._serving = True
             while True:
+                wait: float | None = None
                 with self._lock:
                     if self._stopping():
                         break
                     want_write = bool(self._out)
                     deadline = self._core.next_deadline()
                     self._wake_pending = False
-                if want_write != writing:
-                    writing = want_write
-                    mask = selectors.EVENT_READ | (selectors.EVENT_WRITE if writing else 0)
-                    selector.modify(sock, mask)
+                    reading = self._reader is None
+                    cycling = self._takes != seen_takes
+                    seen_takes = self._takes
+                    if reading and not self._followers:
+                        # Let go of just now: its thread is usually back with its next wait.
+                        grace = self._released_at + _HAND_BACK - time.monotonic()
+                        if grace > 0:
+                            reading = False
+                            wait = look_again if cycling else grace
+                    elif not reading and not cycling:
+                        # Held since the last look: its reader wakes us as it lets go.
+                        self._io_parked = True
+                    elif not reading:
+                        wait = look_again  # taken and let go in turn: look again later
+                    if reading:
+                        look_again = _HAND_BACK
+                    elif wait == look_again:
+                        look_again = min(look_again * 2, _LOOK_AGAIN_MAX)
+                want = (selectors.EVENT_READ if reading else 0) | (
+                    selectors.EVENT_WRITE if want_write else 0
+                )
+                if want != mask:
+                    if not mask:
+                        selector.register(sock, want)
+                    elif not want:
+                        selector.unregister(sock)
+                    else:
+                        selector.modify(sock, want)
+                    mask = want
                 timeout = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+                if wait is not None and (timeout is None or wait < timeout):
+                    timeout = wait
                 readable = writable = False
-                for key, mask in selector.select(timeout):
+                for key, events in selector.select(timeout):
                     if key.fileobj is self._wake_r:
                         with contextlib.suppress(*_WOULD_BLOCK):
                             self._wake_r.recv(4096)
                     else:
-                        readable = bool(mask & selectors.EVENT_READ)
-                        writable = bool(mask & selectors.EVENT_WRITE)
+                        readable = bool(events & selectors.EVENT_READ)
+                        writable = bool(events & selectors.EVENT_WRITE)
                 with self._lock:
-                    self._step_locked(readable, writable)
+                    self._io_parked = False
+                    # An application thread may have taken the role (or read and let go of
+                    # it) since the select: then the socket is left to it a while longer.
+                    if readable and self._reader is None and not self._followers:
+                        readable = self._released_at + _HAND_BACK <= time.monotonic()
+                    self._step_locked(readable and self._reader is None, writable)
         except BaseException:  # a bug: fail every waiter instead of hanging them
             logger.exception("the I/O thread of %s failed", self._params.address)
             with self._lock:
@@ -752,6 +964,12 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
             raise
         finally:
             selector.close()
+            with self._lock:
+                self._serving = False
+                # Recovery replaces the socket: wait for a reader polling this one to let go.
+                while self._reader is not None:
+                    self._wake_reader_locked()
+                    self._writable.wait()
 
     def _step_locked(self, readable: bool, writable: bool) -> None:
         if writable:
@@ -896,6 +1114,9 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
     def _finish_locked(self) -> None:
         if self._finished or self._suspend_pending:
             return
+        # The I/O thread (if parked) and an application thread polling the socket look again.
+        self._wake_locked()
+        self._wake_reader_locked()
         if self._book.suspended is not None and self._close_waiter is None:
             # Lost, and the policy recovers it: the I/O thread reconnects once out of _serve.
             # Calls wait from now on (the router already holds the loss's error), and the

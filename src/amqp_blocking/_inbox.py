@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from amqp_sansio.client import AMQPError
 
     from ._channel import Consumer, Message
+    from ._connection import Connection
 
 __all__ = ["Inbox"]
 
@@ -32,14 +33,19 @@ class Inbox:
     cancelled or closed by the application just stops delivering.
 
     Messages wait here until taken, bounded by the channels' prefetch counts (``basic_qos``).
+    While every consumer of the inbox is on one connection, :meth:`get` reads that connection's
+    socket in its own thread when nobody else does, as a consumer's iteration does.
     """
 
-    __slots__ = ("__weakref__", "_cond", "_items", "_waiters")
+    __slots__ = ("__weakref__", "_cond", "_connection", "_items", "_several", "_waiters")
 
     def __init__(self) -> None:
         self._items: deque[Message | AMQPError] = deque()
         self._cond = threading.Condition(threading.Lock())
         self._waiters = 0
+        # The connection of the consumers, while there is one (get() may read its socket).
+        self._connection: Connection | None = None
+        self._several = False
 
     def __repr__(self) -> str:
         return f"<amqp_blocking.Inbox {len(self._items)} waiting>"
@@ -58,9 +64,27 @@ class Inbox:
             :class:`~amqp_sansio.client.ConnectionLostError` when it was lost).
         """
         items = self._items
+        deadline = None
+        follows: Connection | None = None
+        if not items:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            conn = None if self._several else self._connection
+            if conn is not None:  # read its socket in this thread while nobody else does
+                with conn._lock:
+                    if conn._lead_locked(lambda: items or self._several, deadline) is None:
+                        follows = conn
+                        conn._followers += 1
+        try:
+            return self._take(deadline)
+        finally:
+            if follows is not None:
+                with follows._lock:
+                    follows._followers -= 1
+
+    def _take(self, deadline: float | None) -> Message | None:
+        items = self._items
         with self._cond:
             if not items:
-                deadline = None if timeout is None else time.monotonic() + timeout
                 self._waiters += 1
                 try:
                     while not items:
@@ -75,7 +99,17 @@ class Inbox:
             raise item
         return item
 
-    # --- from the consumers (the I/O thread, its connection's lock held: must not block) ----
+    # --- from the consumers (the reading thread, its connection's lock held: must not block) -
+
+    def _attach(self, connection: Connection) -> None:
+        """A consumer on *connection* delivers here."""
+        with self._cond:
+            if self._connection is None:
+                self._connection = connection
+            elif self._connection is not connection and not self._several:
+                self._several = True
+                # A get() reading the first connection's socket stops: it would not see these.
+                self._connection._wake_reader()
 
     def _put(self, message: Message) -> None:
         # Under the lock, unlike Consumer.deliver: consumers of several connections (several
