@@ -35,7 +35,6 @@ from amqp_sansio import (
     ConnectionLost,
     ConnectionOpened,
     HeartbeatTimeout,
-    MessageReceived,
     MethodReceived,
     RemoteProtocolError,
     Role,
@@ -78,7 +77,7 @@ from amqp_sansio.client import (
     wants_0_10,
 )
 
-from ._channel import Channel
+from ._channel import Channel, Message
 from ._recovery import RecoveryEvents, RecoveryObservable, carry_out, wait_for_recovery_locked
 from ._waiter import Waiter
 
@@ -306,7 +305,7 @@ def _connect_once(params: Params, ssl_context: ssl.SSLContext | None) -> OpenedC
                 raise ConnectionTimeoutError(
                     f"no TLS handshake with {params.address} within {params.connection_timeout} s"
                 ) from None
-        core = CoreConnection(Role.CLIENT, params.to_config())
+        core = CoreConnection(Role.CLIENT, params.to_config(Message))
         opened = _handshake(sock, core, params, deadline)
         sock.settimeout(None)
     except BaseException:
@@ -820,7 +819,7 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
             if event is NEED_DATA:
                 return
             cls = type(event)
-            if cls is MessageReceived:  # once per message: no dispatch
+            if cls is Message:  # once per message (the core builds our class): no dispatch
                 book.route_message(event)  # type: ignore[arg-type]
                 continue
             book.handle(event)
