@@ -17,26 +17,6 @@ __all__ = ["AsyncMessage", "AsyncSettler", "Message", "bound_message"]
 STREAM_OFFSET_HEADER: Final = "x-stream-offset"
 
 
-def _method_of(message: Message) -> Method:
-    """The method a message built by hand stands for: a get-ok when it has a message count,
-    else a deliver."""
-    if message.message_count is not None:
-        return BasicGetOk(
-            delivery_tag=message.delivery_tag,
-            redelivered=message.redelivered,
-            exchange=message.exchange,
-            routing_key=message.routing_key,
-            message_count=message.message_count,
-        )
-    return BasicDeliver(
-        consumer_tag=message.consumer_tag or "",
-        delivery_tag=message.delivery_tag,
-        redelivered=message.redelivered,
-        exchange=message.exchange,
-        routing_key=message.routing_key,
-    )
-
-
 # A MessageReceived itself: the adapters configure the core to build their message class
 # (ConnectionConfig.message_class), and bound_message fills the rest of the same object.
 @attrs.define(kw_only=True, slots=True, weakref_slot=False)
@@ -47,9 +27,11 @@ class Message(MessageReceived):
     Each adapter subclasses it to add ``ack()``, ``nack()`` and ``reject()`` (awaitable in the
     async adapters) bound to the channel the message came on.
 
-    It is the core's :class:`~amqp_sansio.MessageReceived` too: the adapters have the core
-    build each message as their class, so a delivery is one object from the wire to the
-    application; ``method`` and ``request`` are the event's.
+    It is a :class:`~amqp_sansio.MessageReceived` so that the core can build it: the adapters
+    have the core build each message as their class, so a delivery is one object from the
+    wire to the application. Once handed out its ``method`` is None (its fields are copied
+    out, and a buffered message keeps no second object alive for the garbage collector to
+    visit); ``request`` is the ``basic.get`` a get-ok answers.
 
     :ivar body: the payload.
     :ivar properties: the content header's properties.
@@ -60,8 +42,6 @@ class Message(MessageReceived):
     :ivar consumer_tag: the consumer it was delivered to; None for ``basic_get`` and returns.
     :ivar message_count: messages left in the queue after a ``basic_get``; None otherwise.
     :ivar channel: the number of the channel it arrived on.
-    :ivar method: the method it came with (for a message built by hand, the ``basic.deliver``
-        or, with a ``message_count``, the ``basic.get-ok`` its fields describe).
     """
 
     # Narrower than the event's: bound_message makes a multi-frame body bytes, and every
@@ -75,9 +55,8 @@ class Message(MessageReceived):
     consumer_tag: str | None = None
     message_count: int | None = None
     channel: int = 0
-    method: Method = attrs.field(
-        default=attrs.Factory(_method_of, takes_self=True), repr=False, eq=False
-    )
+    # The core's method until bound_message copied its fields out, then None.
+    method: Method | None = attrs.field(default=None, repr=False, eq=False)  # type: ignore[assignment]
     request: Method | None = attrs.field(default=None, repr=False, eq=False)
 
     @property
@@ -119,7 +98,7 @@ class Message(MessageReceived):
             message.consumer_tag = method.consumer_tag
             message.message_count = None
             message.channel = channel
-            message.method = method
+            message.method = None
             message.request = None
             added = _ADDED_FIELDS.get(cls)
             if added is None:
@@ -138,7 +117,6 @@ class Message(MessageReceived):
                 redelivered=method.redelivered,
                 message_count=method.message_count,
                 channel=channel,
-                method=method,
             )
         if type(method) is BasicReturn:
             assert isinstance(method, BasicReturn)
@@ -148,7 +126,6 @@ class Message(MessageReceived):
                 exchange=method.exchange,
                 routing_key=method.routing_key,
                 channel=channel,
-                method=method,
             )
         raise TypeError(f"{type(method).__name__} does not carry a message")
 
@@ -205,6 +182,7 @@ def bound_message(
         message.routing_key = method.routing_key
         message.delivery_tag = method.delivery_tag
         message.redelivered = method.redelivered
+        message.method = None  # kept, a second tracked object per buffered message
         message._owner = owner  # type: ignore[attr-defined]
         if epoch is None:
             message.epoch = 0  # type: ignore[attr-defined]
@@ -228,7 +206,7 @@ def bound_message(
         message.consumer_tag = method.consumer_tag
         message.message_count = None
         message.channel = event.channel
-        message.method = method
+        message.method = None
         message.request = event.request
         message._owner = owner  # type: ignore[attr-defined]
         if epoch is None:

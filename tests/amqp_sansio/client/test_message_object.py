@@ -119,10 +119,12 @@ def test_bound_message_completes_the_core_s_object_in_place(size: int) -> None:
         channel=ch,
     )
     assert (message.epoch, message._owner, message.request) == (0, OWNER, None)
+    # Its fields were copied out: the method is not kept alive by a buffered message.
+    assert message.method is None
     from_get = bound_message(amqp_trio.Message, got, OWNER, None)
     assert from_get is got
     assert (from_get.consumer_tag, from_get.message_count, from_get.delivery_tag) == (None, 5, 8)
-    assert (from_get.method, from_get.request) == (get_ok, get)
+    assert (from_get.method, from_get.request) == (None, get)
 
 
 def test_bound_message_copies_a_plain_event() -> None:
@@ -133,38 +135,40 @@ def test_bound_message_copies_a_plain_event() -> None:
     assert isinstance(event, MessageReceived)
     message = bound_message(amqp_trio.Message, event, OWNER, None)
     assert message is not event
-    assert (message.method, message.request, message.delivery_tag) == (event.method, None, 3)
+    assert (message.method, message.request, message.delivery_tag) == (None, None, 3)
+    assert event.method == _deliver(3)  # the event itself is left as it was
 
 
-def test_a_message_built_by_hand_has_the_method_its_fields_describe() -> None:
+def test_a_message_built_by_hand_or_from_content_has_no_method() -> None:
     delivered = Message(
         body=b"x", properties=PROPS, exchange="e", routing_key="k", delivery_tag=2, consumer_tag="c"
     )
-    assert delivered.method == BasicDeliver(
-        consumer_tag="c", delivery_tag=2, exchange="e", routing_key="k"
-    )
-    got = Message(body=b"x", properties=PROPS, exchange="", routing_key="q", message_count=4)
-    assert got.method == BasicGetOk(delivery_tag=0, exchange="", routing_key="q", message_count=4)
+    assert (delivered.method, delivered.request) == (None, None)
     returned = BasicReturn(reply_code=312, reply_text="NO_ROUTE", exchange="e", routing_key="k")
-    assert Message.from_content(1, returned, PROPS, b"x").method is returned
+    from_return = Message.from_content(1, returned, PROPS, b"x")
+    assert (from_return.method, from_return.exchange, from_return.delivery_tag) == (None, "e", 0)
+    deliver = _deliver(4)
+    from_deliver = Message.from_content(1, deliver, PROPS, bytearray(b"x"))
+    assert (from_deliver.method, from_deliver.delivery_tag, from_deliver.body) == (None, 4, b"x")
     # Context, not content: equality and repr leave the method and the request out.
-    assert delivered == attrs.evolve(delivered, method=returned)
+    assert delivered == attrs.evolve(delivered, method=returned, request=BasicGet())
     assert "method" not in repr(delivered)
     assert delivered.basic_properties is PROPS
 
 
-def _check_handed_out(message: object, queue: str, get: bool) -> None:
+def _check_handed_out(message: Message, queue: str, get: bool) -> None:
     assert isinstance(message, MessageReceived)
     assert type(message.body) is bytes
-    method = message.method
+    assert message.method is None  # copied out
+    assert message.routing_key == queue
     if get:
-        assert type(method) is BasicGetOk
         assert type(message.request) is BasicGet
         assert message.request.queue == queue
+        assert (message.consumer_tag, message.message_count) == (None, 2)  # b"a" of three
     else:
-        assert type(method) is BasicDeliver
         assert message.request is None
-    assert method.routing_key == queue
+        assert message.consumer_tag is not None
+        assert message.message_count is None
 
 
 BIG = b"z" * 300_000  # more than one frame at any frame_max the brokers propose
@@ -234,3 +238,14 @@ def test_amqp_blocking_hands_out_the_core_s_object(amqp_url: str) -> None:
                 _check_handed_out(message, queue, get=False)
                 message.ack()
         got.ack()
+
+
+def test_amqp_blocking_connect_core_keeps_the_plain_event(amqp_url: str) -> None:
+    # Its caller drives the core itself and dispatches on type(event) (amqp_spark does).
+    opened = amqp_blocking.connect_core(amqp_url)
+    try:
+        assert opened.core.config.message_class is MessageReceived
+    finally:
+        opened.sock.close()
+    with amqp_blocking.connect(amqp_url) as conn:
+        assert conn._core.config.message_class is amqp_blocking.Message
