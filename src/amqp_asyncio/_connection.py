@@ -32,7 +32,6 @@ from amqp_sansio import (
     ConnectionLost,
     ConnectionOpened,
     HeartbeatTimeout,
-    MessageReceived,
     MethodReceived,
     RemoteProtocolError,
     Role,
@@ -71,7 +70,7 @@ from amqp_sansio.client import (
     wants_0_10,
 )
 
-from ._channel import Channel
+from ._channel import Channel, Message
 from ._recovery import RecoveryEvents, RecoveryObservable, carry_out, wait_for_recovery
 
 if TYPE_CHECKING:
@@ -199,7 +198,7 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
         self._restored: asyncio.Future[None] | None = None
         # The lost connection's channel objects, by their number there, until resumed.
         self._lost_channels: dict[int, Channel] = {}
-        self._core = CoreConnection(Role.CLIENT, params.to_config())
+        self._core = CoreConnection(Role.CLIENT, params.to_config(Message))
         self._book = Router(self._core, telemetry)
         self._supervisor.attach(self._book, self._channel_reopened)
         self._transport: asyncio.Transport | None = None
@@ -456,8 +455,8 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
             if self._supervisor.restoring and self._restore_event(event):
                 continue
             cls = type(event)
-            if cls is MessageReceived:  # once per message: no dispatch; never waits (a
-                # consumer over its bound is paused by the router, flushed below)
+            if cls is Message:  # once per message (the core builds our class): no dispatch;
+                # never waits (a consumer over its bound is paused by the router, flushed below)
                 book.route_message(event)  # type: ignore[arg-type]
                 continue
             book.handle(event)
@@ -641,7 +640,7 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
             supervisor.secret = credentials.password
             params = attrs.evolve(params, password=credentials.password)
         self._generation += 1
-        self._core = CoreConnection(Role.CLIENT, params.to_config())
+        self._core = CoreConnection(Role.CLIENT, params.to_config(Message))
         self._book = Router(self._core, self._telemetry)
         supervisor.attach(self._book, self._channel_reopened)
         self._transport = None

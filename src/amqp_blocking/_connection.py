@@ -99,7 +99,7 @@ from amqp_sansio.client import (
     wants_0_10,
 )
 
-from ._channel import Channel
+from ._channel import Channel, Message
 from ._recovery import RecoveryEvents, RecoveryObservable, carry_out, wait_for_recovery_locked
 from ._waiter import Waiter
 
@@ -239,7 +239,7 @@ def connect(
         fresh = None if credentials is None else credentials()
         given = endpoint if fresh is None else attrs.evolve(endpoint, password=fresh.password)
         try:
-            opened = connect_core(given, ssl_context=ssl_context)
+            opened = connect_core(given, ssl_context=ssl_context, message_class=Message)
             break
         except ENDPOINT_ERRORS as exc:
             if number == len(endpoints):
@@ -287,11 +287,14 @@ def connect_core(
     ssl_context: ssl.SSLContext | None = None,
     connection_name: str | None = None,
     protocol: str | ProtocolVersion | None = None,
+    message_class: type[MessageReceived] = MessageReceived,
 ) -> OpenedCore:
     """Connect and run the AMQP handshake in the calling thread, then hand over the socket and
     the core: no I/O thread, no locks; the caller drives ``receive_data``/``next_event``/
     ``data_to_send`` itself (and ``next_deadline``/``handle_timer`` when heartbeats are on),
-    and closes the socket. :func:`connect` is this plus the I/O thread.
+    and closes the socket. :func:`connect` is this plus the I/O thread. *message_class* is
+    what the core builds each message as (:attr:`~amqp_sansio.ConnectionConfig.message_class`;
+    :func:`connect` passes :class:`Message`).
 
     The core may already hold events after ``connection.open-ok``: the broker's frames that
     arrived in the same read (a ``connection.blocked``, a ``connection.close``). Drain
@@ -306,13 +309,15 @@ def connect_core(
     fallback = ProtocolFallback(connection_parameters(url_or_params, connection_name, protocol))
     while True:
         try:
-            return _connect_once(fallback.params, ssl_context)
+            return _connect_once(fallback.params, ssl_context, message_class)
         except ProtocolVersionRefused as exc:
             if not fallback.retry(exc):
                 raise
 
 
-def _connect_once(params: Params, ssl_context: ssl.SSLContext | None) -> OpenedCore:
+def _connect_once(
+    params: Params, ssl_context: ssl.SSLContext | None, message_class: type[MessageReceived]
+) -> OpenedCore:
     deadline = time.monotonic() + params.connection_timeout
     context = ssl_context if ssl_context is not None else params.ssl_context()
     try:
@@ -333,7 +338,7 @@ def _connect_once(params: Params, ssl_context: ssl.SSLContext | None) -> OpenedC
                 raise ConnectionTimeoutError(
                     f"no TLS handshake with {params.address} within {params.connection_timeout} s"
                 ) from None
-        core = CoreConnection(Role.CLIENT, params.to_config())
+        core = CoreConnection(Role.CLIENT, params.to_config(message_class))
         opened = _handshake(sock, core, params, deadline)
         sock.settimeout(None)
     except BaseException:
@@ -1038,7 +1043,7 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
             if event is NEED_DATA:
                 return
             cls = type(event)
-            if cls is MessageReceived:  # once per message: no dispatch
+            if cls is Message:  # once per message (the core builds our class): no dispatch
                 book.route_message(event)  # type: ignore[arg-type]
                 continue
             book.handle(event)
@@ -1194,7 +1199,7 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
             with self._lock:
                 supervisor.secret = credentials.password
             params = attrs.evolve(params, password=credentials.password)
-        opened = connect_core(params, ssl_context=self._ssl_context)
+        opened = connect_core(params, ssl_context=self._ssl_context, message_class=Message)
         sock, core = opened.sock, opened.core
         router = Router(core, self._telemetry)
         supervisor.attach(router, self._channel_reopened_locked)

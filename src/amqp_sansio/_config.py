@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Final, final
 
 import attrs
 
+from ._events import MessageReceived
 from ._frames import ProtocolVersion
 from ._generated.spec_0_9_1 import FRAME_MIN_SIZE
 from ._negotiation import version_of
@@ -86,7 +87,10 @@ class ConnectionConfig:
     within one read is handed out as a read-only ``memoryview`` of the received octets instead
     of a copy; each such view keeps its whole read (up to what the adapter asks per ``recv``)
     alive until it is released. For large bodies written on or parsed in place; see
-    :doc:`/codec`.
+    :doc:`/codec`. ``message_class`` (default :class:`MessageReceived`): the subclass of
+    :class:`MessageReceived` every whole message is built as, with only the event's fields set;
+    the client layer's adapters pass their message class, so a delivery is one object from the
+    core to the application.
 
     Server role: extra ``server_properties`` (merged over product, version, platform and the
     capabilities table, as ``client_properties`` are), ``mechanisms``, ``locales``.
@@ -126,6 +130,7 @@ class ConnectionConfig:
     header_0_9: ProtocolVersion = attrs.field(
         default=ProtocolVersion.AMQP_0_9_1, converter=_header_0_9
     )
+    message_class: type[MessageReceived] = MessageReceived
 
     def __attrs_post_init__(self) -> None:
         _check("channel_max", self.channel_max, 1, CHANNEL_MAX_LIMIT, zero=True)
@@ -134,3 +139,7 @@ class ConnectionConfig:
         _check("max_message_size", self.max_message_size, 0, 2**64 - 1)
         _check("chunk_threshold", self.chunk_threshold, 0, 2**64 - 1)
         _check("body_view_threshold", self.body_view_threshold, 0, 2**64 - 1)
+        if not issubclass(self.message_class, MessageReceived):
+            raise TypeError(
+                f"message_class must be a subclass of MessageReceived, not {self.message_class!r}"
+            )

@@ -40,7 +40,6 @@ from ._events import (
     ConnectionRedirected,
     Event,
     HeartbeatTimeout,
-    MessageReceived,
     PublishReturned,
     SecureRequested,
     Sentinel,
@@ -190,6 +189,7 @@ class Connection:
         "_insist",
         "_link",
         "_mechanism",
+        "_message_class",
         "_outbox",
         "_peer",
         "_reader",
@@ -266,6 +266,7 @@ class Connection:
             topology=self._topology,
             max_message_size=self.config.max_message_size,
             chunk_threshold=self.config.chunk_threshold,
+            message_class=self.config.message_class,
         )
         # Channel 0's request FIFO (update-secret); its state never changes.
         self._channel0 = ChannelMachine(0, self._link)
@@ -281,6 +282,7 @@ class Connection:
         threshold = self.config.chunk_threshold
         limit = self.config.max_message_size
         self._content_limit = limit if threshold is None else min(limit, threshold)
+        self._message_class = self.config.message_class
 
     def __repr__(self) -> str:
         return (
@@ -1003,7 +1005,7 @@ class Connection:
                 # goes frame by frame through the channel machine and its checks.
                 content = self._reader.next_content(channel, cls.CLASS_ID, self._content_limit)
                 if content is not None:
-                    delivery = _new(MessageReceived)
+                    delivery = _new(self._message_class)
                     delivery.channel = channel
                     delivery.method = method
                     delivery.properties, delivery.body = content

@@ -8,6 +8,8 @@ Events are frozen, except :class:`MessageReceived`, which sits on the delivery h
 attrs ``__init__`` goes through ``object.__setattr__`` per field, which measured about twice as slow
 to construct (see the comment on the class). Nothing in the core keeps a
 reference to an event after handing it out, so mutability cannot corrupt the core's state.
+It is also the one event that may be subclassed (:attr:`ConnectionConfig.message_class`): the
+client layer's message is one, so a delivery is a single object.
 
 Events holding field tables (dicts) are not hashable; ``eq`` compares field by field.
 """
@@ -329,7 +331,8 @@ class PublishReturned:
 
 # Not frozen: constructing the frozen variant took twice as long (0.59 us vs 0.30 us per
 # instance including the timeit call, CPython 3.11, attrs 26.1), once per delivered message.
-@final
+# Not final: the core builds ConnectionConfig.message_class, a subclass with more slots that
+# the client layer fills in place instead of copying the event into a second object.
 @attrs.define(kw_only=True, slots=True, weakref_slot=False)
 class MessageReceived:
     """A whole message: its method (deliver, get-ok, return; publish in the server role), its
@@ -343,6 +346,9 @@ class MessageReceived:
     ``request`` is the ``basic.get`` a ``basic.get-ok`` answers (as :attr:`MethodReceived.request`
     names the request of other replies), None for every other message. It is context, not
     content: equality ignores it.
+
+    The core builds each message as :attr:`ConnectionConfig.message_class` (this class unless
+    configured), setting only these fields; test with ``isinstance``.
     """
 
     channel: int

@@ -26,7 +26,6 @@ from amqp_sansio import (
     ConsumerCancelled,
     HeartbeatTimeout,
     LocalProtocolError,
-    MessageReceived,
     MethodReceived,
     ProtocolVersion,
     PublishConfirmed,
@@ -65,6 +64,7 @@ from amqp_sansio.client import (
 )
 
 from ._channel import Channel
+from ._message import Message
 from ._recovery import Recovering
 from ._waiter import Waiter
 from ._wire import Wire
@@ -117,7 +117,7 @@ class Connection(Recovering):
         self.params: Final = params
         # OpenTelemetry hooks (amqp_sansio.client.instrument); None: tracing off.
         self._telemetry = telemetry
-        self._core = amqp_sansio.Connection(Role.CLIENT, params.to_config())
+        self._core = amqp_sansio.Connection(Role.CLIENT, params.to_config(Message))
         self._wire = Wire(self._core, stream)
         # Replies, deliveries, confirms and closes go through the client layer's router; the
         # Trio side keeps only what it waits on (flow, blocked, the handshake).
@@ -408,8 +408,8 @@ class Connection(Recovering):
                     await wire.receive()
                     continue
                 cls = type(event)
-                if cls is MessageReceived:
-                    assert isinstance(event, MessageReceived)
+                if cls is Message:  # the core builds our class (ConnectionConfig.message_class)
+                    assert isinstance(event, Message)
                     # Never waits: a consumer over its bound is paused by the router, whose
                     # basic.cancel goes out with the next flush.
                     if route_message(event):

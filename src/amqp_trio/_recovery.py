@@ -30,6 +30,7 @@ from amqp_sansio.client import (
     Wait,
 )
 
+from ._message import Message
 from ._wire import Wire
 
 if TYPE_CHECKING:
@@ -341,7 +342,7 @@ class Recovering(RecoveryObservable["Router", "ChannelBook"]):
     async def _attempt(self, action: Connect, stream: trio.abc.Stream) -> BaseException | None:
         """One attempt on its new stream: serve it (the attempt's task restores and resumes);
         None once it resumed and was served until its end, else why it failed."""
-        self._core = amqp_sansio.Connection(Role.CLIENT, action.params.to_config())
+        self._core = amqp_sansio.Connection(Role.CLIENT, action.params.to_config(Message))
         self._wire = Wire(self._core, stream)
         self._router = Router(self._core, self._telemetry)
         self._supervisor.attach(self._router, self._channel_reopened)

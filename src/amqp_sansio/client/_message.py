@@ -7,23 +7,31 @@ from typing import TYPE_CHECKING, Final, Protocol, Self, TypeVar
 
 import attrs
 
-from .. import BasicDeliver, BasicGetOk, BasicProperties, BasicReturn, Int64
+from .. import BasicDeliver, BasicGetOk, BasicProperties, BasicReturn, Int64, MessageReceived
 
 if TYPE_CHECKING:
-    from .. import ContentProperties, MessageReceived, Method
+    from .. import ContentProperties, Method
 
 __all__ = ["AsyncMessage", "AsyncSettler", "Message", "bound_message"]
 
 STREAM_OFFSET_HEADER: Final = "x-stream-offset"
 
 
+# A MessageReceived itself: the adapters configure the core to build their message class
+# (ConnectionConfig.message_class), and bound_message fills the rest of the same object.
 @attrs.define(kw_only=True, slots=True, weakref_slot=False)
-class Message:
+class Message(MessageReceived):
     """One message: from a consumer (``basic.deliver``), from ``basic_get`` (``basic.get-ok``)
     or returned by the broker (``basic.return``, inside :class:`MessageReturnedError`).
 
     Each adapter subclasses it to add ``ack()``, ``nack()`` and ``reject()`` (awaitable in the
     async adapters) bound to the channel the message came on.
+
+    It is a :class:`~amqp_sansio.MessageReceived` so that the core can build it: the adapters
+    have the core build each message as their class, so a delivery is one object from the
+    wire to the application. Once handed out its ``method`` is None (its fields are copied
+    out, and a buffered message keeps no second object alive for the garbage collector to
+    visit); ``request`` is the ``basic.get`` a get-ok answers.
 
     :ivar body: the payload.
     :ivar properties: the content header's properties.
@@ -36,8 +44,10 @@ class Message:
     :ivar channel: the number of the channel it arrived on.
     """
 
-    body: bytes
-    properties: BasicProperties
+    # Narrower than the event's: bound_message makes a multi-frame body bytes, and every
+    # message of the basic class carries BasicProperties.
+    body: bytes  # type: ignore[mutable-override]
+    properties: BasicProperties  # type: ignore[mutable-override]
     exchange: str
     routing_key: str
     delivery_tag: int = 0
@@ -45,6 +55,9 @@ class Message:
     consumer_tag: str | None = None
     message_count: int | None = None
     channel: int = 0
+    # The core's method until bound_message copied its fields out, then None.
+    method: Method | None = attrs.field(default=None, repr=False, eq=False)  # type: ignore[assignment]
+    request: Method | None = attrs.field(default=None, repr=False, eq=False)
 
     @property
     def stream_offset(self) -> int | None:
@@ -85,6 +98,8 @@ class Message:
             message.consumer_tag = method.consumer_tag
             message.message_count = None
             message.channel = channel
+            message.method = None
+            message.request = None
             added = _ADDED_FIELDS.get(cls)
             if added is None:
                 added = _ADDED_FIELDS[cls] = _added_fields(cls)
@@ -142,13 +157,42 @@ def bound_message(
     connection's *epoch* (None without recovery: epoch 0, never stale) and the channel book
     it *came_on* (stale once the channel was reopened).
 
-    A delivery is built with slot stores alone, each field set once: once per message, this
-    is most of what an adapter adds to the core's delivery path.
+    A message the core built as *cls* (the adapter's ``ConnectionConfig.message_class``) is
+    completed in place: one object per delivery. Otherwise a delivery is built with slot
+    stores alone, each field set once: once per message, this is most of what an adapter adds
+    to the core's delivery path.
     """
     method = event.method
-    # The three bound fields are the subclass's (checked once per class by _bindable).
+    body = event.body
+    # The bound fields are the subclass's (checked once per class by _bindable).
+    if type(event) is cls and (cls in _BINDABLE or _bindable(cls)):
+        message = event
+        if type(body) is not bytes:
+            message.body = bytes(body)  # a multi-frame body arrives as a bytearray
+        if type(method) is BasicDeliver:
+            message.consumer_tag = method.consumer_tag
+            message.message_count = None
+        elif type(method) is BasicGetOk:
+            assert isinstance(method, BasicGetOk)
+            message.consumer_tag = None
+            message.message_count = method.message_count
+        else:
+            raise TypeError(f"{type(method).__name__} is not a delivery")
+        message.exchange = method.exchange
+        message.routing_key = method.routing_key
+        message.delivery_tag = method.delivery_tag
+        message.redelivered = method.redelivered
+        message.method = None  # kept, a second tracked object per buffered message
+        message._owner = owner  # type: ignore[attr-defined]
+        if epoch is None:
+            message.epoch = 0  # type: ignore[attr-defined]
+            message._epoch_cell = None  # type: ignore[attr-defined]
+        else:
+            message.epoch = epoch.current  # type: ignore[attr-defined]
+            message._epoch_cell = epoch  # type: ignore[attr-defined]
+        message._came_on = came_on  # type: ignore[attr-defined]
+        return message
     if type(method) is BasicDeliver and (cls in _BINDABLE or _bindable(cls)):
-        body = event.body
         if type(body) is not bytes:
             body = bytes(body)  # a multi-frame body arrives as a bytearray
         message = _new(cls)
@@ -162,6 +206,8 @@ def bound_message(
         message.consumer_tag = method.consumer_tag
         message.message_count = None
         message.channel = event.channel
+        message.method = None
+        message.request = event.request
         message._owner = owner  # type: ignore[attr-defined]
         if epoch is None:
             message.epoch = 0  # type: ignore[attr-defined]
@@ -171,7 +217,8 @@ def bound_message(
             message._epoch_cell = epoch  # type: ignore[attr-defined]
         message._came_on = came_on  # type: ignore[attr-defined]
         return message
-    message = cls.from_content(event.channel, method, event.properties, event.body)
+    message = cls.from_content(event.channel, method, event.properties, body)
+    message.request = event.request
     message._owner = owner  # type: ignore[attr-defined]
     if epoch is not None:
         message.epoch = epoch.current  # type: ignore[attr-defined]

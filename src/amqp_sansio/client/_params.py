@@ -15,7 +15,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import attrs
 
-from .. import ConnectionConfig, ProtocolVersion
+from .. import ConnectionConfig, MessageReceived, ProtocolVersion
 from ._versions import ADAPTER_VERSIONS, ClientProtocol, client_protocol
 
 if TYPE_CHECKING:
@@ -229,9 +229,11 @@ class ConnectionParameters:
             max_message_size=_or_default(number("max_message_size"), DEFAULT_MAX_MESSAGE_SIZE),
         )
 
-    def to_config(self) -> ConnectionConfig:
+    def to_config(self, message_class: type[MessageReceived] = MessageReceived) -> ConnectionConfig:
         """The core's :class:`~amqp_sansio.ConnectionConfig` for these parameters (``"auto"``
-        is its first attempt, 0-9-1: ``connect()`` runs the rest of the loop)."""
+        is its first attempt, 0-9-1: ``connect()`` runs the rest of the loop); the adapters
+        pass their message class as *message_class* (see
+        :attr:`~amqp_sansio.ConnectionConfig.message_class`)."""
         # 0-10 has its own core and config (amqp_sansio.v0_10.client.config_from): the
         # common settings are still checked here, by 0-9-1's
         protocol = ADAPTER_VERSIONS[0] if self.protocol in ("auto", "0-10") else self.protocol
@@ -249,6 +251,7 @@ class ConnectionParameters:
             frame_max=self.frame_max,
             heartbeat=self.heartbeat,
             max_message_size=self.max_message_size,
+            message_class=message_class,
         )
 
     def ssl_context(self) -> ssl.SSLContext | None:

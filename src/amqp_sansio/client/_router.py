@@ -545,8 +545,7 @@ class Router:
     def handle(self, event: Event) -> bool:
         """Resolve whatever *event* answers; events about the transport are the adapter's.
         True when a delivery paused its consumer (:meth:`route_message`): flush the core."""
-        if type(event) is MessageReceived:  # the hot path: no table lookup
-            assert isinstance(event, MessageReceived)
+        if isinstance(event, MessageReceived):  # the hot path (any message_class): no lookup
             return self.route_message(event)
         route = _ROUTES.get(type(event))
         if route is not None:
