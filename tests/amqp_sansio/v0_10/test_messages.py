@@ -3,6 +3,8 @@ units, flush and stop, the byte count of a transfer, and the client's completion
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from amqp_sansio.v0_10 import (
@@ -36,6 +38,9 @@ from amqp_sansio.v0_10 import (
 )
 from amqp_sansio.v0_10.framing import encode_header_segment
 from amqp_sansio.v0_10.testing import ConnectionPair, feed, parse_assemblies
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 def setup(
@@ -336,7 +341,7 @@ def test_a_sync_transfer_is_reported_at_once() -> None:
     ]
 
 
-def _summary(events: list[object]) -> list[tuple[object, ...]]:
+def _summary(events: Sequence[object]) -> list[tuple[object, ...]]:
     return [
         (e.command_id, e.transfer, e.headers, e.body, e.sync, e.size)
         for e in events
