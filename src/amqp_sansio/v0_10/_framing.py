@@ -683,6 +683,12 @@ def split_segment(
 ) -> None:
     """Append one segment as frames of at most *max_payload* payload octets (one frame, with
     an empty payload, for an empty segment)."""
+    cls = type(payload)
+    if (cls is bytes or cls is bytearray) and len(payload) <= max_payload:
+        # the usual case, without a view: one frame
+        out += _pack_header(seg_flags | 3, seg_type, len(payload) + 12, 0, track, channel, 0)
+        out += payload
+        return
     view = memoryview(payload)
     size = len(view)
     if size <= max_payload:
