@@ -10,7 +10,10 @@ needs pamqp < 4), plus a raw client that writes pre-encoded frames from plain so
 broker's ceiling on this machine, and ``core``, a bare blocking socket loop over
 ``amqp_sansio.Connection`` (``bench/_core_client.py``): the floor the adapters are held against
 (each adapter's client CPU per message over core's, issue 20). ``--broker embedded`` runs it all
-against the embedded broker (``python -m amqp_broker`` on a free port) instead.
+against the embedded broker (``python -m amqp_broker`` on a free port) instead; it serves AMQP
+0-10 too, and each adapter's 0-10 client (``amqp_trio-0-10``, ...) is then printed next to its
+0-9-1 one, client CPU per message and msgs/s of 0-10 over 0-9-1's (issue 35: at most 1.1x).
+``bench/instructions.py`` counts the same cases' instructions per message with callgrind.
 
 Every case runs in its own worker process against a fresh, uniquely named queue that the harness
 declares (and, for consume, fills) beforehand and deletes afterwards; publishes are checked to
