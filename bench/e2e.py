@@ -10,7 +10,10 @@ needs pamqp < 4), plus a raw client that writes pre-encoded frames from plain so
 broker's ceiling on this machine, and ``core``, a bare blocking socket loop over
 ``amqp_sansio.Connection`` (``bench/_core_client.py``): the floor the adapters are held against
 (each adapter's client CPU per message over core's, issue 20). ``--broker embedded`` runs it all
-against the embedded broker (``python -m amqp_broker`` on a free port) instead.
+against the embedded broker (``python -m amqp_broker`` on a free port) instead; it serves AMQP
+0-10 too, and each adapter's 0-10 client (``amqp_trio-0-10``, ...) is then printed next to its
+0-9-1 one, client CPU per message and msgs/s of 0-10 over 0-9-1's (issue 35: at most 1.1x).
+``bench/instructions.py`` counts the same cases' instructions per message with callgrind.
 
 Every case runs in its own worker process against a fresh, uniquely named queue that the harness
 declares (and, for consume, fills) beforehand and deletes afterwards; publishes are checked to
@@ -107,6 +110,8 @@ GOAL_SIZE = "1KiB"
 ADAPTERS = [OURS, *OUR_OTHERS]
 MAX_CPU_OVER_CORE = 1.3
 MIN_TRIO_OVER_RAW = 0.9
+# issue 35: each adapter's 0-10 client CPU per message at most this times its 0-9-1 client's
+MAX_CPU_0_10 = 1.1
 MAX_ATTEMPTS = 3
 
 
@@ -365,6 +370,45 @@ def adapter_lines(
             cells.append(fmt_ratio(over_raw))
             if over_raw is not None and over_raw < MIN_TRIO_OVER_RAW:
                 missed.append(f"{OURS}/raw {op} {size} {over_raw:.2f}x")
+            lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("  missed: " + ", ".join(missed) if missed else "  every measured goal met")
+    return lines
+
+
+def protocol_lines(
+    medians: dict[tuple[str, str, str], float],
+    cpu_medians: dict[tuple[str, str, str], float],
+    libs: list[str],
+    ops: list[str],
+    sizes: list[str],
+) -> list[str]:
+    """Issue 35: each adapter's 0-10 client next to its 0-9-1 one on the same broker, client
+    CPU per message (and msgs/s) of 0-10 over 0-9-1's."""
+    pairs = [(lib, f"{lib}-0-10") for lib in ADAPTERS if lib in libs and f"{lib}-0-10" in libs]
+    if not pairs:
+        return []
+    lines = [
+        f"0-10 / 0-9-1 per adapter: client CPU per message (goal <= {MAX_CPU_0_10}x), msgs/s",
+        "",
+        "| case | "
+        + " | ".join(f"{lib} CPU 0-10/0-9-1 | {lib} msgs/s 0-10/0-9-1" for lib, _ in pairs)
+        + " |",
+        "|---|" + "--:|--:|" * len(pairs),
+    ]
+    missed: list[str] = []
+    for op in ops:
+        for size in sizes:
+            cells = [f"{op} {size}"]
+            for old, new in pairs:
+                cpu_old = cpu_medians.get((op, size, old))
+                cpu_new = cpu_medians.get((op, size, new))
+                cpu = cpu_new / cpu_old if cpu_new is not None and cpu_old else None
+                rate_old, rate_new = medians.get((op, size, old)), medians.get((op, size, new))
+                rate = rate_new / rate_old if rate_new is not None and rate_old else None
+                cells += [fmt_ratio(cpu), fmt_ratio(rate)]
+                if cpu is not None and cpu > MAX_CPU_0_10:
+                    missed.append(f"{new} CPU {op} {size} {cpu:.2f}x")
             lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines.append("  missed: " + ", ".join(missed) if missed else "  every measured goal met")
@@ -641,6 +685,10 @@ def measure(
         adapter_goals = adapter_lines(medians, cpu_medians, libs, ops, sizes)
         print("\n".join(adapter_goals))
         print()
+    protocol_goals = protocol_lines(medians, cpu_medians, libs, ops, sizes)
+    if protocol_goals:
+        print("\n".join(protocol_goals))
+        print()
     goals = goal_lines(medians, libs)
     if GOAL_SIZE in sizes and OURS in libs and RAW in libs:
         print("\n".join(goals))
@@ -689,6 +737,7 @@ def measure(
             ],
             "goals": goals,
             "adapter_goals": adapter_goals,
+            "protocol_goals": protocol_goals,
             "broker": args.broker,
             "load_average": os.getloadavg(),
             "problems": [

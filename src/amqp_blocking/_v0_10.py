@@ -61,6 +61,8 @@ logger: Final = logging.getLogger("amqp_blocking")
 
 _NO_PROPERTIES: Final = Properties()
 _READ: Final = 65536
+#: Queued output above which a publishing thread writes it itself (backpressure).
+_HIGH_WATER: Final = 1024 * 1024
 
 
 @final
@@ -100,6 +102,13 @@ class Connection010(RecoveryObservable[ClientCore, ClientSession]):
         self._recovering = False
         self._stop_recovery = threading.Event()
         self._thread = threading.Thread(target=self._run, name="amqp_blocking 0-10", daemon=True)
+        # Output queued outside a call that writes (accepts, credit, unsynced transfers) is
+        # written by the I/O thread, woken through this pair once per batch: a write (and an
+        # accept command) per message costs more than the message.
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._wake_pending = False
         # Where wait_any starts looking next: each subscription gets its turn.
         self._next_ready = 0
 
@@ -118,7 +127,7 @@ class Connection010(RecoveryObservable[ClientCore, ClientSession]):
         self.close()
 
     def _new_core(self, params: ConnectionParameters) -> ClientCore:
-        core = ClientCore(params, wake=self._flush_locked, guard=self._lock)
+        core = ClientCore(params, wake=self._wake_locked, guard=self._lock)
         supervisor = self._supervisor
         core.epochs = supervisor.epoch
         if self._policy is not None:
@@ -161,7 +170,22 @@ class Connection010(RecoveryObservable[ClientCore, ClientSession]):
                 self._core.receive_data(b"")
                 self._core.process()
 
+    def _wake_locked(self) -> None:
+        """Have the I/O thread write what the core queued (it writes after every read
+        itself)."""
+        if not self._wake_pending and threading.current_thread() is not self._thread:
+            self._wake_pending = True
+            with contextlib.suppress(OSError):  # full: a wake is already waiting
+                self._wake_w.send(b"\0")
+
     def _run(self) -> None:
+        try:
+            self._run_sockets()
+        finally:
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def _run_sockets(self) -> None:
         while True:
             self._serve()
             with self._lock:
@@ -184,14 +208,22 @@ class Connection010(RecoveryObservable[ClientCore, ClientSession]):
                     return
                 deadline = conn.next_deadline()
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            woken = False
             try:
-                readable, _, _ = select.select([self._sock], [], [], timeout)
-                data = self._sock.recv(_READ) if readable else None
+                readable, _, _ = select.select([self._sock, self._wake_r], [], [], timeout)
+                if self._wake_r in readable:
+                    woken = True
+                    with contextlib.suppress(OSError):
+                        self._wake_r.recv(4096)
+                data = self._sock.recv(_READ) if self._sock in readable else None
             except OSError:
                 data = b""
             with self._lock:
+                if woken:
+                    self._wake_pending = False
                 if data is None:
-                    conn.handle_timer(time.monotonic())
+                    if not woken:
+                        conn.handle_timer(time.monotonic())
                 else:
                     core.receive_data(data, time.monotonic())
                 core.process()
@@ -316,6 +348,9 @@ class Connection010(RecoveryObservable[ClientCore, ClientSession]):
             self._thread.join(self.params.connection_timeout)
         with contextlib.suppress(OSError):
             self._sock.close()
+        if not self._thread.is_alive():  # else the thread closes them as it ends
+            self._wake_r.close()
+            self._wake_w.close()
 
     def _wait(self, pending: Pending, timeout: float | None = None) -> Struct | None:
         """Write what the call queued, then wait for *pending* (the lock is held)."""
@@ -467,10 +502,14 @@ class Session010(SessionMethods):
         """
         headers = properties.header_segment(routing_key, len(body))
         if not sync:
-            with self._conn._lock:
-                self._conn._wait_recovered_locked()
+            conn = self._conn
+            with conn._lock:
+                conn._wait_recovered_locked()
                 self._core.transfer(destination, body, headers, None)
-                self._conn._flush_locked()
+                if conn._core.conn.outbound_size >= _HIGH_WATER:
+                    conn._flush_locked()
+                else:
+                    conn._wake_locked()
             return
         self._call(lambda p: self._core.transfer(destination, body, headers, p))
 
@@ -556,9 +595,9 @@ class Subscription010:
                 lambda: bool(core.buffer) or core.finished or conn.is_closed,
                 timeout,
             )
+            # The credit take() grants back wakes the I/O thread itself.
             message = core.take()
             if message is not None:
-                conn._flush_locked()
                 return message
             if core.error is not None:
                 raise core.error

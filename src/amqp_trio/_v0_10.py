@@ -45,6 +45,7 @@ from amqp_sansio.v0_10.client import (
 
 from ._generated_session import SessionMethods
 from ._recovery import RecoveryEvents, RecoveryObservable, carry_out, wait_for_recovery
+from ._wire import HIGH_WATER, YIELD_EVERY
 
 if TYPE_CHECKING:
     import ssl
@@ -86,6 +87,10 @@ class Connection010(RecoveryObservable[ClientCore, ClientSession]):
         self.params: Final = params
         self._stream = stream
         self._wake = trio.Event()
+        # The writer and a publisher over HIGH_WATER write in turn (one send_all at a time).
+        self._send_lock = trio.Lock()
+        # Unsynced transfers queued since the last yield to the scheduler.
+        self._unyielded = 0
         self._policy = recovery
         self._reopen = reopen
         self._subscribers: set[RecoveryEvents] = set()
@@ -189,16 +194,39 @@ class Connection010(RecoveryObservable[ClientCore, ClientSession]):
         self._wake.set()
 
     async def _run_writer(self) -> None:
-        conn = self._core.conn
         while True:
             await self._wake.wait()
             self._wake = trio.Event()
-            self._core.flush_settlements()
             try:
-                for buffer in conn.buffers_to_send():
-                    await self._stream.send_all(buffer)
+                await self._write()
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
+
+    async def _write(self) -> None:
+        """Write what the core holds (the gathered accepts first), one writer at a time."""
+        async with self._send_lock:
+            core = self._core
+            core.flush_settlements()
+            for buffer in core.conn.buffers_to_send():
+                await self._stream.send_all(buffer)
+
+    async def _output_turn(self) -> None:
+        """An unsynced transfer's turn: yield to the scheduler every YIELD_EVERY transfers (a
+        scheduling round per transfer costs more than the transfer), and write here while the
+        core holds HIGH_WATER octets or more (backpressure). Never raises ``Cancelled``: the
+        transfer is queued already."""
+        self._unyielded += 1
+        if self._core.conn.outbound_size >= HIGH_WATER:
+            self._unyielded = 0
+            # A broken stream: the reader sees its end and fails what is pending.
+            with (
+                trio.CancelScope(shield=True),
+                contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError),
+            ):
+                await self._write()
+        elif self._unyielded >= YIELD_EVERY:
+            self._unyielded = 0
+            await trio.lowlevel.cancel_shielded_checkpoint()
 
     # --- recovery: the supervisor decides, these tasks carry its actions out -------------------
 
@@ -386,12 +414,16 @@ class Session010(SessionMethods):
         With *sync* (the default) it returns once the broker completed it (it was routed and
         enqueued: 0-10's publisher confirm); else it returns at once.
         """
-        await self._conn._wait_recovered()
+        conn = self._conn
+        if conn._recovered is not None:
+            await conn._wait_recovered()
         headers = properties.header_segment(routing_key, len(body))
         if not sync:
+            # Checked before anything is queued: a cancelled transfer is not sent.
+            await trio.lowlevel.checkpoint_if_cancelled()
             self._core.transfer(destination, body, headers, None)
-            self._conn._wake.set()
-            await trio.lowlevel.checkpoint()
+            conn._wake.set()
+            await conn._output_turn()
             return
         pending, event = _pending()
         self._core.transfer(destination, body, headers, pending)
@@ -452,6 +484,8 @@ class Subscription010:
         self._session = session
         self._core = core
         self._event = trio.Event()
+        # Messages handed out since the last yield to the scheduler.
+        self._unyielded = 0
         core.notify = self._notify
 
     def _notify(self) -> None:
@@ -478,16 +512,24 @@ class Subscription010:
 
     async def _next(self) -> Message | None:
         core = self._core
+        # Checked before anything is taken, so no message is lost to a cancellation. A
+        # buffered message is handed out without a scheduling round (the reader buffered a
+        # whole read's); the iterator still yields every YIELD_EVERY messages. The credit
+        # take() grants back and the accepts wake the writer themselves.
+        await trio.lowlevel.checkpoint_if_cancelled()
         while True:
             message = core.take()
             if message is not None:
-                self._session._conn._wake.set()
-                await trio.lowlevel.checkpoint()
+                self._unyielded += 1
+                if self._unyielded >= YIELD_EVERY:
+                    self._unyielded = 0
+                    await trio.lowlevel.cancel_shielded_checkpoint()
                 return message
             if core.error is not None:
                 raise core.error
             if core.cancelled:
                 return None
+            self._unyielded = 0
             self._event = trio.Event()
             await self._event.wait()
 

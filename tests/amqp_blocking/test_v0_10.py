@@ -102,3 +102,31 @@ def test_heartbeats_keep_an_idle_connection(ports: Ports) -> None:
             queue = scenarios.unique("hb")
             session.queue_declare(queue, auto_delete=True)
             assert session.queue_query(queue).queue == queue
+
+
+def test_credit_and_unsynced_transfers_are_written_without_another_call(ports: Ports) -> None:
+    # Output queued outside a writing call (an unsynced transfer, the credit a take grants
+    # back, accepts) is written by the I/O thread, not by this thread's next call.
+    with (
+        amqp_blocking.connect_0_10(ports.url()) as conn,
+        conn.session() as session,
+        amqp_blocking.connect_0_10(ports.url()) as observer_conn,
+        observer_conn.session() as observer,
+    ):
+        queue = scenarios.unique("written")
+        observer.queue_declare(queue, auto_delete=True)
+        session.transfer("", b"one", routing_key=queue, sync=False)
+        session.transfer("", b"two", routing_key=queue, sync=False)
+        for _ in range(1000):  # waits for the I/O thread; asserts no time
+            if observer.queue_query(queue).message_count == 2:
+                break
+            time.sleep(0.01)
+        assert observer.queue_query(queue).message_count == 2
+        # One message of credit: the second arrives once the first's credit was written,
+        # which get() does not do.
+        sub = observer.subscribe(queue, prefetch=1)
+        for body in (b"one", b"two"):
+            message = sub.get(timeout=10)
+            assert message is not None
+            assert message.body == body
+            message.accept()

@@ -52,6 +52,7 @@ from ._framing import (
     AssemblyReader,
     FrameReader,
     encode_control,
+    take_command_assembly,
 )
 from ._generated.spec_0_10 import (
     MIN_MAX_FRAME_SIZE,
@@ -371,8 +372,10 @@ class Connection:
         events = self._events
         if events:
             return events.popleft()
-        next_frame = self._reader.next_frame
-        receive = self._assembler.receive
+        reader = self._reader
+        assembler = self._assembler
+        next_frame = reader.next_frame
+        receive = assembler.receive
         try:
             while True:
                 if self._decision is not None:
@@ -382,14 +385,16 @@ class Connection:
                     return self._end_of_input()
                 if self._inbox is not None and not self._read_header():
                     return self._end_of_input()
-                frame = next_frame()
-                if frame is None:
-                    if self._dirty:
-                        self._flush_sessions()
-                    return self._end_of_input()
-                assembly = receive(frame)
+                assembly = take_command_assembly(reader, assembler)
                 if assembly is None:
-                    continue
+                    frame = next_frame()
+                    if frame is None:
+                        if self._dirty:
+                            self._flush_sessions()
+                        return self._end_of_input()
+                    assembly = receive(frame)
+                    if assembly is None:
+                        continue
                 if type(assembly.op) is not ConnectionHeartbeat:  # liveness only
                     event = self._on_assembly(assembly)
                     if event is not None:
@@ -565,6 +570,15 @@ class Connection:
             self._chunks.append(self._out)
             self._out = bytearray()
         self._chunks.extend(buffers)
+
+    @property
+    def outbound_size(self) -> int:
+        """How many octets :meth:`data_to_send` would hand out now: adapters bound what they
+        let pile up with it (backpressure)."""
+        chunks = self._chunks
+        if not chunks:
+            return len(self._out)  # per transfer: keep it cheap
+        return len(self._out) + sum(memoryview(chunk).nbytes for chunk in chunks)
 
     def data_to_send(self) -> bytes:
         """Everything to write, in order, as one ``bytes``; empties the outbound buffer.

@@ -592,6 +592,83 @@ class AssemblyReader:
         state.headers = None
 
 
+#: Frame flags of the segments of a command assembly sent as one frame each (a transfer).
+_WHOLE_COMMAND: Final = FIRST_SEGMENT | FIRST_FRAME | LAST_FRAME
+_WHOLE_HEADER: Final = FIRST_FRAME | LAST_FRAME
+_WHOLE_BODY: Final = LAST_SEGMENT | FIRST_FRAME | LAST_FRAME
+
+
+def take_command_assembly(reader: FrameReader, assembler: AssemblyReader) -> Assembly | None:
+    """What :meth:`AssemblyReader.receive` makes of the next three frames in the usual case of
+    a received transfer, without a :class:`Frame` for each: a command, a header and a body
+    segment, each one whole frame on the same channel's command track, no assembly under way
+    there. None, with nothing taken, for anything else: the frame by frame path reads it and
+    raises its errors."""
+    data = reader._data
+    pos = reader._pos
+    available = len(data)
+    if type(data) is not bytes or available - pos < 3 * FRAME_HEADER_SIZE:
+        return None
+    flags, seg_type, size, reserved, track, channel, zeros = _unpack_header(data, pos)
+    if flags != _WHOLE_COMMAND or seg_type != SEGMENT_COMMAND or track != TRACK_COMMAND:
+        return None
+    largest = reader.max_frame_size
+    header = pos + size
+    if (
+        reserved
+        or zeros
+        or size < FRAME_HEADER_SIZE
+        or size > largest
+        or header + FRAME_HEADER_SIZE > available
+    ):
+        return None
+    flags, seg_type, header_size, reserved, track, on, zeros = _unpack_header(data, header)
+    body = header + header_size
+    if (
+        flags != _WHOLE_HEADER
+        or seg_type != SEGMENT_HEADER
+        or track != TRACK_COMMAND
+        or on != channel
+        or reserved
+        or zeros
+        or header_size < FRAME_HEADER_SIZE
+        or header_size > largest
+        or body + FRAME_HEADER_SIZE > available
+    ):
+        return None
+    flags, seg_type, body_size, reserved, track, on, zeros = _unpack_header(data, body)
+    end = body + body_size
+    if (
+        flags != _WHOLE_BODY
+        or seg_type != SEGMENT_BODY
+        or track != TRACK_COMMAND
+        or on != channel
+        or reserved
+        or zeros
+        or body_size < FRAME_HEADER_SIZE
+        or body_size > largest
+        or end > available
+        or size + header_size + body_size - 3 * FRAME_HEADER_SIZE > assembler.max_message_size
+    ):
+        return None
+    state = assembler._tracks.get(channel << 1 | TRACK_COMMAND)
+    if state is not None and (state.seg_type >= 0 or state.asm >= 0):
+        return None
+    command, sync = _decode_command(data[pos + FRAME_HEADER_SIZE : header])
+    if not command.SEGMENTS:
+        return None  # the frame by frame path refuses the segments
+    headers = decode_header_segment(data[header + FRAME_HEADER_SIZE : body])
+    reader._pos = end
+    assembly = _new(Assembly)
+    assembly.channel = channel
+    assembly.op = command
+    assembly.sync = sync
+    assembly.headers = headers
+    assembly.body = data[body + FRAME_HEADER_SIZE : end]
+    assembly.size = header_size + body_size - 2 * FRAME_HEADER_SIZE
+    return assembly
+
+
 # --- encoding --------------------------------------------------------------------------------
 
 
@@ -606,6 +683,12 @@ def split_segment(
 ) -> None:
     """Append one segment as frames of at most *max_payload* payload octets (one frame, with
     an empty payload, for an empty segment)."""
+    cls = type(payload)
+    if (cls is bytes or cls is bytearray) and len(payload) <= max_payload:
+        # the usual case, without a view: one frame
+        out += _pack_header(seg_flags | 3, seg_type, len(payload) + 12, 0, track, channel, 0)
+        out += payload
+        return
     view = memoryview(payload)
     size = len(view)
     if size <= max_payload:

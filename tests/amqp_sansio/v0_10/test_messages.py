@@ -3,6 +3,8 @@ units, flush and stop, the byte count of a transfer, and the client's completion
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from amqp_sansio.v0_10 import (
@@ -27,6 +29,7 @@ from amqp_sansio.v0_10 import (
     MessageReject,
     MessageRelease,
     MessageTransfer,
+    RemoteProtocolError,
     ResultReceived,
     SequenceSet,
     Session,
@@ -35,6 +38,9 @@ from amqp_sansio.v0_10 import (
 )
 from amqp_sansio.v0_10.framing import encode_header_segment
 from amqp_sansio.v0_10.testing import ConnectionPair, feed, parse_assemblies
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 def setup(
@@ -333,3 +339,51 @@ def test_a_sync_transfer_is_reported_at_once() -> None:
     assert reports(pair.client.data_to_send()) == [
         SessionCompleted(commands=SequenceSet.of(event.command_id), timely_reply=False)
     ]
+
+
+def _summary(events: Sequence[object]) -> list[tuple[object, ...]]:
+    return [
+        (e.command_id, e.transfer, e.headers, e.body, e.sync, e.size)
+        for e in events
+        if isinstance(e, MessageReceived)
+    ]
+
+
+def test_transfers_decode_alike_whatever_the_reads_cut() -> None:
+    # Whole transfers in one read take the three-frame shortcut; reads that cut a transfer
+    # anywhere take the frame by frame path for it: the events are the same.
+    pair, client, _ = setup()
+    props = [DeliveryProperties(routing_key="q"), MessageProperties(content_length=3)]
+    for n in range(3):
+        client.transfer("x", b"abc", headers=props, sync=n == 2)
+    client.transfer("x", b"")  # an empty body segment
+    client.transfer("x", b"no header")
+    data = pair.client.data_to_send()
+    expected = _summary(feed(setup()[0].server, data))
+    assert len(expected) == 5
+    for cut in range(1, len(data)):
+        server = setup()[0].server
+        events = feed(server, data[:cut]) + feed(server, data[cut:])
+        assert _summary(events) == expected, cut
+
+
+def test_a_bad_frame_after_a_command_segment_is_refused_as_before() -> None:
+    pair, client, _ = setup()
+    client.transfer("x", b"abc", headers=[DeliveryProperties(routing_key="q")])
+    data = bytearray(pair.client.data_to_send())
+    header_frame = data.index(b"\x03\x02")  # the header segment's frame: flags, type
+    data[header_frame + 4] = 1  # a reserved octet
+    with pytest.raises(RemoteProtocolError, match="reserved"):
+        feed(pair.server, bytes(data))
+
+
+def test_outbound_size_counts_what_data_to_send_hands_out() -> None:
+    pair, client, _ = setup()
+    conn = pair.client
+    assert conn.outbound_size == 0
+    client.transfer("x", b"small")
+    client.transfer("x", b"b" * 100_000)  # written as views of the body
+    client.transfer("x", b"small")
+    size = conn.outbound_size
+    assert size == len(conn.data_to_send())
+    assert conn.outbound_size == 0

@@ -332,11 +332,14 @@ class ClientSession:
         """``message.transfer`` (accept mode none); with *pending*, sent with the sync bit."""
         self.check()
         sync = pending is not None
-        command_id = self._send(
-            lambda s: s.transfer(
+        try:  # _send's steps, without a closure per transfer
+            if self._accepts:
+                self.flush_settlements()  # earlier accepts go first
+            command_id = self.core.transfer(
                 destination, body, headers=headers, accept_mode=AcceptMode.NONE, sync=sync
             )
-        )
+        except ProtocolError as exc:
+            raise SessionEndedError(f"session {self.name!r}: {exc}") from exc
         if pending is not None:
             self._pending[command_id] = pending
             self._outcomes.add(command_id)
