@@ -38,6 +38,11 @@ HIGH_WATER: Final = 1024 * 1024
 #: A publisher that never waits yields to the scheduler once per this many publishes.
 YIELD_EVERY: Final = 128
 
+#: Queued output of at least this many octets (a large message) is written by the task that
+#: queued it when no write is under way: a batch of several would save no system call worth
+#: a scheduling round of the writer's.
+DIRECT_WRITE: Final = 64 * 1024
+
 #: Scheduling rounds the writer lets pass while publishers keep adding output.
 GATHER_ROUNDS: Final = 16
 
@@ -126,9 +131,14 @@ class Wire:
         """The part of :meth:`queue_output` that needs no await: wake the writer. True when
         the caller must still ``await output_turn()`` (a write or a yield is due); a publisher
         skips creating a coroutine on the other calls."""
-        if self._read_since_write and self._write_now():
-            self._unyielded += 1
-            return self._unyielded >= YIELD_EVERY
+        if self._read_since_write or self.core.outbound_size >= DIRECT_WRITE:
+            if self._write_now():
+                self._unyielded += 1
+                return self._unyielded >= YIELD_EVERY
+            if self._leftover:
+                # The socket is full: the caller waits for it (output_turn writes the rest),
+                # as a blocking send would, rather than waking the writer for it.
+                return True
         if urgent:
             self._urgent = True
         if self.core.outbound_size >= HIGH_WATER or self.broken:
@@ -140,7 +150,9 @@ class Wire:
     def _write_now(self) -> bool:
         """Write what the core holds from the calling task, without blocking: on a plain
         socket, when no write is under way and nothing is left over. True when all of it was
-        written; what the socket did not take waits in ``_leftover`` for the writer."""
+        written; what the socket did not take waits in ``_leftover``, and the caller either
+        flushes it itself or wakes the writer. Synchronous: the frames were in the core's
+        outbound buffer before, so a cancelled caller never leaves one half-written."""
         self._read_since_write = False
         sock = self._socket
         if sock is None or self._send_lock.locked() or self._leftover or self.broken:
@@ -160,7 +172,6 @@ class Wire:
         if not left:
             return True
         self._leftover = left
-        self._wake.set()
         return False
 
     async def output_turn(self) -> None:
@@ -170,7 +181,7 @@ class Wire:
         :raises ConnectionLostError: the transport is gone.
         """
         self._unyielded = 0
-        if self.core.outbound_size >= HIGH_WATER or self.broken:
+        if self._leftover or self.core.outbound_size >= HIGH_WATER or self.broken:
             with trio.CancelScope(shield=True):
                 await self.flush()
             return
