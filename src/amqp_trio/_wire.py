@@ -147,6 +147,25 @@ class Wire:
         self._unyielded += 1
         return self._unyielded >= YIELD_EVERY
 
+    async def send_request(self) -> None:
+        """:meth:`flush` for a request whose caller then parks for its reply: on a plain socket
+        written from the calling task with no scheduling round of its own when the socket takes
+        it all (the park that follows is the caller's checkpoint).
+
+        :raises ConnectionLostError: the transport failed.
+        """
+        # Cancelled before anything is written: the request stays queued (as with flush).
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if not self._write_now():
+            await self.flush()
+
+    def flush_soon(self) -> None:
+        """The reader's flush of what an event queued in the core (a close-ok, a cancel):
+        written at once when the socket takes it, else by the writer; the writer is not woken
+        when nothing is queued."""
+        if self.core.outbound_size and not self._write_now():
+            self._wake.set()  # also for what the socket did not take
+
     def _write_now(self) -> bool:
         """Write what the core holds from the calling task, without blocking: on a plain
         socket, when no write is under way and nothing is left over. True when all of it was
