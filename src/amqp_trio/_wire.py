@@ -154,8 +154,13 @@ class Wire:
 
         :raises ConnectionLostError: the transport failed.
         """
-        # Cancelled before anything is written: the request stays queued (as with flush).
-        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            await trio.lowlevel.checkpoint_if_cancelled()
+        except trio.Cancelled:
+            # Cancelled before writing: the request is in the core, and the writer sends it
+            # (its late reply is dropped), as flush() does.
+            self._wake.set()
+            raise
         if not self._write_now():
             await self.flush()
 
