@@ -102,6 +102,8 @@ class Wire:
         # What such a write could not write (the socket's buffer was full): the writer writes
         # it before anything else.
         self._leftover: list[Buffer] = []
+        # A large write left some over: its caller writes the rest itself (output_turn).
+        self._drain = False
 
     # --- Writing ------------------------------------------------------------------------------
 
@@ -131,13 +133,16 @@ class Wire:
         """The part of :meth:`queue_output` that needs no await: wake the writer. True when
         the caller must still ``await output_turn()`` (a write or a yield is due); a publisher
         skips creating a coroutine on the other calls."""
-        if self._read_since_write or self.core.outbound_size >= DIRECT_WRITE:
+        queued = self.core.outbound_size
+        if self._read_since_write or queued >= DIRECT_WRITE:
             if self._write_now():
                 self._unyielded += 1
                 return self._unyielded >= YIELD_EVERY
-            if self._leftover:
-                # The socket is full: the caller waits for it (output_turn writes the rest),
-                # as a blocking send would, rather than waking the writer for it.
+            if self._leftover and queued >= DIRECT_WRITE:
+                # The socket is full: a large publisher waits for it (output_turn writes the
+                # rest), as a blocking send would, rather than waking the writer for each
+                # message. Small output (an ack) is left to the writer as before.
+                self._drain = True
                 return True
         if urgent:
             self._urgent = True
@@ -205,7 +210,8 @@ class Wire:
         :raises ConnectionLostError: the transport is gone.
         """
         self._unyielded = 0
-        if self._leftover or self.core.outbound_size >= HIGH_WATER or self.broken:
+        if self._drain or self.core.outbound_size >= HIGH_WATER or self.broken:
+            self._drain = False
             with trio.CancelScope(shield=True):
                 await self.flush()
             return
