@@ -39,8 +39,8 @@ HIGH_WATER: Final = 1024 * 1024
 YIELD_EVERY: Final = 128
 
 #: Queued output of at least this many octets (a large message) is written by the task that
-#: queued it when no write is under way: a batch of several would save no system call worth
-#: a scheduling round of the writer's.
+#: queued it when no write is under way and the writer is not already due: a batch of several
+#: would save no system call worth a scheduling round of the writer's.
 DIRECT_WRITE: Final = 64 * 1024
 
 #: Scheduling rounds the writer lets pass while publishers keep adding output.
@@ -134,7 +134,9 @@ class Wire:
         the caller must still ``await output_turn()`` (a write or a yield is due); a publisher
         skips creating a coroutine on the other calls."""
         queued = self.core.outbound_size
-        if self._read_since_write or queued >= DIRECT_WRITE:
+        # Large output goes at once unless the writer is due anyway: small publishes that
+        # piled up past DIRECT_WRITE are the writer's to gather (fewer, larger writes).
+        if self._read_since_write or (queued >= DIRECT_WRITE and not self._wake.is_set()):
             if self._write_now():
                 self._unyielded += 1
                 return self._unyielded >= YIELD_EVERY
@@ -144,9 +146,10 @@ class Wire:
                 # message. Small output (an ack) is left to the writer as before.
                 self._drain = True
                 return True
+            queued = self.core.outbound_size
         if urgent:
             self._urgent = True
-        if self.core.outbound_size >= HIGH_WATER or self.broken:
+        if queued >= HIGH_WATER or self.broken:
             return True
         self._wake.set()
         self._unyielded += 1
