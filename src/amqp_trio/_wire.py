@@ -38,9 +38,9 @@ HIGH_WATER: Final = 1024 * 1024
 #: A publisher that never waits yields to the scheduler once per this many publishes.
 YIELD_EVERY: Final = 128
 
-#: Queued output of at least this many octets (a large message) is written by the task that
-#: queued it when no write is under way and the writer is not already due: a batch of several
-#: would save no system call worth a scheduling round of the writer's.
+#: Output of at least this many octets queued by one call (a large message) is written by the
+#: task that queued it when no write is under way: a batch of several would save no system
+#: call worth a scheduling round of the writer's.
 DIRECT_WRITE: Final = 64 * 1024
 
 #: Scheduling rounds the writer lets pass while publishers keep adding output.
@@ -104,6 +104,8 @@ class Wire:
         self._leftover: list[Buffer] = []
         # A large write left some over: its caller writes the rest itself (output_turn).
         self._drain = False
+        # The core's outbound size after the last note_output (what the next one added).
+        self._queued_seen = 0
 
     # --- Writing ------------------------------------------------------------------------------
 
@@ -134,19 +136,25 @@ class Wire:
         the caller must still ``await output_turn()`` (a write or a yield is due); a publisher
         skips creating a coroutine on the other calls."""
         queued = self.core.outbound_size
-        # Large output goes at once unless the writer is due anyway: small publishes that
-        # piled up past DIRECT_WRITE are the writer's to gather (fewer, larger writes).
-        if self._read_since_write or (queued >= DIRECT_WRITE and not self._wake.is_set()):
+        seen = self._queued_seen
+        # What this call's output added (the writer may have written since the last call):
+        # one large message goes at once; small publishes that piled up past DIRECT_WRITE
+        # stay the writer's to gather (its writes are fewer and larger).
+        large = queued - (seen if seen <= queued else 0) >= DIRECT_WRITE
+        if self._read_since_write or large:
             if self._write_now():
+                self._queued_seen = 0
                 self._unyielded += 1
                 return self._unyielded >= YIELD_EVERY
-            if self._leftover and queued >= DIRECT_WRITE:
+            if self._leftover and large:
                 # The socket is full: a large publisher waits for it (output_turn writes the
                 # rest), as a blocking send would, rather than waking the writer for each
                 # message. Small output (an ack) is left to the writer as before.
+                self._queued_seen = 0
                 self._drain = True
                 return True
             queued = self.core.outbound_size
+        self._queued_seen = queued
         if urgent:
             self._urgent = True
         if queued >= HIGH_WATER or self.broken:
