@@ -139,8 +139,9 @@ class Wire:
         seen = self._queued_seen
         # What this call's output added (the writer may have written since the last call):
         # one large message goes at once; small publishes that piled up past DIRECT_WRITE
-        # stay the writer's to gather (its writes are fewer and larger).
-        large = queued - (seen if seen <= queued else 0) >= DIRECT_WRITE
+        # stay the writer's to gather (its writes are fewer and larger). The first test
+        # spares small publishes the rest (callgrind, 1 KiB: 33.5k -> 31.8k per publish).
+        large = queued >= DIRECT_WRITE and queued - (seen if seen <= queued else 0) >= DIRECT_WRITE
         if self._read_since_write or large:
             if self._write_now():
                 self._queued_seen = 0
