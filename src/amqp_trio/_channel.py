@@ -519,10 +519,10 @@ class Channel(ChannelMethods):
             await self._conn._wait_recovered()
         telemetry = self._conn._telemetry
         if telemetry is None or type(method) is not BasicGet:
-            return await self._send(method).wait(self._wire.flush)
+            return await self._send(method).wait(self._wire.send_request)
         assert isinstance(method, BasicGet)
         with telemetry.receive(self.number, method) as receiving:
-            reply = await self._send(method).wait(self._wire.flush)
+            reply = await self._send(method).wait(self._wire.send_request)
             receiving.got(reply)
         return reply
 
@@ -616,7 +616,7 @@ class Channel(ChannelMethods):
                     return  # the broker closed the channel meanwhile (its error is kept)
                 waiter = self._book.close_waiter = Waiter()
                 with suppress(AMQPError):  # the transport failed: closed all the same
-                    await waiter.wait(self._wire.flush)
+                    await waiter.wait(self._wire.send_request)
 
     # --- basic: publishing --------------------------------------------------------------------
 
@@ -822,7 +822,7 @@ class Channel(ChannelMethods):
         # follow it in the same read.
         waiter = self._send(method, consumer)
         try:
-            await waiter.wait(self._wire.flush)
+            await waiter.wait(self._wire.send_request)
         except BaseException:
             consumer._end(None, fatal=True)
             # Gave up just after consume-ok was routed: cancel what nobody will iterate.

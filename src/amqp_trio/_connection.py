@@ -218,7 +218,7 @@ class Connection(Recovering):
         waiter = Waiter()
         ch = Channel(self, self._router.channel_opening(number, waiter))
         self._channels[number] = ch
-        await waiter.wait(self._wire.flush)
+        await waiter.wait(self._wire.send_request)
         return ch
 
     async def update_secret(self, secret: str, reason: str = "") -> None:
@@ -240,7 +240,7 @@ class Connection(Recovering):
             raise
         waiter = Waiter()
         self._router.expect(0, request, waiter)
-        await waiter.wait(self._wire.flush)
+        await waiter.wait(self._wire.send_request)
         self._supervisor.secret = secret
 
     async def _refresh_credentials(self, margin: float) -> None:
@@ -402,9 +402,14 @@ class Connection(Recovering):
                         self._needs_flush = True  # its next step is queued in the core
                         continue
                 if event is NEED_DATA:
-                    if self._needs_flush or self._handshaking:
+                    if self._handshaking:
+                        # the writer also picks up the deadlines the handshake sets
                         self._needs_flush = False
                         wire.schedule_flush()
+                    elif self._needs_flush:
+                        # most replies queue nothing: no writer wake-up for them
+                        self._needs_flush = False
+                        wire.flush_soon()
                     await wire.receive()
                     continue
                 cls = type(event)

@@ -38,6 +38,11 @@ HIGH_WATER: Final = 1024 * 1024
 #: A publisher that never waits yields to the scheduler once per this many publishes.
 YIELD_EVERY: Final = 128
 
+#: Output of at least this many octets queued by one call (a large message) is written by the
+#: task that queued it when no write is under way: a batch of several would save no system
+#: call worth a scheduling round of the writer's.
+DIRECT_WRITE: Final = 64 * 1024
+
 #: Scheduling rounds the writer lets pass while publishers keep adding output.
 GATHER_ROUNDS: Final = 16
 
@@ -97,6 +102,10 @@ class Wire:
         # What such a write could not write (the socket's buffer was full): the writer writes
         # it before anything else.
         self._leftover: list[Buffer] = []
+        # A large write left some over: its caller writes the rest itself (output_turn).
+        self._drain = False
+        # The core's outbound size after the last note_output (what the next one added).
+        self._queued_seen = 0
 
     # --- Writing ------------------------------------------------------------------------------
 
@@ -126,21 +135,65 @@ class Wire:
         """The part of :meth:`queue_output` that needs no await: wake the writer. True when
         the caller must still ``await output_turn()`` (a write or a yield is due); a publisher
         skips creating a coroutine on the other calls."""
-        if self._read_since_write and self._write_now():
-            self._unyielded += 1
-            return self._unyielded >= YIELD_EVERY
+        queued = self.core.outbound_size
+        seen = self._queued_seen
+        # What this call's output added (the writer may have written since the last call):
+        # one large message goes at once; small publishes that piled up past DIRECT_WRITE
+        # stay the writer's to gather (its writes are fewer and larger). The first test
+        # spares small publishes the rest (callgrind, 1 KiB: 33.5k -> 31.8k per publish).
+        large = queued >= DIRECT_WRITE and queued - (seen if seen <= queued else 0) >= DIRECT_WRITE
+        if self._read_since_write or large:
+            if self._write_now():
+                self._queued_seen = 0
+                self._unyielded += 1
+                return self._unyielded >= YIELD_EVERY
+            if self._leftover and large:
+                # The socket is full: a large publisher waits for it (output_turn writes the
+                # rest), as a blocking send would, rather than waking the writer for each
+                # message. Small output (an ack) is left to the writer as before.
+                self._queued_seen = 0
+                self._drain = True
+                return True
+            queued = self.core.outbound_size
+        self._queued_seen = queued
         if urgent:
             self._urgent = True
-        if self.core.outbound_size >= HIGH_WATER or self.broken:
+        if queued >= HIGH_WATER or self.broken:
             return True
         self._wake.set()
         self._unyielded += 1
         return self._unyielded >= YIELD_EVERY
 
+    async def send_request(self) -> None:
+        """:meth:`flush` for a request whose caller then parks for its reply: on a plain socket
+        written from the calling task with no scheduling round of its own when the socket takes
+        it all (the park that follows is the caller's checkpoint).
+
+        :raises ConnectionLostError: the transport failed.
+        """
+        try:
+            await trio.lowlevel.checkpoint_if_cancelled()
+        except trio.Cancelled:
+            # Cancelled before writing: the request is in the core, and the writer sends it
+            # (its late reply is dropped), as flush() does.
+            self._wake.set()
+            raise
+        if not self._write_now():
+            await self.flush()
+
+    def flush_soon(self) -> None:
+        """The reader's flush of what an event queued in the core (a close-ok, a cancel):
+        written at once when the socket takes it, else by the writer; the writer is not woken
+        when nothing is queued."""
+        if self.core.outbound_size and not self._write_now():
+            self._wake.set()  # also for what the socket did not take
+
     def _write_now(self) -> bool:
         """Write what the core holds from the calling task, without blocking: on a plain
         socket, when no write is under way and nothing is left over. True when all of it was
-        written; what the socket did not take waits in ``_leftover`` for the writer."""
+        written; what the socket did not take waits in ``_leftover``, and the caller either
+        flushes it itself or wakes the writer. Synchronous: the frames were in the core's
+        outbound buffer before, so a cancelled caller never leaves one half-written."""
         self._read_since_write = False
         sock = self._socket
         if sock is None or self._send_lock.locked() or self._leftover or self.broken:
@@ -160,7 +213,6 @@ class Wire:
         if not left:
             return True
         self._leftover = left
-        self._wake.set()
         return False
 
     async def output_turn(self) -> None:
@@ -170,7 +222,8 @@ class Wire:
         :raises ConnectionLostError: the transport is gone.
         """
         self._unyielded = 0
-        if self.core.outbound_size >= HIGH_WATER or self.broken:
+        if self._drain or self.core.outbound_size >= HIGH_WATER or self.broken:
+            self._drain = False
             with trio.CancelScope(shield=True):
                 await self.flush()
             return

@@ -147,9 +147,10 @@ async def test_a_publish_after_a_read_is_written_by_its_own_task_on_a_socket() -
     assert bodies == [b"request", b"second"]
 
 
-async def test_what_a_full_socket_did_not_take_is_written_first_by_the_writer() -> None:
-    # The publishing task's write takes what the socket buffer holds; the rest of that message
-    # goes out before anything queued after it, so the peer gets every body whole and in order.
+async def test_what_a_full_socket_did_not_take_is_written_first_by_the_publisher() -> None:
+    # The publishing task's write takes what the socket buffer holds; the publisher then waits
+    # for the socket and writes the rest itself (as a blocking send would), before anything
+    # queued after it, so the peer gets every body whole and in order.
     bodies: list[bytes] = []
     client, server, peek = _socket_streams()
     peek.close()
@@ -161,8 +162,115 @@ async def test_what_a_full_socket_did_not_take_is_written_first_by_the_writer() 
         async with amqp_trio.connect_stream(client, URL) as conn, conn.channel() as ch:
             await trio.testing.wait_all_tasks_blocked()
             await ch.basic_publish(large, routing_key="q")
-            assert conn._wire._leftover  # the socket took part of it
+            # More than the two socket buffers hold, and nothing of it is left in the client:
+            # the publisher waited for the server to read it.
+            assert not conn._wire._leftover
+            assert conn._core.outbound_size == 0
             await ch.basic_publish(b"after", routing_key="q")
             await ch.basic_publish(b"last", routing_key="q")
         nursery.cancel_scope.cancel()
     assert bodies == [large, b"after", b"last"]
+
+
+@final
+class GatedStream(trio.abc.Stream):
+    """The server's end, whose reads can be held back: the client's socket then fills."""
+
+    def __init__(self, inner: trio.abc.Stream) -> None:
+        self.inner = inner
+        self._open = trio.Event()
+        self._open.set()
+
+    def hold(self) -> None:
+        self._open = trio.Event()
+
+    def release(self) -> None:
+        self._open.set()
+
+    async def send_all(self, data: Buffer) -> None:
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        await self._open.wait()
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def _small_buffers(client: trio.SocketStream, server: trio.SocketStream) -> None:
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+
+
+async def test_a_large_publish_cancelled_while_the_socket_is_full_goes_out_whole() -> None:
+    # The message is in the core before the publish first waits, and what the socket did not
+    # take is written under a shield: cancelling the publisher mid-message never leaves half
+    # a frame on the wire, and the connection stays usable.
+    bodies: list[bytes] = []
+    client, raw_server, peek = _socket_streams()
+    peek.close()
+    _small_buffers(client, raw_server)
+    server = GatedStream(raw_server)
+    large = bytes(range(256)) * 2048  # 512 KiB
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(amqp_trio.serve_stream, lambda conn: collect(conn, bodies), server)
+        async with amqp_trio.connect_stream(client, URL) as conn, conn.channel() as ch:
+            await trio.testing.wait_all_tasks_blocked()
+            server.hold()
+            mid_write: list[bool] = []
+
+            async def cancel_mid_message(scope: trio.CancelScope) -> None:
+                await trio.testing.wait_all_tasks_blocked()
+                # the publisher is writing the rest of its message, the socket full
+                mid_write.append(conn._wire._send_lock.locked() and not bodies)
+                scope.cancel()
+                server.release()
+
+            with trio.CancelScope() as scope:
+                nursery.start_soon(cancel_mid_message, scope)
+                await ch.basic_publish(large, routing_key="q")
+            assert mid_write == [True]
+            assert not conn._wire._leftover
+            await ch.basic_publish(b"after", routing_key="q")
+        nursery.cancel_scope.cancel()
+    assert bodies == [large, b"after"]
+
+
+async def test_large_publishes_from_several_tasks_keep_each_tasks_order() -> None:
+    # Publishing tasks on two channels, each writing large bodies itself when no write is
+    # under way and waiting for a full socket otherwise: every message arrives whole (the
+    # server's core rejects interleaved frames) and each task's messages in its order.
+    bodies: list[bytes] = []
+    client, server, peek = _socket_streams()
+    peek.close()
+    _small_buffers(client, server)
+    tasks, each, size = 4, 6, 100 * 1024
+
+    def body(task: int, n: int) -> bytes:
+        return bytes([task, n]) * (size // 2)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(amqp_trio.serve_stream, lambda conn: collect(conn, bodies), server)
+        async with (
+            amqp_trio.connect_stream(client, URL) as conn,
+            conn.channel() as first,
+            conn.channel() as second,
+        ):
+
+            async def publish(task: int) -> None:
+                ch = first if task % 2 else second
+                for n in range(each):
+                    await ch.basic_publish(body(task, n), routing_key="q")
+
+            async with trio.open_nursery() as publishers:
+                for task in range(tasks):
+                    publishers.start_soon(publish, task)
+            await first.aclose()  # collect() returns at the first channel close
+        nursery.cancel_scope.cancel()
+    assert sorted(bodies) == sorted(body(t, n) for t in range(tasks) for n in range(each))
+    for task in range(tasks):
+        assert [b for b in bodies if b[0] == task] == [body(task, n) for n in range(each)]
