@@ -6,12 +6,14 @@ it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import TYPE_CHECKING, Final
 
 import pytest
 
 import amqp_asyncio
 
+from ..support import stall_dump
 from ..support.rabbitmqctl import connection_pid, rabbitmqctl
 from ..support.recovery_scenarios import (
     BacklogCounts,
@@ -21,6 +23,7 @@ from ..support.recovery_scenarios import (
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path
 
     from ..support.rabbitmq_node import RabbitMQNode
 
@@ -35,10 +38,22 @@ def _forced_close(name: str) -> None:
 
 
 async def _bounded(
-    connect: RecoveringConnect, url: str, fault: Callable[[str], float | None]
+    connect: RecoveringConnect,
+    url: str,
+    fault: Callable[[str], float | None],
+    ctl: stall_dump.Ctl = rabbitmqctl,
+    logs: Path | None = None,
 ) -> BacklogCounts:
-    async with asyncio.timeout(_TIMEOUT):
-        return await scenario_backlog_fault(connect, url, fault)
+    task = asyncio.ensure_future(scenario_backlog_fault(connect, url, fault))
+    done, _ = await asyncio.wait({task}, timeout=_TIMEOUT)
+    if not done:
+        # A hang leaves both sides' state, taken before the cancel unwinds the scenario.
+        print(stall_dump.stall_report(ctl, logs))
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        raise TimeoutError(f"the scenario took over {_TIMEOUT} s")
+    return task.result()
 
 
 def _check(counts: BacklogCounts) -> None:
@@ -55,12 +70,18 @@ def test_backlog_forced_close(rabbitmq_url: str) -> None:
 
 def test_backlog_node_kill(private_rabbitmq: RabbitMQNode) -> None:
     node = private_rabbitmq
-    counts = asyncio.run(_bounded(amqp_asyncio.connect, node.url, lambda _: node.restart()))
+    counts = asyncio.run(
+        _bounded(
+            amqp_asyncio.connect, node.url, lambda _: node.restart(), node.ctl, node.root / "log"
+        )
+    )
     _check(counts)
     assert counts.resumed_after is not None
 
 
 def test_backlog_node_forced_close(private_rabbitmq: RabbitMQNode) -> None:
     node = private_rabbitmq
-    counts = asyncio.run(_bounded(amqp_asyncio.connect, node.url, node.close_connection))
+    counts = asyncio.run(
+        _bounded(amqp_asyncio.connect, node.url, node.close_connection, node.ctl, node.root / "log")
+    )
     _check(counts)

@@ -27,6 +27,7 @@ from amqp_sansio.client import (
     StaleDeliveryError,
 )
 
+from . import stall_dump
 from .scenarios import unique
 
 if TYPE_CHECKING:
@@ -169,12 +170,17 @@ async def scenario_backlog_faults(
     confirmed: set[int] = set()
     published = 0
     epoch: int | None = None  # the live connection's, once a recovery said it
+    state = stall_dump.begin()  # what a timed-out test prints
+    state.queue = queue
+    state.received = received
+    state.confirmed = confirmed
 
     async def take(consumer: AsyncIterator[RecoveringMessage], opened: float | None) -> None:
         message = await anext(consumer)
         if opened is not None and len(counts.resumed_times) < len(counts.recovered_times):
             counts.resumed_times.append(time.monotonic() - opened)
         ident = int(message.body)
+        state.note(f"{ident}@{message.epoch}")
         if ident in received:
             counts.duplicates += 1
         received.add(ident)
@@ -187,8 +193,10 @@ async def scenario_backlog_faults(
             counts.stale += 1
 
     async with connect(endpoints, connection_name=name, recovery=policy) as conn:
+        state.conn = conn
         events = conn.recovery_events()
         ch = await conn.open_channel()
+        state.channel = ch
         await ch.queue_declare(queue, durable=True, arguments=arguments)
         if declared is not None:
             declared(queue)
@@ -198,6 +206,7 @@ async def scenario_backlog_faults(
                 pending = await _publish(publisher, queue, range(BACKLOG))
                 published = BACKLOG
                 async with ch.basic_consume(queue) as consumer:
+                    state.consumer = consumer
                     for round_ in range(faults):
                         if round_:
                             more = range(published, published + BACKLOG)
@@ -210,10 +219,16 @@ async def scenario_backlog_faults(
                         pending += await _publish(publisher, queue, more)
                         published += IN_FLIGHT
                         before = conn.address
+                        state.published = published
+                        state.phase = f"round {round_}: fault"
                         opened = fault(name, before)
+                        state.phase = f"round {round_}: waiting for Recovered"
                         event = await anext(events)
+                        state.note(repr(event))
                         while not isinstance(event, Recovered):
                             event = await anext(events)
+                            state.note(repr(event))
+                        state.phase = f"round {round_}: waiting for confirms"
                         epoch = event.epoch
                         counts.addresses.append((before, event.address))
                         if opened is not None:
@@ -231,8 +246,11 @@ async def scenario_backlog_faults(
                                     counts.unknown += 1
                                     again.append(ident)
                             pending = await _publish(publisher, queue, again)
+                            state.published += len(again)
+                        state.phase = f"round {round_}: consuming what was confirmed"
                         while not confirmed <= received:
                             await take(consumer, opened)
+            state.phase = "basic_get of what is left"
             # What the queue still holds once the consumer left: duplicates of processed
             # messages (republished unknown outcomes), never a message nobody processed.
             while (left := await ch.basic_get(queue)) is not None:
