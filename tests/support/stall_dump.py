@@ -180,12 +180,12 @@ def broker_report(ctl: Ctl) -> str:
 
 def stall_report(ctl: Ctl | None = None, logs: Path | None = None) -> str:
     """Both sides, for a test to print when its scenario timed out; *logs*: a private node's
-    log directory, whose last lines are added (the node's data is removed after the test)."""
+    log directory, whose logs are added (the node's data is removed after the test)."""
     parts = ["=== stall report (client) ===", client_report()]
     if ctl is not None:
         parts += ["=== stall report (broker) ===", broker_report(ctl)]
     for log in sorted(logs.glob("*.log")) if logs is not None else ():
         with contextlib.suppress(OSError):
-            tail = log.read_text(errors="replace").splitlines()[-60:]
-            parts += [f"=== {log.name} (last lines) ===", *tail]
+            # Whole: every boot's lines (what it recovered) and what came between.
+            parts += [f"=== {log.name} ===", log.read_text(errors="replace")]
     return "\n".join(parts)
