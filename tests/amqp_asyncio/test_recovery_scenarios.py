@@ -18,6 +18,7 @@ from ..support.rabbitmqctl import connection_pid, rabbitmqctl
 from ..support.recovery_scenarios import (
     BacklogCounts,
     RecoveringConnect,
+    again_if_the_broker_lost_the_queue,
     scenario_backlog_fault,
 )
 
@@ -43,8 +44,9 @@ async def _bounded(
     fault: Callable[[str], float | None],
     ctl: stall_dump.Ctl = rabbitmqctl,
     logs: Path | None = None,
+    recovered: Callable[[str], None] | None = None,
 ) -> BacklogCounts:
-    task = asyncio.ensure_future(scenario_backlog_fault(connect, url, fault))
+    task = asyncio.ensure_future(scenario_backlog_fault(connect, url, fault, recovered=recovered))
     done, _ = await asyncio.wait({task}, timeout=_TIMEOUT)
     if not done:
         # A hang leaves both sides' state, taken before the cancel unwinds the scenario.
@@ -71,8 +73,15 @@ def test_backlog_forced_close(rabbitmq_url: str) -> None:
 def test_backlog_node_kill(private_rabbitmq: RabbitMQNode) -> None:
     node = private_rabbitmq
     counts = asyncio.run(
-        _bounded(
-            amqp_asyncio.connect, node.url, lambda _: node.restart(), node.ctl, node.root / "log"
+        again_if_the_broker_lost_the_queue(
+            lambda: _bounded(
+                amqp_asyncio.connect,
+                node.url,
+                lambda _: node.restart(),
+                node.ctl,
+                node.root / "log",
+                node.check_kept,
+            )
         )
     )
     _check(counts)
