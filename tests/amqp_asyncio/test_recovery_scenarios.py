@@ -14,6 +14,7 @@ import pytest
 import amqp_asyncio
 
 from ..support import stall_dump
+from ..support.rabbitmq_node import QueuesLostError
 from ..support.rabbitmqctl import connection_pid, rabbitmqctl
 from ..support.recovery_scenarios import (
     BacklogCounts,
@@ -21,6 +22,7 @@ from ..support.recovery_scenarios import (
     again_if_the_broker_lost_the_queue,
     scenario_backlog_fault,
 )
+from ..support.scenarios import unique
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -94,3 +96,41 @@ def test_backlog_node_forced_close(private_rabbitmq: RabbitMQNode) -> None:
         _bounded(amqp_asyncio.connect, node.url, node.close_connection, node.ctl, node.root / "log")
     )
     _check(counts)
+
+
+def test_a_queue_the_node_forgot_is_named(private_rabbitmq: RabbitMQNode) -> None:
+    """``check_kept``: a durable queue holding a message passes; an empty one (what the
+    restore declares when the broker forgot the queue) raises QueuesLostError naming it."""
+    node = private_rabbitmq
+    queue = unique("kept")
+
+    async def main() -> None:
+        async with amqp_asyncio.connect(node.url) as conn:
+            ch = await conn.open_channel()
+            await ch.queue_declare(queue, durable=True)
+            try:
+                with pytest.raises(QueuesLostError, match=queue):
+                    node.check_kept(queue)
+                await ch.confirm_select()  # the publish below returns once it is queued
+                await ch.basic_publish(b"kept", routing_key=queue)
+                node.check_kept(queue)
+            finally:
+                await ch.queue_delete(queue)
+
+    asyncio.run(main())
+
+
+def test_a_scenario_whose_broker_lost_the_queue_runs_once_more() -> None:
+    """The run a broker loss spoiled runs again; lost twice, the error stands."""
+    outcomes: list[BacklogCounts | QueuesLostError] = [QueuesLostError("lost"), BacklogCounts()]
+
+    async def run() -> BacklogCounts:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, QueuesLostError):
+            raise outcome
+        return outcome
+
+    assert asyncio.run(again_if_the_broker_lost_the_queue(run)) == BacklogCounts()
+    outcomes[:] = [QueuesLostError("lost"), QueuesLostError("lost again")]
+    with pytest.raises(QueuesLostError, match="lost again"):
+        asyncio.run(again_if_the_broker_lost_the_queue(run))
