@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -24,6 +25,8 @@ _START_TIMEOUT: Final = 120.0
 _SERVER: Final = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 #: ``rabbitmqctl`` itself (the one on PATH runs as another user, with another cookie).
 _CTL: Final = "/usr/lib/rabbitmq/bin/rabbitmqctl"
+#: What each boot (but a fresh node's first) logs before its listener opens.
+_RECOVERING: Final = re.compile(r"Recovering \d+ queues of type rabbit_classic_queue")
 
 
 class QueuesLostError(AssertionError):
@@ -184,12 +187,18 @@ class RabbitMQNode:
             for line in self.ctl("list_queues", "name", "messages").splitlines()
             if "\t" in line
         )
-        if counts.get(queue, "0").strip() == "0":
+        found = counts.get(queue)
+        if found is None or found.strip() == "0":
+            time.sleep(3)  # the node's log lags: what each boot recovered, for the message
+            log = self.root / "log" / f"{self.name}.log"
+            boots: list[str] = []
+            with contextlib.suppress(OSError):
+                boots = _RECOVERING.findall(log.read_text(errors="replace"))
             raise QueuesLostError(
                 f"RabbitMQ lost the durable queue {queue!r} across SIGKILL: the node "
-                f"{self.name} restarted without it (each boot logs how many queues it "
-                "recovered), so the restore declared it afresh, empty; its confirmed messages "
-                "are gone whatever the client does"
+                f"{self.name} holds {'no such queue' if found is None else 'it empty'} "
+                f"(its boots logged {boots}), so the restore declared it afresh; its "
+                "confirmed messages are gone whatever the client does"
             )
 
     def close_connection(self, connection_name: str) -> None:
