@@ -16,7 +16,11 @@ import amqp_blocking
 from amqp_sansio.client import DEFAULT_URL
 
 from ..support.rabbitmqctl import connection_pid, rabbitmqctl
-from ..support.recovery_scenarios import BacklogCounts, scenario_backlog_fault
+from ..support.recovery_scenarios import (
+    BacklogCounts,
+    again_if_the_broker_lost_the_queue,
+    scenario_backlog_fault,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
@@ -175,7 +179,13 @@ def test_backlog_forced_close(rabbitmq_url: str) -> None:
 
 def test_backlog_node_kill(private_rabbitmq: RabbitMQNode) -> None:
     node = private_rabbitmq
-    counts = _run(node.url, lambda _: node.restart())
+    counts = asyncio.run(
+        again_if_the_broker_lost_the_queue(
+            lambda: scenario_backlog_fault(
+                _connect, node.url, lambda _: node.restart(), recovered=node.check_kept
+            )
+        )
+    )
     _check(counts)
     assert counts.resumed_after is not None
 

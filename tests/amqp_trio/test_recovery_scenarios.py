@@ -12,7 +12,11 @@ import trio
 import amqp_trio
 
 from ..support.rabbitmqctl import connection_pid, rabbitmqctl
-from ..support.recovery_scenarios import BacklogCounts, scenario_backlog_fault
+from ..support.recovery_scenarios import (
+    BacklogCounts,
+    again_if_the_broker_lost_the_queue,
+    scenario_backlog_fault,
+)
 
 if TYPE_CHECKING:
     from ..support.rabbitmq_node import RabbitMQNode
@@ -43,7 +47,14 @@ async def test_backlog_forced_close(rabbitmq_url: str) -> None:
 async def test_backlog_node_kill(private_rabbitmq: RabbitMQNode) -> None:
     node = private_rabbitmq
     with trio.fail_after(_TIMEOUT):
-        counts = await scenario_backlog_fault(amqp_trio.connect, node.url, lambda _: node.restart())
+        counts = await again_if_the_broker_lost_the_queue(
+            lambda: scenario_backlog_fault(
+                amqp_trio.connect,
+                node.url,
+                lambda _: node.restart(),
+                recovered=node.check_kept,
+            )
+        )
     _check(counts)
     assert counts.resumed_after is not None
 
