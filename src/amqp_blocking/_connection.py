@@ -735,13 +735,7 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
         thread: True once done, False when *deadline* (``time.monotonic``) passed first, None
         when another thread reads (or the connection is finishing or recovering): then wait as
         before, as a follower, for the thread that reads."""
-        if (
-            self._reader is not None
-            or not self._serving
-            or self._stopping()
-            or self._recovering
-            or threading.current_thread() is self._thread
-        ):
+        if not self._may_lead_locked():
             return None
         if done():
             return True
@@ -788,36 +782,40 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
                 self._step_locked(readable, False)
             return True
         finally:
-            self._reader = None
-            self._released_at = time.monotonic()
-            if self._followers or self._io_parked or self._stopping():
-                self._wake_locked()  # the I/O thread reads for them (or stops) at once
-            if not self._serving:
-                self._writable.notify_all()  # the I/O thread waits to leave _serve
+            self._let_go_locked()
 
     def _read_now_locked(self) -> None:
         """Read and route what already came, in this thread and without waiting, while nobody
         else reads: a publisher calls this every few publishes, so its confirms are read
         between its publishes and the I/O thread stays off the socket."""
-        if (
-            self._reader is not None
-            or not self._serving
-            or self._stopping()
-            or self._recovering
-            or threading.current_thread() is self._thread
-        ):
+        if not self._may_lead_locked():
             return
         self._reader = threading.current_thread()
         self._takes += 1
         try:
             self._step_locked(True, False)
         finally:
-            self._reader = None
-            self._released_at = time.monotonic()
-            if self._followers or self._io_parked or self._stopping():
-                self._wake_locked()
-            if not self._serving:
-                self._writable.notify_all()
+            self._let_go_locked()
+
+    def _may_lead_locked(self) -> bool:
+        """Whether this thread may take the read role: nobody holds it, the I/O thread serves
+        the socket (not finishing, not recovering), and this is not the I/O thread itself."""
+        return not (
+            self._reader is not None
+            or not self._serving
+            or self._stopping()
+            or self._recovering
+            or threading.current_thread() is self._thread
+        )
+
+    def _let_go_locked(self) -> None:
+        """Give the read role back to the I/O thread."""
+        self._reader = None
+        self._released_at = time.monotonic()
+        if self._followers or self._io_parked or self._stopping():
+            self._wake_locked()  # the I/O thread reads for them (or stops) at once
+        if not self._serving:
+            self._writable.notify_all()  # the I/O thread waits to leave _serve
 
     def _wait_reply(self, waiter: Waiter, timeout: float | None) -> Reply:
         """*waiter*'s result (see :meth:`Waiter.wait`), reading the socket in this thread
