@@ -58,7 +58,10 @@ __all__ = ["Connection010", "Session010", "Subscription010", "connect_0_10"]
 logger: Final = logging.getLogger("amqp_trio")
 
 _NO_PROPERTIES: Final = Properties()
-_READ: Final = 65536
+#: As the 0-9-1 reader's: a 64 KiB read left most 64 KiB transfers in two reads, with the
+#: partial frame copied forward each time (amqp_trio consuming 64 KiB: 146 -> 110 us of client
+#: CPU per message, medians of 3, with 256 KiB reads).
+_READ: Final = 256 * 1024
 
 
 def _pending() -> tuple[Pending, trio.Event]:
