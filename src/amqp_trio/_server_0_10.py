@@ -20,6 +20,8 @@ import trio
 from amqp_sansio import NEED_DATA, Role, Sentinel
 from amqp_sansio.v0_10 import Connection, ConnectionConfig, ConnectionState
 
+from ._server import _TRANSPORT_ERRORS, RECEIVE_SIZE, _send_joined, _send_vectored
+
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
@@ -27,7 +29,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ServerConnection010", "serve_stream_0_10"]
 
-_READ: Final = 65536
 #: Seconds a closed connection waits for the client to close its side (see ``aclose``).
 _CLOSE_LINGER: Final = 1.0
 _CLOSED: Final = ConnectionState.CLOSED
@@ -48,6 +49,11 @@ class ServerConnection010:
         peer: str = "",
     ) -> None:
         self.stream: Final = stream
+        # As the 0-9-1 server writes: many frames (a transfer is three segments) in one
+        # sendmsg, not a send_all (a system call and a scheduling round) per frame.
+        self._socket: trio.socket.SocketType | None = None
+        if isinstance(stream, trio.SocketStream) and hasattr(stream.socket, "sendmsg"):
+            self._socket = stream.socket
         self.core: Final = Connection(Role.SERVER, config, header_consumed=header_consumed)
         if initial:
             self.core.receive_data(initial)
@@ -91,7 +97,7 @@ class ServerConnection010:
             deadline = core.next_deadline()
             with trio.move_on_at(math.inf if deadline is None else deadline):
                 try:
-                    data = await self.stream.receive_some(_READ)
+                    data = await self.stream.receive_some(RECEIVE_SIZE)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     data = b""
                 core.receive_data(data, trio.current_time())
@@ -107,11 +113,15 @@ class ServerConnection010:
             try:
                 # after finish(), also what was queued while the last write was under way
                 while buffers := core.buffers_to_send():
-                    for buffer in buffers:
-                        await self.stream.send_all(buffer)
+                    if len(buffers) == 1:
+                        await self.stream.send_all(buffers[0])
+                    elif self._socket is not None:
+                        await _send_vectored(self._socket, buffers)
+                    else:
+                        await _send_joined(self.stream, buffers)
                     if not self._closed:
                         break
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
+            except _TRANSPORT_ERRORS:  # sendmsg raises the socket's OSError itself
                 return
             if self._closed:
                 return
@@ -133,7 +143,7 @@ class ServerConnection010:
                     trio.move_on_after(linger),
                     contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError),
                 ):
-                    while await self.stream.receive_some(_READ):
+                    while await self.stream.receive_some(RECEIVE_SIZE):
                         pass
             await trio.aclose_forcefully(self.stream)
 
