@@ -102,6 +102,7 @@ from amqp_sansio.client import (
 from ._channel import Channel, Message
 from ._recovery import RecoveryEvents, RecoveryObservable, carry_out, wait_for_recovery_locked
 from ._waiter import Waiter
+from ._wakeup import Wakeup
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -458,13 +459,10 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
         self._supervisor.attach(self._book, self._channel_reopened_locked)
         self._supervisor.opened()  # connect_core did the handshake
         self._out = bytearray()
-        self._wake_pending = False
         self._close_waiter: Waiter | None = None
         self._finished = False
         self._send_error: OSError | None = None
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
+        self._wake = Wakeup()  # the I/O thread's
         # Leader/follower (see the module's docstring): the application thread holding the read
         # role, whether the I/O thread serves the socket (else nobody may lead), how often the
         # role was taken, when it was last let go, whether the I/O thread sleeps until woken,
@@ -475,12 +473,9 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
         self._released_at = 0.0
         self._io_parked = False
         self._followers = 0
-        self._rwake_r, self._rwake_w = socket.socketpair()
-        self._rwake_r.setblocking(False)
-        self._rwake_w.setblocking(False)
-        self._rwake_pending = False
+        self._reader_wake = Wakeup()
         self._rpoll = select.poll()
-        self._rpoll.register(self._rwake_r, select.POLLIN)
+        self._rpoll.register(self._reader_wake, select.POLLIN)
         self._rpoll_fd = -1
         sock.setblocking(False)
         # Made before the events below are routed: a close among them wakes it (to stop).
@@ -774,9 +769,8 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
                     if ready_fd == fd:
                         readable = True
                     else:
-                        self._rwake_pending = False
-                        with contextlib.suppress(*_WOULD_BLOCK):
-                            self._rwake_r.recv(4096)
+                        self._reader_wake.pending = False
+                        self._reader_wake.drain()
                 if self._stopping():  # the socket may be closed already
                     return None
                 self._step_locked(readable, False)
@@ -838,26 +832,16 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
 
     def _wake_reader_locked(self) -> None:
         """Wake the application thread polling the socket, to look at the connection's state."""
-        if (
-            self._reader is not None
-            and not self._rwake_pending
-            and self._reader is not threading.current_thread()
-        ):
-            self._rwake_pending = True
-            with contextlib.suppress(OSError):
-                self._rwake_w.send(b"\0")
+        if self._reader is not None and self._reader is not threading.current_thread():
+            self._reader_wake.set()
 
     def _wake_reader(self) -> None:
         """:meth:`_wake_reader_locked` from a thread that holds another connection's lock."""
-        with contextlib.suppress(OSError):
-            self._rwake_w.send(b"\0")
+        self._reader_wake.nudge()
 
     def _wake_locked(self) -> None:
-        if not self._wake_pending and threading.current_thread() is not self._thread:
-            self._wake_pending = True
-            # OSError: the pipe is full (the thread is awake anyway) or already closed.
-            with contextlib.suppress(OSError):
-                self._wake_w.send(b"\0")
+        if threading.current_thread() is not self._thread:
+            self._wake.set()
 
     def _abort(self) -> None:
         """Drop the transport without a close handshake (the thread finishes the rest)."""
@@ -880,10 +864,8 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
                     break
         finally:
             with self._lock:
-                self._wake_r.close()
-                self._wake_w.close()
-                self._rwake_r.close()
-                self._rwake_w.close()
+                self._wake.close()
+                self._reader_wake.close()
 
     def _stopping(self) -> bool:
         """Whether the connection finished or waits to be recovered (another thread may have
@@ -901,7 +883,7 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
         try:
             if self._finished:  # closed by the frames that came with open-ok (see __init__)
                 return
-            selector.register(self._wake_r, selectors.EVENT_READ)
+            selector.register(self._wake, selectors.EVENT_READ)
             with self._lock:
                 self._serving = True
             while True:
@@ -911,7 +893,7 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
                         break
                     want_write = bool(self._out)
                     deadline = self._core.next_deadline()
-                    self._wake_pending = False
+                    self._wake.pending = False
                     reading = self._reader is None
                     cycling = self._takes != seen_takes
                     seen_takes = self._takes
@@ -946,9 +928,8 @@ class Connection(RecoveryObservable[Router, ChannelBook]):
                     timeout = wait
                 readable = writable = False
                 for key, events in selector.select(timeout):
-                    if key.fileobj is self._wake_r:
-                        with contextlib.suppress(*_WOULD_BLOCK):
-                            self._wake_r.recv(4096)
+                    if key.fileobj is self._wake:
+                        self._wake.drain()
                     else:
                         readable = bool(events & selectors.EVENT_READ)
                         writable = bool(events & selectors.EVENT_WRITE)

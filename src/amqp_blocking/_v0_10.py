@@ -47,6 +47,7 @@ from amqp_sansio.v0_10.client import (
 
 from ._generated_session import SessionMethods
 from ._recovery import RecoveryObservable, carry_out, wait_for_recovery_locked
+from ._wakeup import Wakeup
 
 if TYPE_CHECKING:
     import ssl
@@ -111,10 +112,7 @@ class Connection010(RecoveryObservable[ClientCore, ClientSession]):
         # Output queued outside a call that writes (accepts, credit, unsynced transfers) is
         # written by the I/O thread, woken through this pair once per batch: a write (and an
         # accept command) per message costs more than the message.
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
-        self._wake_pending = False
+        self._wake = Wakeup()
         # Where wait_any starts looking next: each subscription gets its turn.
         self._next_ready = 0
 
@@ -179,17 +177,14 @@ class Connection010(RecoveryObservable[ClientCore, ClientSession]):
     def _wake_locked(self) -> None:
         """Have the I/O thread write what the core queued (it writes after every read
         itself)."""
-        if not self._wake_pending and threading.current_thread() is not self._thread:
-            self._wake_pending = True
-            with contextlib.suppress(OSError):  # full: a wake is already waiting
-                self._wake_w.send(b"\0")
+        if threading.current_thread() is not self._thread:
+            self._wake.set()
 
     def _run(self) -> None:
         try:
             self._run_sockets()
         finally:
-            self._wake_r.close()
-            self._wake_w.close()
+            self._wake.close()
 
     def _run_sockets(self) -> None:
         while True:
@@ -216,17 +211,17 @@ class Connection010(RecoveryObservable[ClientCore, ClientSession]):
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             woken = False
             try:
-                readable, _, _ = select.select([self._sock, self._wake_r], [], [], timeout)
-                if self._wake_r in readable:
+                watched: list[socket.socket | Wakeup] = [self._sock, self._wake]
+                readable, _, _ = select.select(watched, [], [], timeout)
+                if self._wake in readable:
                     woken = True
-                    with contextlib.suppress(OSError):
-                        self._wake_r.recv(4096)
+                    self._wake.drain()
                 data = self._sock.recv(_READ) if self._sock in readable else None
             except OSError:
                 data = b""
             with self._lock:
                 if woken:
-                    self._wake_pending = False
+                    self._wake.pending = False
                 if data is None:
                     if not woken:
                         conn.handle_timer(time.monotonic())
@@ -355,8 +350,7 @@ class Connection010(RecoveryObservable[ClientCore, ClientSession]):
         with contextlib.suppress(OSError):
             self._sock.close()
         if not self._thread.is_alive():  # else the thread closes them as it ends
-            self._wake_r.close()
-            self._wake_w.close()
+            self._wake.close()
 
     def _wait(self, pending: Pending, timeout: float | None = None) -> Struct | None:
         """Write what the call queued, then wait for *pending* (the lock is held)."""
