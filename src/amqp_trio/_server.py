@@ -39,6 +39,8 @@ from amqp_sansio import (
 from amqp_sansio.client import ConnectionLostError
 from amqp_sansio.framing import encode_method_frame
 
+from ._wire import plain_socket, send_buffers
+
 if TYPE_CHECKING:
     import ssl
 
@@ -66,12 +68,6 @@ CLOSE_LINGER: Final = 1.0
 #: transport anyway (a client that does not read would hold it forever).
 CLOSE_FLUSH_TIMEOUT: Final = 1.0
 
-# At most this many buffers per sendmsg (Linux's IOV_MAX).
-_IOV_MAX: Final = 1024
-# Buffers are joined into writes of about this size when the stream has no socket (TLS).
-_JOIN_LIMIT: Final = 64 * 1024
-
-_Buffer: TypeAlias = bytes | bytearray | memoryview
 
 _TRANSPORT_ERRORS: Final = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
@@ -140,9 +136,7 @@ class ServerConnection:
         #: ``close-ok`` answering the client's close, until the client closes its end.
         self.linger: float = CLOSE_LINGER
         self._stream = stream
-        self._socket: trio.socket.SocketType | None = None
-        if isinstance(stream, trio.SocketStream) and hasattr(stream.socket, "sendmsg"):
-            self._socket = stream.socket
+        self._socket = plain_socket(stream)
         self._send_lock = trio.Lock()
         self._wake = trio.Event()
         self._handshake_deadline = (
@@ -327,12 +321,7 @@ class ServerConnection:
                     break
                 self._in_flight = size
                 try:
-                    if len(buffers) == 1:
-                        await self._stream.send_all(buffers[0])
-                    elif self._socket is not None:
-                        await _send_vectored(self._socket, buffers)
-                    else:
-                        await _send_joined(self._stream, buffers)
+                    await send_buffers(self._stream, self._socket, buffers)
                 except _TRANSPORT_ERRORS as exc:
                     logger.debug("write failed: %r", exc)
                     await self._close_transport()
@@ -446,47 +435,6 @@ class ServerConnection:
         self._wake.set()
         self._resumed.set()
         await trio.aclose_forcefully(self._stream)
-
-
-async def _send_vectored(sock: trio.socket.SocketType, buffers: list[_Buffer]) -> None:
-    """Write *buffers* with ``sendmsg``: one system call for many frames, large bodies not
-    copied."""
-    views = [memoryview(buffer).cast("B") for buffer in buffers]
-    start = 0
-    while start < len(views):
-        sent = await sock.sendmsg(views[start : start + _IOV_MAX])
-        while sent:  # skip what was written; a partly written buffer goes on from its rest
-            view = views[start]
-            if sent >= len(view):
-                sent -= len(view)
-                start += 1
-            else:
-                views[start] = view[sent:]
-                sent = 0
-        while start < len(views) and not views[start]:
-            start += 1
-
-
-async def _send_joined(stream: trio.abc.Stream, buffers: list[_Buffer]) -> None:
-    """Write *buffers* as few large writes (TLS and other streams): small buffers are joined
-    up to :data:`_JOIN_LIMIT` octets, a buffer at least that large goes alone."""
-    pending: list[_Buffer] = []
-    size = 0
-    for buffer in buffers:
-        length = memoryview(buffer).nbytes
-        if length >= _JOIN_LIMIT:
-            if pending:
-                await stream.send_all(b"".join(pending))
-                pending, size = [], 0
-            await stream.send_all(buffer)
-            continue
-        pending.append(buffer)
-        size += length
-        if size >= _JOIN_LIMIT:
-            await stream.send_all(b"".join(pending))
-            pending, size = [], 0
-    if pending:
-        await stream.send_all(b"".join(pending) if len(pending) > 1 else pending[0])
 
 
 #: What :func:`serve` calls for each accepted connection.

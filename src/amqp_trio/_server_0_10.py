@@ -20,7 +20,8 @@ import trio
 from amqp_sansio import NEED_DATA, Role, Sentinel
 from amqp_sansio.v0_10 import Connection, ConnectionConfig, ConnectionState
 
-from ._server import _TRANSPORT_ERRORS, RECEIVE_SIZE, _send_joined, _send_vectored
+from ._server import _TRANSPORT_ERRORS, RECEIVE_SIZE
+from ._wire import plain_socket, send_buffers
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -51,9 +52,7 @@ class ServerConnection010:
         self.stream: Final = stream
         # As the 0-9-1 server writes: many frames (a transfer is three segments) in one
         # sendmsg, not a send_all (a system call and a scheduling round) per frame.
-        self._socket: trio.socket.SocketType | None = None
-        if isinstance(stream, trio.SocketStream) and hasattr(stream.socket, "sendmsg"):
-            self._socket = stream.socket
+        self._socket = plain_socket(stream)
         self.core: Final = Connection(Role.SERVER, config, header_consumed=header_consumed)
         if initial:
             self.core.receive_data(initial)
@@ -113,12 +112,7 @@ class ServerConnection010:
             try:
                 # after finish(), also what was queued while the last write was under way
                 while buffers := core.buffers_to_send():
-                    if len(buffers) == 1:
-                        await self.stream.send_all(buffers[0])
-                    elif self._socket is not None:
-                        await _send_vectored(self._socket, buffers)
-                    else:
-                        await _send_joined(self.stream, buffers)
+                    await send_buffers(self.stream, self._socket, buffers)
                     if not self._closed:
                         break
             except _TRANSPORT_ERRORS:  # sendmsg raises the socket's OSError itself

@@ -45,7 +45,7 @@ from amqp_sansio.v0_10.client import (
 
 from ._generated_session import SessionMethods
 from ._recovery import RecoveryEvents, RecoveryObservable, carry_out, wait_for_recovery
-from ._wire import HIGH_WATER, YIELD_EVERY
+from ._wire import HIGH_WATER, YIELD_EVERY, plain_socket, send_buffers
 
 if TYPE_CHECKING:
     import ssl
@@ -62,6 +62,7 @@ _NO_PROPERTIES: Final = Properties()
 #: partial frame copied forward each time (amqp_trio consuming 64 KiB: 146 -> 110 us of client
 #: CPU per message, medians of 3, with 256 KiB reads).
 _READ: Final = 256 * 1024
+_WRITE_ERRORS: Final = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 
 def _pending() -> tuple[Pending, trio.Event]:
@@ -89,6 +90,8 @@ class Connection010(RecoveryObservable[ClientCore, ClientSession]):
     ) -> None:
         self.params: Final = params
         self._stream = stream
+        # A transfer is three segments: written with one sendmsg, not a send_all each.
+        self._socket = plain_socket(stream)
         self._wake = trio.Event()
         # The writer and a publisher over HIGH_WATER write in turn (one send_all at a time).
         self._send_lock = trio.Lock()
@@ -202,7 +205,7 @@ class Connection010(RecoveryObservable[ClientCore, ClientSession]):
             self._wake = trio.Event()
             try:
                 await self._write()
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
+            except _WRITE_ERRORS:  # sendmsg raises the socket's OSError itself
                 return
 
     async def _write(self) -> None:
@@ -210,8 +213,9 @@ class Connection010(RecoveryObservable[ClientCore, ClientSession]):
         async with self._send_lock:
             core = self._core
             core.flush_settlements()
-            for buffer in core.conn.buffers_to_send():
-                await self._stream.send_all(buffer)
+            buffers = core.conn.buffers_to_send()
+            if buffers:
+                await send_buffers(self._stream, self._socket, buffers)
 
     async def _output_turn(self) -> None:
         """An unsynced transfer's turn: yield to the scheduler every YIELD_EVERY transfers (a
@@ -224,7 +228,7 @@ class Connection010(RecoveryObservable[ClientCore, ClientSession]):
             # A broken stream: the reader sees its end and fails what is pending.
             with (
                 trio.CancelScope(shield=True),
-                contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError),
+                contextlib.suppress(*_WRITE_ERRORS),
             ):
                 await self._write()
         elif self._unyielded >= YIELD_EVERY:
@@ -269,6 +273,7 @@ class Connection010(RecoveryObservable[ClientCore, ClientSession]):
 
     async def _attempt(self, action: Connect, stream: trio.abc.Stream) -> BaseException | None:
         self._stream = stream
+        self._socket = plain_socket(stream)
         self._core = self._new_core(action.params)
         self._wake = trio.Event()
         self._restored = trio.Event()

@@ -25,7 +25,7 @@ from amqp_sansio.framing import encode_method_frame
 if TYPE_CHECKING:
     from amqp_sansio import Buffer, Connection, Event, Sentinel
 
-__all__ = ["RECEIVE_SIZE", "Wire"]
+__all__ = ["RECEIVE_SIZE", "Wire", "plain_socket", "send_buffers"]
 
 logger: Final = logging.getLogger("amqp_trio")
 
@@ -92,9 +92,7 @@ class Wire:
         # producer parked waiting for something else, e.g. a reply) and is written at once.
         self._more_coming = False
         # A plain TCP stream is written with sendmsg (several buffers per system call).
-        self._socket: trio.socket.SocketType | None = None
-        if isinstance(stream, trio.SocketStream) and hasattr(stream.socket, "sendmsg"):
-            self._socket = stream.socket
+        self._socket = plain_socket(stream)
         # On a plain socket, the first output after a read (a request after its reply, an ack
         # after deliveries) is written by the task that queued it when no write is under way:
         # waking the writer for it would cost a scheduling round per round trip (_write_now).
@@ -268,57 +266,11 @@ class Wire:
                     return
                 self._read_since_write = False
                 try:
-                    if len(buffers) == 1:
-                        await self.stream.send_all(buffers[0])
-                    elif self._socket is not None:
-                        await self._send_vectored(self._socket, buffers)
-                    else:
-                        await self._send_joined(buffers)
+                    await send_buffers(self.stream, self._socket, buffers)
                 except _TRANSPORT_ERRORS as exc:
                     logger.debug("write failed: %r", exc)
                     await self.close_transport()
                     raise ConnectionLostError(f"writing to the transport failed: {exc}") from exc
-
-    @staticmethod
-    async def _send_vectored(sock: trio.socket.SocketType, buffers: list[Buffer]) -> None:
-        """Write *buffers* with ``sendmsg``: one system call (and one scheduling round) for
-        many frames, and large bodies are not copied."""
-        views = [memoryview(buffer).cast("B") for buffer in buffers]
-        start = 0
-        while start < len(views):
-            sent = await sock.sendmsg(views[start : start + _IOV_MAX])
-            # Skip what was written; a partly written buffer continues from its rest.
-            while sent:
-                view = views[start]
-                if sent >= len(view):
-                    sent -= len(view)
-                    start += 1
-                else:
-                    views[start] = view[sent:]
-                    sent = 0
-            while start < len(views) and not views[start]:
-                start += 1
-
-    async def _send_joined(self, buffers: list[Buffer]) -> None:
-        """Write *buffers* as few large writes (TLS and other streams): small buffers are
-        joined up to :data:`_JOIN_LIMIT` octets, a buffer at least that large goes alone."""
-        pending: list[Buffer] = []
-        size = 0
-        for buffer in buffers:
-            length = len(buffer)
-            if length >= _JOIN_LIMIT:
-                if pending:
-                    await self.stream.send_all(b"".join(pending))
-                    pending, size = [], 0
-                await self.stream.send_all(buffer)
-                continue
-            pending.append(buffer)
-            size += length
-            if size >= _JOIN_LIMIT:
-                await self.stream.send_all(b"".join(pending))
-                pending, size = [], 0
-        if pending:
-            await self.stream.send_all(b"".join(pending) if len(pending) > 1 else pending[0])
 
     async def run_writer(self) -> None:
         """The writer task: flush when woken, run the core's timers at their deadlines."""
@@ -450,3 +402,65 @@ def _unsent(buffers: list[Buffer], sent: int) -> list[Buffer]:
             return rest
         sent -= len(view)
     return []
+
+
+def plain_socket(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
+    """*stream*'s socket when it is a plain TCP stream that :func:`send_buffers` may write
+    with ``sendmsg`` (several buffers per system call), else None (TLS and other streams)."""
+    if isinstance(stream, trio.SocketStream) and hasattr(stream.socket, "sendmsg"):
+        return stream.socket
+    return None
+
+
+async def send_buffers(
+    stream: trio.abc.Stream, sock: trio.socket.SocketType | None, buffers: list[Buffer]
+) -> None:
+    """Write *buffers* to *stream*: one alone as it is, many in one ``sendmsg`` on a plain
+    socket (*sock*, the stream's own), else joined into few writes."""
+    if len(buffers) == 1:
+        await stream.send_all(buffers[0])
+    elif sock is not None:
+        await _send_vectored(sock, buffers)
+    else:
+        await _send_joined(stream, buffers)
+
+
+async def _send_vectored(sock: trio.socket.SocketType, buffers: list[Buffer]) -> None:
+    """Write *buffers* with ``sendmsg``: one system call for many frames, large bodies not
+    copied."""
+    views = [memoryview(buffer).cast("B") for buffer in buffers]
+    start = 0
+    while start < len(views):
+        sent = await sock.sendmsg(views[start : start + _IOV_MAX])
+        while sent:  # skip what was written; a partly written buffer goes on from its rest
+            view = views[start]
+            if sent >= len(view):
+                sent -= len(view)
+                start += 1
+            else:
+                views[start] = view[sent:]
+                sent = 0
+        while start < len(views) and not views[start]:
+            start += 1
+
+
+async def _send_joined(stream: trio.abc.Stream, buffers: list[Buffer]) -> None:
+    """Write *buffers* as few large writes (TLS and other streams): small buffers are joined
+    up to :data:`_JOIN_LIMIT` octets, a buffer at least that large goes alone."""
+    pending: list[Buffer] = []
+    size = 0
+    for buffer in buffers:
+        length = memoryview(buffer).nbytes
+        if length >= _JOIN_LIMIT:
+            if pending:
+                await stream.send_all(b"".join(pending))
+                pending, size = [], 0
+            await stream.send_all(buffer)
+            continue
+        pending.append(buffer)
+        size += length
+        if size >= _JOIN_LIMIT:
+            await stream.send_all(b"".join(pending))
+            pending, size = [], 0
+    if pending:
+        await stream.send_all(b"".join(pending) if len(pending) > 1 else pending[0])
